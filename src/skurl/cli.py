@@ -1,0 +1,58 @@
+"""The `skurl` command: one subcommand per module in skurl.commands.
+
+Each command module exposes `register(subparsers)`, which adds its parser and sets
+`func`. Errors a user can cause (UserError) print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from skurl.errors import UserError
+
+# Imported lazily per invocation so `skurl --help` stays fast and a missing optional
+# dependency of one command does not break the others.
+COMMAND_MODULES = (
+    "skurl.commands.config_cmd",
+    "skurl.commands.catalog_cmd",
+    "skurl.commands.eval_cmd",
+    "skurl.commands.bench_cmd",
+    "skurl.commands.train_cmd",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        raise UserError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="skurl", description="RL replenishment policies for huge SKU catalogs")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

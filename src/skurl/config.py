@@ -1,0 +1,205 @@
+"""Every setting of skurl as frozen dataclasses; help text per field (`skurl config keys`).
+
+Load with `load_config(path, overrides)`: one YAML file plus `--set a.b=value` strings,
+validated on construction. Sections are grouped by the part of the loop they drive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from skurl.config_loader import apply_overrides, build, check, opt, read_yaml, section, to_dict
+
+DemandDist = Literal["poisson", "geometric", "negbin"]
+
+
+@dataclass(frozen=True)
+class DemandConfig:
+    dist: DemandDist = opt("poisson", "demand distribution of a uniform catalog: poisson | geometric | negbin")
+    mean: float = opt(5.0, "mean demand per day (uniform catalog)")
+    dispersion: float = opt(
+        2.0,
+        "negative-binomial size r (variance = mean + mean^2 / r); smaller is more erratic",
+    )
+
+    def __post_init__(self) -> None:
+        check(self.mean >= 0 and self.mean == self.mean, "catalog.demand.mean", self.mean, "a number >= 0")
+        check(self.dispersion > 0, "catalog.demand.dispersion", self.dispersion, "a number > 0")
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    perishable_share: float = opt(0.2, "share of SKUs that perish (shelf life of days to weeks)")
+    substitution_share: float = opt(0.3, "share of SKUs that belong to a substitution group")
+    promo_share: float = opt(0.3, "share of SKUs with a promotion calendar")
+    categories: int = opt(20, "number of product categories")
+    max_lead_time: int = opt(14, "longest supplier lead time in days (lead times are 1..this)")
+    supplier_delay_share: float = opt(0.1, "share of SKUs whose supplier is sometimes late")
+    forecast_noise: float = opt(0.1, "typical relative error of the demand forecast (lognormal sigma)")
+
+    def __post_init__(self) -> None:
+        for key in ("perishable_share", "substitution_share", "promo_share", "supplier_delay_share"):
+            v = getattr(self, key)
+            check(0.0 <= v <= 1.0, f"catalog.synthetic.{key}", v, "a share in [0, 1]")
+        check(self.categories >= 1, "catalog.synthetic.categories", self.categories, "an integer >= 1")
+        check(1 <= self.max_lead_time <= 60, "catalog.synthetic.max_lead_time", self.max_lead_time, "1..60")
+        check(self.forecast_noise >= 0, "catalog.synthetic.forecast_noise", self.forecast_noise, ">= 0")
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    kind: Literal["synthetic", "uniform", "file"] = opt(
+        "synthetic", "where SKUs come from: synthetic (a retailer-like generator) | uniform (identical SKUs, textbook instances) | file (catalog.path)"
+    )
+    skus: int = opt(20_000, "number of SKU-locations (synthetic and uniform)")
+    path: str | None = opt(None, "Parquet or CSV catalog file (kind=file)")
+    seed: int = opt(0, "seed of the synthetic generator (the catalog, not the demand draws)")
+    demand: DemandConfig = section(DemandConfig, "demand of a uniform catalog")
+    lead_time: int = opt(2, "days from order to availability, >= 1 (uniform catalog)")
+    shelf_life: int = opt(0, "days a unit can be sold after arrival; 0 = never expires (uniform)")
+    holding_cost: float = opt(1.0, "cost per unit on hand at the end of a day (uniform)")
+    lost_sale_cost: float = opt(9.0, "penalty per unit of unmet demand, lost or backordered per day (uniform)")
+    order_cost: float = opt(0.0, "fixed cost per order placed (uniform)")
+    unit_cost: float = opt(0.0, "purchase cost per unit ordered (uniform)")
+    waste_cost: float = opt(0.0, "cost per expired unit, on top of its purchase cost (uniform)")
+    price: float = opt(0.0, "revenue per unit sold (uniform)")
+    supplier_delay_prob: float = opt(0.0, "probability that an order arrives late (uniform)")
+    supplier_delay_max: int = opt(0, "longest extra delay in days of a late order (uniform)")
+    synthetic: SyntheticConfig = section(SyntheticConfig, "knobs of the synthetic generator")
+
+    def __post_init__(self) -> None:
+        check(self.skus >= 1, "catalog.skus", self.skus, "an integer >= 1")
+        check(self.kind != "file" or bool(self.path), "catalog.path", self.path, "a file path when catalog.kind=file")
+        check(self.lead_time >= 1, "catalog.lead_time", self.lead_time, "an integer >= 1")
+        check(self.shelf_life >= 0, "catalog.shelf_life", self.shelf_life, "an integer >= 0")
+        for key in ("holding_cost", "lost_sale_cost", "order_cost", "unit_cost", "waste_cost", "price"):
+            v = getattr(self, key)
+            check(v >= 0 and v == v, f"catalog.{key}", v, "a number >= 0")
+        check(0 <= self.supplier_delay_prob <= 1, "catalog.supplier_delay_prob", self.supplier_delay_prob, "[0, 1]")
+        check(self.supplier_delay_max >= 0, "catalog.supplier_delay_max", self.supplier_delay_max, ">= 0")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    days: int = opt(100, "days per episode (one step = one day)")
+    backorders: bool = opt(False, "false: unmet demand is lost; true: it is backordered")
+    issuing: Literal["fifo", "lifo"] = opt("fifo", "which stock sells first: fifo (oldest) | lifo (newest)")
+    reward: Literal["profit", "cost"] = opt("profit", "reward = revenue - costs (profit) or -costs (cost)")
+    review_days: int = opt(1, "days an order should cover in the multiplier action grid")
+    substitution: bool = opt(True, "move unmet demand to in-stock substitutes of the same group")
+    initial_stock_days: float = opt(
+        -1.0, "initial on-hand in days of demand; -1 = lead time + 1 days (a warm start)"
+    )
+    threads: int = opt(0, "simulator threads; 0 = all cores")
+
+    def __post_init__(self) -> None:
+        check(self.days >= 1, "sim.days", self.days, "an integer >= 1")
+        check(self.review_days >= 1, "sim.review_days", self.review_days, "an integer >= 1")
+        check(self.threads >= 0, "sim.threads", self.threads, "an integer >= 0")
+        check(self.initial_stock_days == -1 or self.initial_stock_days >= 0,
+              "sim.initial_stock_days", self.initial_stock_days, "-1 or a number >= 0")
+
+
+@dataclass(frozen=True)
+class ActionsConfig:
+    kind: Literal["multiplier", "units"] = opt(
+        "multiplier", "multiplier: order = round(m_k x forecast x review days); units: order = k x step units"
+    )
+    n: int = opt(20, "number of discrete actions")
+    max: float = opt(
+        4.75, "largest multiplier (multiplier grid 0..max, evenly spaced); ignored for units"
+    )
+    step: int = opt(1, "units per action step for the units grid (order = k x step)")
+
+    def __post_init__(self) -> None:
+        check(self.n >= 2, "policy.actions.n", self.n, "an integer >= 2")
+        check(self.max > 0, "policy.actions.max", self.max, "a number > 0")
+        check(self.step >= 1, "policy.actions.step", self.step, "an integer >= 1")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    actions: ActionsConfig = section(ActionsConfig, "the discrete action grid")
+    hidden: list[int] = opt([256, 256], "hidden layer sizes of the policy and value networks")
+
+    def __post_init__(self) -> None:
+        check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden), "policy.hidden", self.hidden,
+              "a non-empty list of positive integers")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    epochs: int = opt(10, "PPO epochs (K) over each iteration's data")
+    minibatch: int = opt(1024, "transitions per minibatch")
+    lr: float = opt(3e-4, "Adam learning rate")
+    clip: float = opt(0.2, "PPO ratio clip")
+    gamma: float = opt(0.99, "discount per day")
+    gae_lambda: float = opt(0.95, "GAE lambda")
+    ent_coef: float = opt(0.01, "entropy bonus coefficient")
+    vf_coef: float = opt(0.5, "value loss coefficient")
+    max_grad_norm: float = opt(0.5, "gradient-norm clip (after the all-reduce)")
+    sample_skus: int = opt(0, "train on this many sampled SKUs per iteration; 0 = all collected")
+    normalize_obs: bool = opt(True, "running observation normalization")
+    normalize_reward: bool = opt(True, "running reward scaling")
+
+    def __post_init__(self) -> None:
+        check(self.epochs >= 1, "ppo.epochs", self.epochs, "an integer >= 1")
+        check(self.minibatch >= 1, "ppo.minibatch", self.minibatch, "an integer >= 1")
+        check(self.lr > 0, "ppo.lr", self.lr, "a number > 0")
+        check(0 < self.gamma <= 1, "ppo.gamma", self.gamma, "(0, 1]")
+        check(0 <= self.gae_lambda <= 1, "ppo.gae_lambda", self.gae_lambda, "[0, 1]")
+        check(self.clip > 0, "ppo.clip", self.clip, "a number > 0")
+        check(self.max_grad_norm > 0, "ppo.max_grad_norm", self.max_grad_norm, "a number > 0")
+        check(self.sample_skus >= 0, "ppo.sample_skus", self.sample_skus, "an integer >= 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    iterations: int = opt(50, "training iterations (collect + learn + publish)")
+    seed: int = opt(0, "run seed: demand draws, network init, sampling")
+    collect_skus: int = opt(0, "SKUs simulated per iteration; 0 = the whole catalog")
+    chunk: int = opt(4096, "SKUs per inference batch in the collector")
+    checkpoint_every: int = opt(5, "iterations between checkpoints")
+    eval_every: int = opt(5, "iterations between evaluations on held-out seeds")
+    device: str = opt("auto", "learner device: auto | cpu | cuda | cuda:N")
+    torch_threads: int = opt(0, "torch intra-op threads; 0 = all cores")
+
+    def __post_init__(self) -> None:
+        check(self.iterations >= 0, "train.iterations", self.iterations, "an integer >= 0")
+        check(self.chunk >= 1, "train.chunk", self.chunk, "an integer >= 1")
+        check(self.checkpoint_every >= 1, "train.checkpoint_every", self.checkpoint_every, ">= 1")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    days: int = opt(200, "days simulated per evaluation episode (after warm-up)")
+    warmup: int = opt(50, "days simulated before costs are counted")
+    seed: int = opt(10_000, "first held-out seed for evaluation (training never uses it)")
+    skus: int = opt(0, "SKUs evaluated; 0 = the whole catalog")
+
+    def __post_init__(self) -> None:
+        check(self.days >= 1, "eval.days", self.days, "an integer >= 1")
+        check(self.warmup >= 0, "eval.warmup", self.warmup, "an integer >= 0")
+
+
+@dataclass(frozen=True)
+class Config:
+    catalog: CatalogConfig = section(CatalogConfig, "which SKUs are simulated")
+    sim: SimConfig = section(SimConfig, "simulator semantics")
+    policy: PolicyConfig = section(PolicyConfig, "policy network and action grid")
+    ppo: PPOConfig = section(PPOConfig, "PPO learner")
+    train: TrainConfig = section(TrainConfig, "the training loop")
+    eval: EvalConfig = section(EvalConfig, "evaluation on held-out seeds")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Config from an optional YAML file plus `a.b=value` overrides, validated."""
+    data: dict[str, Any] = read_yaml(path) if path else {}
+    data = apply_overrides(data, list(overrides or []), Config)
+    return build(Config, data)
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    return to_dict(cfg)

@@ -1,0 +1,243 @@
+"""Generic loading of nested frozen dataclasses from YAML + `--set a.b=value` overrides.
+
+Every field carries its help text in `metadata["help"]` (see `opt`); `describe` turns
+those into the `skurl config keys` listing. Values are coerced from their declared
+type, so `--set sim.days=50` and YAML `days: 50` give the same config, and anything
+that does not fit fails with one line naming the key, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+import yaml
+
+from skurl.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def opt(default: Any, help: str) -> Any:  # noqa: A002 - reads like argparse
+    """A dataclass field with a default and help text (shown by `skurl config keys`)."""
+    if isinstance(default, (list, dict, set)):
+        value = default
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help})
+    if dataclasses.is_dataclass(default):
+        cls = type(default)
+        return dataclasses.field(default_factory=cls, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def section(cls: type, help: str) -> Any:  # noqa: A002
+    """A nested config section with its own defaults."""
+    return dataclasses.field(default_factory=cls, metadata={"help": help})
+
+
+def _expected(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_expected(a) for a in get_args(tp))
+    if origin is list:
+        return f"a list of {_expected(get_args(tp)[0])}"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Convert `value` (from YAML or a --set string) to type `tp`, or raise ConfigError."""
+    origin = get_origin(tp)
+    bad = ConfigError(f"config key '{key}': got {value!r}, expected {_expected(tp)}")
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "")):
+            if type(None) in args:
+                return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError:
+                continue
+        raise bad
+    if origin is Literal:
+        choices = get_args(tp)
+        if value in choices:
+            return value
+        raise bad
+    if origin is list:
+        (item_tp,) = get_args(tp)
+        if isinstance(value, str):
+            value = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        return tuple(_coerce(f"{key}[{i}]", v, item_tp) for i, v in enumerate(value))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise bad
+    if tp is int:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                try:
+                    f = float(value)
+                except ValueError:
+                    raise bad from None
+                if f.is_integer():
+                    return int(f)
+        raise bad
+    if tp is float:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise bad from None
+        raise bad
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise bad
+    raise ConfigError(f"config key '{key}': unsupported type {tp!r}")
+
+
+def build(cls: type[T], data: dict[str, Any] | None, prefix: str = "") -> T:
+    """Build dataclass `cls` from a nested dict; unknown keys are errors."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key '{prefix.rstrip('.') or '<root>'}': expected a mapping, got {data!r}")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        key = prefix + str(unknown[0])
+        raise ConfigError(
+            f"unknown config key '{key}' (expected one of: {', '.join(sorted(fields))})"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        tp = hints[name]
+        key = prefix + name
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build(tp, value, key + ".")
+        else:
+            kwargs[name] = _coerce(key, value, tp)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}': {exc}") from None
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain nested dict (tuples become lists) for YAML/JSON output."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type) -> dict[str, Any]:
+    """Apply `a.b=value` strings onto a nested dict, checking each key path against `cls`."""
+    out = _deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set '{item}': expected key=value, e.g. sim.days=50")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        parts = key.split(".")
+        node = out
+        section_cls = cls
+        for i, part in enumerate(parts):
+            names = {f.name for f in dataclasses.fields(section_cls)}
+            if part not in names:
+                where = ".".join(parts[: i + 1])
+                raise ConfigError(
+                    f"unknown config key '{where}' (expected one of: {', '.join(sorted(names))})"
+                )
+            tp = get_type_hints(section_cls)[part]
+            if i == len(parts) - 1:
+                if dataclasses.is_dataclass(tp):
+                    raise ConfigError(f"--set '{key}': is a section, set one of its keys")
+                node[part] = raw
+            else:
+                if not dataclasses.is_dataclass(tp):
+                    raise ConfigError(f"--set '{key}': '{'.'.join(parts[: i + 1])}' is not a section")
+                child = node.get(part)
+                if child is None:
+                    child = node[part] = {}
+                elif not isinstance(child, dict):
+                    raise ConfigError(f"config key '{'.'.join(parts[: i + 1])}': expected a mapping")
+                node = child
+                section_cls = tp
+    return out
+
+
+def _deepcopy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deepcopy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deepcopy(v) for v in data]
+    return data
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file '{p}': not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file '{p}'{where}: not valid YAML") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{p}': expected a mapping at the top level")
+    return data
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str]]:
+    """(key, type, default, help) for every leaf field, in declaration order."""
+    rows: list[tuple[str, str, Any, str]] = []
+    hints = get_type_hints(cls)
+    default = cls()
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        key = prefix + f.name
+        if dataclasses.is_dataclass(tp):
+            rows.extend(describe(tp, key + "."))
+        else:
+            rows.append((key, _expected(tp), to_dict(getattr(default, f.name)), f.metadata.get("help", "")))
+    return rows
+
+
+def check(cond: bool, key: str, value: Any, expected: str) -> None:
+    """Validation helper for __post_init__: one line naming key, value and expectation."""
+    if not cond:
+        raise ConfigError(f"config key '{key}': got {value!r}, expected {expected}")
