@@ -6,6 +6,7 @@ validated on construction. Sections are grouped by the part of the loop they dri
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -184,6 +185,55 @@ class EvalConfig:
         check(self.warmup >= 0, "eval.warmup", self.warmup, "an integer >= 0")
 
 
+SyncBackend = Literal["inproc", "redis", "grpc"]
+_SYNC_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    backend: SyncBackend = opt(
+        "inproc", "how weights travel from learner to collectors: inproc (one process) | redis | grpc"
+    )
+    redis_url: str = opt("redis://127.0.0.1:6379/0", "Redis server for sync.backend=redis")
+    key: str = opt("policy", "model key: names the Redis keys rl:weights:{key}, rl:version:{key}")
+    timeout_s: float = opt(60.0, "longest wait for a policy version at the sync barrier, seconds")
+    poll_s: float = opt(
+        0.5, "interval of the version-key poll that backs up the Redis channel, seconds"
+    )
+    weights_in_store: bool = opt(
+        False, "Redis carries only the version signal; weights live in the rollout store (store.url)"
+    )
+
+    def __post_init__(self) -> None:
+        check(bool(_SYNC_KEY.fullmatch(self.key)), "sync.key", self.key,
+              "1-128 characters of letters, digits, '_', '-', '.'")
+        check(self.redis_url.startswith(("redis://", "rediss://", "unix://")), "sync.redis_url",
+              self.redis_url, "a URL like redis://host:6379/0")
+        check(self.timeout_s > 0, "sync.timeout_s", self.timeout_s, "a number > 0")
+        check(0 < self.poll_s <= 60, "sync.poll_s", self.poll_s, "a number in (0, 60]")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    url: str = opt("runs/rollouts", "rollout store: a directory path or s3://bucket/prefix")
+    endpoint_url: str | None = opt(
+        None, "S3-compatible endpoint (MinIO, moto_server), e.g. http://127.0.0.1:9000; null = AWS"
+    )
+    compression_level: int = opt(3, "zstd level of rollout shards: -5 (fastest) .. 22 (smallest)")
+    create_bucket: bool = opt(False, "create the S3 bucket of store.url when it does not exist")
+    timeout_s: float = opt(10.0, "S3 connect/read timeout, seconds")
+
+    def __post_init__(self) -> None:
+        check(bool(self.url.strip()), "store.url", self.url, "a directory path or s3://bucket/prefix")
+        check(not self.url.startswith("s3://") or len(self.url) > len("s3://"), "store.url",
+              self.url, "s3://bucket/prefix with a bucket name")
+        check(self.endpoint_url is None or self.endpoint_url.startswith(("http://", "https://")),
+              "store.endpoint_url", self.endpoint_url, "null or an http(s):// URL")
+        check(-5 <= self.compression_level <= 22, "store.compression_level",
+              self.compression_level, "an integer in -5..22")
+        check(self.timeout_s > 0, "store.timeout_s", self.timeout_s, "a number > 0")
+
+
 @dataclass(frozen=True)
 class Config:
     catalog: CatalogConfig = section(CatalogConfig, "which SKUs are simulated")
@@ -192,6 +242,8 @@ class Config:
     ppo: PPOConfig = section(PPOConfig, "PPO learner")
     train: TrainConfig = section(TrainConfig, "the training loop")
     eval: EvalConfig = section(EvalConfig, "evaluation on held-out seeds")
+    sync: SyncConfig = section(SyncConfig, "weight sync between learner and collectors")
+    store: StoreConfig = section(StoreConfig, "rollout store (local directory or S3)")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
