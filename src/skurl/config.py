@@ -234,6 +234,61 @@ class StoreConfig:
         check(self.timeout_s > 0, "store.timeout_s", self.timeout_s, "a number > 0")
 
 
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
+
+
+def _is_host_port(address: str) -> bool:
+    m = _HOST_PORT.fullmatch(address)
+    return bool(m) and 1 <= int(m.group(2)) <= 65535
+
+
+@dataclass(frozen=True)
+class RpcConfig:
+    max_message_mb: int = opt(
+        512, "largest gRPC message in MiB, sent or received; one value sets client and server "
+        "limits (a 100k-SKU step reply is ~40 MiB)"
+    )
+    keepalive_s: float = opt(
+        30.0, "seconds between keepalive pings on a connection (client and server); 0 = off"
+    )
+    timeout_s: float = opt(120.0, "deadline of each gRPC call in seconds")
+
+    def __post_init__(self) -> None:
+        # gRPC lengths are signed 32-bit: 2 GiB - 1 byte is the hard ceiling.
+        check(1 <= self.max_message_mb <= 2047, "rpc.max_message_mb", self.max_message_mb,
+              "an integer in 1..2047")
+        check(self.keepalive_s == 0 or 1 <= self.keepalive_s <= 86_400, "rpc.keepalive_s",
+              self.keepalive_s, "0 (off) or seconds in 1..86400")
+        check(0 < self.timeout_s <= 86_400, "rpc.timeout_s", self.timeout_s, "seconds in (0, 86400]")
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    sim_servers: int = opt(2, "simulator servers (catalog shards) in decoupled mode")
+    collectors: int = opt(1, "collector processes in decoupled mode")
+    sim_addresses: list[str] = opt(
+        [], "host:port of each running sim server, shard order; empty = start sim_servers "
+        "locally on base_port, base_port+1, ..."
+    )
+    base_port: int = opt(50051, "first port of locally started servers")
+    partition: Literal["round_robin_cost", "equal", "lpt"] = opt(
+        "round_robin_cost", "how SKUs are split across sim servers (substitution groups stay "
+        "together): round_robin_cost | equal | lpt"
+    )
+
+    def __post_init__(self) -> None:
+        check(1 <= self.sim_servers <= 4096, "deploy.sim_servers", self.sim_servers, "1..4096")
+        check(1 <= self.collectors <= 4096, "deploy.collectors", self.collectors, "1..4096")
+        check(self.base_port >= 1 and self.base_port + self.sim_servers - 1 <= 65535,
+              "deploy.base_port", self.base_port,
+              f"a port such that base_port + {self.sim_servers} - 1 <= 65535")
+        for i, address in enumerate(self.sim_addresses):
+            check(_is_host_port(address), f"deploy.sim_addresses[{i}]", address,
+                  "host:port, e.g. 10.0.0.5:50051")
+        check(len(self.sim_addresses) in (0, self.sim_servers), "deploy.sim_addresses",
+              list(self.sim_addresses), f"empty or {self.sim_servers} addresses (deploy.sim_servers)")
+
+
 @dataclass(frozen=True)
 class Config:
     catalog: CatalogConfig = section(CatalogConfig, "which SKUs are simulated")
@@ -244,6 +299,8 @@ class Config:
     eval: EvalConfig = section(EvalConfig, "evaluation on held-out seeds")
     sync: SyncConfig = section(SyncConfig, "weight sync between learner and collectors")
     store: StoreConfig = section(StoreConfig, "rollout store (local directory or S3)")
+    rpc: RpcConfig = section(RpcConfig, "gRPC transport: message limits, keepalive, deadlines")
+    deploy: DeployConfig = section(DeployConfig, "decoupled deployment: servers, collectors, addresses")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
