@@ -1,0 +1,212 @@
+"""The Prometheus metrics of the whole system, defined once, and the /metrics endpoint.
+
+Every process (learner, collector, sim server) exports the same set; Prometheus adds the
+`instance` label, so the metrics carry labels only where one process holds several
+values (the stage of a timer; the run and policy of a business result).
+
+Use `get_metrics()` at the point of recording, e.g.
+`get_metrics().collector_episodes_total.inc()`; tests swap in a fresh registry with
+`with use_registry(CollectorRegistry()) as m: ...` and assert on `m`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+
+from skurl.errors import UserError
+
+# Bucket edges span a 10^3-SKU step on a laptop (sub-millisecond) to a 10^7-SKU
+# iteration on a cluster (minutes): factor-of-~2.5 steps keep quantiles readable.
+_FAST_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25,
+                 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_SLOW_BUCKETS = (1e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                 120.0, 300.0, 600.0, 1800.0, 3600.0)
+
+BUSINESS_LABELS = ("run", "policy")
+
+
+class SkurlMetrics:
+    """All of skurl's metrics on one registry (attribute name = exported name)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        r = registry
+        self.stage_seconds = Histogram(
+            "skurl_stage_seconds", "Wall seconds spent in a named stage of the loop",
+            ["stage"], registry=r, buckets=_SLOW_BUCKETS)
+        # collector
+        self.collector_episodes_total = Counter(
+            "collector_episodes_total", "Episodes collected (one per SKU batch per episode)",
+            registry=r)
+        self.collector_steps_per_second = Gauge(
+            "collector_steps_per_second", "SKU-day transitions per second of the last collection",
+            registry=r)
+        self.collector_episode_duration_seconds = Histogram(
+            "collector_episode_duration_seconds", "Wall seconds to collect one episode",
+            registry=r, buckets=_SLOW_BUCKETS)
+        self.collector_weight_sync_lag_seconds = Gauge(
+            "collector_weight_sync_lag_seconds",
+            "Seconds between the learner publishing a version and this collector holding it",
+            registry=r)
+        self.collector_buffer_size = Gauge(
+            "collector_buffer_size", "Transitions held in the collector's buffer", registry=r)
+        # learner
+        self.learner_training_step_duration_seconds = Histogram(
+            "learner_training_step_duration_seconds",
+            "Wall seconds of one PPO update (all epochs of one iteration)",
+            registry=r, buckets=_SLOW_BUCKETS)
+        self.learner_gradient_norm = Gauge(
+            "learner_gradient_norm", "Gradient norm before clipping, last minibatch", registry=r)
+        self.learner_weight_version = Gauge(
+            "learner_weight_version", "Policy version last published by the learner", registry=r)
+        self.learner_gpu_memory_allocated_bytes = Gauge(
+            "learner_gpu_memory_allocated_bytes",
+            "Bytes allocated by torch on the learner's GPU (0 on CPU)", registry=r)
+        # simulator and sync
+        self.sim_step_duration_seconds = Histogram(
+            "sim_step_duration_seconds", "Wall seconds of one vectorized simulator day",
+            registry=r, buckets=_FAST_BUCKETS)
+        self.barrier_wait_seconds = Histogram(
+            "barrier_wait_seconds", "Seconds a collector waited at the weight-sync barrier",
+            registry=r, buckets=_SLOW_BUCKETS)
+        # business results of a policy, per run (evaluation or the last collection)
+        self.business_fill_rate = Gauge(
+            "business_fill_rate", "Units sold / units demanded", BUSINESS_LABELS, registry=r)
+        self.business_lost_units = Gauge(
+            "business_lost_units", "Units of demand lost (or backordered)", BUSINESS_LABELS,
+            registry=r)
+        self.business_waste_units = Gauge(
+            "business_waste_units", "Units expired", BUSINESS_LABELS, registry=r)
+        self.business_mean_on_hand = Gauge(
+            "business_mean_on_hand", "Mean end-of-day on-hand units per SKU", BUSINESS_LABELS,
+            registry=r)
+        self.business_cost_per_sku_day = Gauge(
+            "business_cost_per_sku_day", "Average cost per SKU-day", BUSINESS_LABELS, registry=r)
+
+    def record_business(self, run: str, policy: str, result: Mapping[str, Any]) -> None:
+        """Set the business gauges of one policy from an eval result (report.PolicyResult keys).
+
+        Missing or null keys are left untouched.
+        """
+        pairs = (
+            ("fill_rate", self.business_fill_rate),
+            ("lost_units", self.business_lost_units),
+            ("waste_units", self.business_waste_units),
+            ("mean_on_hand", self.business_mean_on_hand),
+            ("avg_cost_per_sku_day", self.business_cost_per_sku_day),
+        )
+        for key, gauge in pairs:
+            value = result.get(key)
+            if value is not None:
+                gauge.labels(run=run, policy=policy).set(float(value))
+
+    def record_gpu_memory(self, device: Any = None) -> float:
+        """Set learner_gpu_memory_allocated_bytes for `device` (0 on CPU); returns the value.
+
+        Reads torch only if this process already imported it: a process without torch
+        holds no GPU memory, and importing torch here would cost seconds.
+        """
+        allocated = 0.0
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            dev = torch.device(device) if device is not None else torch.device("cuda")
+            if dev.type == "cuda":
+                allocated = float(torch.cuda.memory_allocated(dev))
+        self.learner_gpu_memory_allocated_bytes.set(allocated)
+        return allocated
+
+
+def _default_registry() -> CollectorRegistry:
+    """skurl's own registry (not prometheus_client's global one, so that tests and
+    embedding applications can build several), with the process, platform and GC
+    collectors that a /metrics endpoint is expected to show."""
+    registry = CollectorRegistry()
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return registry
+
+
+_lock = threading.Lock()
+_current = SkurlMetrics(_default_registry())
+
+
+def get_metrics() -> SkurlMetrics:
+    """The metrics every part of skurl records into (swap with `use_registry` in tests)."""
+    return _current
+
+
+@contextmanager
+def use_registry(registry: CollectorRegistry) -> Iterator[SkurlMetrics]:
+    """Temporarily record all metrics into a fresh SkurlMetrics built on `registry`."""
+    global _current
+    with _lock:
+        previous, _current = _current, SkurlMetrics(registry)
+    try:
+        yield _current
+    finally:
+        with _lock:
+            _current = previous
+
+
+@dataclass
+class MetricsServer:
+    """A running /metrics HTTP endpoint; `close()` stops it (also as a context manager)."""
+
+    addr: str
+    port: int
+    _httpd: Any
+    _thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve_metrics(
+    port: int, addr: str = "127.0.0.1", registry: CollectorRegistry | None = None
+) -> MetricsServer:
+    """Start the /metrics endpoint in a daemon thread; port 0 picks a free port (see .port).
+
+    Serves `registry` or, by default, the registry of `get_metrics()` at call time.
+    Binds loopback by default: exposing metrics beyond the host is a deliberate choice.
+    """
+    if not 0 <= port <= 65535:
+        raise UserError(f"metrics port: got {port}, expected an integer in 0..65535")
+    reg = registry if registry is not None else get_metrics().registry
+    try:
+        httpd, thread = start_http_server(port, addr=addr, registry=reg)
+    except OSError as exc:
+        raise UserError(
+            f"metrics port: cannot listen on {addr}:{port} ({exc.strerror or exc}); "
+            "expected a free port (0 picks one)"
+        ) from exc
+    return MetricsServer(addr=addr, port=int(httpd.server_port), _httpd=httpd, _thread=thread)
