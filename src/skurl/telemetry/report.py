@@ -1,0 +1,231 @@
+"""The run report: run_dir/report.md with PNG plots under run_dir/plots/.
+
+Inputs, both optional (a missing piece makes the report say so, never crash):
+- run_dir/metrics.jsonl, written by RunLogger (one record per training iteration);
+- run_dir/eval.json, written by `write_eval` after each evaluation, in this format:
+
+    {"iteration": 40,                      # training iteration of the latest evaluation
+     "trained": "ppo",                     # which policy is the trained one (optional)
+     "policies": {name: PolicyResult, ...},
+     "history": [{"iteration": 5, "ppo": 3.1, "base_stock": 2.9}, ...]}   # cost/SKU-day
+
+The trained policy is `eval["trained"]`, else a policy named "ppo"; every other policy
+is a baseline. All money figures are averages per SKU-day of evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict
+
+import numpy as np
+
+from skurl.errors import UserError
+from skurl.telemetry.logger import METRICS_FILE, read_metrics
+from skurl.telemetry.plots import (
+    plot_cost_breakdown,
+    plot_diagnostics,
+    plot_learning_curve,
+    plot_segments,
+    plot_stage_times,
+)
+from skurl.telemetry.report_md import DEFAULT_TRAINED, EVAL_FILE, ReportData, render_markdown
+
+__all__ = ["DEFAULT_TRAINED", "EVAL_FILE", "PLOTS_DIR", "REPORT_FILE", "CostBreakdown",
+           "EvalFile", "PolicyResult", "SegmentResult", "read_eval", "write_eval",
+           "write_report"]
+
+REPORT_FILE = "report.md"
+PLOTS_DIR = "plots"
+PLOT_FILES = {
+    "learning_curve": "learning_curve.png",
+    "cost_breakdown": "cost_breakdown.png",
+    "segments": "segments.png",
+    "diagnostics": "diagnostics.png",
+    "stage_times": "stage_times.png",
+}
+
+
+class CostBreakdown(TypedDict, total=False):
+    """Per SKU-day averages; the five costs add up to avg_cost_per_sku_day."""
+
+    holding: float
+    penalty: float
+    purchase: float
+    order: float
+    waste: float
+    revenue: float
+
+
+class SegmentResult(TypedDict):
+    """A SKU segment (fast/slow movers, perishables, promoted, substitutable, ...)."""
+
+    skus: int
+    avg_cost_per_sku_day: float
+
+
+class PolicyResult(TypedDict):
+    """One policy's evaluation. Units (lost, waste, on-hand) are as the evaluator reports
+    them (per SKU-day averages by convention); fill_rate is sold / demanded in [0, 1]."""
+
+    avg_cost_per_sku_day: float
+    avg_profit_per_sku_day: NotRequired[float]
+    fill_rate: NotRequired[float]
+    lost_units: NotRequired[float]
+    waste_units: NotRequired[float]
+    mean_on_hand: NotRequired[float]
+    breakdown: NotRequired[CostBreakdown]
+    segments: NotRequired[dict[str, SegmentResult]]
+    params: NotRequired[dict[str, Any]]  # tuned parameters (e.g. base-stock levels)
+
+
+class EvalFile(TypedDict):
+    iteration: int
+    trained: NotRequired[str]
+    policies: dict[str, PolicyResult]
+    history: list[dict[str, float]]
+
+
+def _plain(value: Any, where: str) -> Any:
+    """JSON-ready copy: numpy scalars/arrays to Python, non-finite floats to null."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [_plain(v, where) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"eval result {where}: not JSON-serializable ({type(value).__name__})")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_eval(
+    run_dir: str | Path,
+    iteration: int,
+    results: Mapping[str, Mapping[str, Any]],
+    *,
+    trained: str | None = None,
+) -> Path:
+    """Write run_dir/eval.json with the results of the evaluation at `iteration`.
+
+    `results` maps policy name -> PolicyResult. The cost of each policy is appended to
+    the history; history entries at or past `iteration` are replaced (a resumed run
+    re-evaluates them). Written atomically (never a half-written file).
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    policies = {}
+    for name, result in results.items():
+        cost = result.get("avg_cost_per_sku_day")
+        if not isinstance(cost, int | float | np.number) or isinstance(cost, bool):
+            raise ValueError(f"eval result {name!r}: avg_cost_per_sku_day must be a number")
+        policies[str(name)] = _plain(result, str(name))
+    previous, _ = read_eval(run_dir)
+    history = [h for h in (previous or {}).get("history", []) if h["iteration"] < iteration]
+    entry: dict[str, Any] = {"iteration": int(iteration)}
+    entry.update({name: r["avg_cost_per_sku_day"] for name, r in policies.items()})
+    data: dict[str, Any] = {"iteration": int(iteration)}
+    if trained is not None:
+        data["trained"] = trained
+    data["policies"] = policies
+    data["history"] = [*history, entry]
+    path = run_dir / EVAL_FILE
+    _atomic_write(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+    return path
+
+
+def read_eval(run_dir: str | Path) -> tuple[EvalFile | None, str | None]:
+    """(eval file, None); (None, None) when absent; (None, reason) when unreadable."""
+    path = Path(run_dir) / EVAL_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"{EVAL_FILE} could not be read ({exc})"
+    if not isinstance(data, dict) or not isinstance(data.get("policies"), dict):
+        return None, f"{EVAL_FILE} has no 'policies' object"
+    policies = {n: p for n, p in data["policies"].items() if isinstance(p, dict)}
+    history = [h for h in data.get("history") or []
+               if isinstance(h, dict) and isinstance(h.get("iteration"), int)]
+    out: dict[str, Any] = {"iteration": data.get("iteration"), "policies": policies,
+                           "history": history}
+    if isinstance(data.get("trained"), str):
+        out["trained"] = data["trained"]
+    return out, None  # type: ignore[return-value]
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write run_dir/report.md and its plots from metrics.jsonl and eval.json; returns the
+    report's path. Raises UserError only if run_dir is not a directory."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run dir {run_dir}: not a directory; expected a run directory "
+                        f"holding {METRICS_FILE} and/or {EVAL_FILE}")
+    records = _by_iteration(read_metrics(run_dir / METRICS_FILE))
+    evaluation, eval_error = read_eval(run_dir)
+    data = ReportData.build(records, evaluation, eval_error)
+    plots = _draw_plots(run_dir / PLOTS_DIR, data)
+    path = run_dir / REPORT_FILE
+    _atomic_write(path, render_markdown(data, {k: f"{PLOTS_DIR}/{p.name}"
+                                               for k, p in plots.items()}))
+    return path
+
+
+def _by_iteration(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per iteration (the last written wins), sorted by iteration."""
+    return sorted({r["iteration"]: r for r in records}.values(), key=lambda r: r["iteration"])
+
+
+def _draw_plots(plot_dir: Path, data: ReportData) -> dict[str, Path]:
+    """Draw every plot the data allows; delete stale PNGs of plots not drawn this time."""
+    made = {
+        "learning_curve": plot_learning_curve(
+            plot_dir / PLOT_FILES["learning_curve"], data.trained, data.learning_curve,
+            data.baseline_costs),
+        "cost_breakdown": plot_cost_breakdown(
+            plot_dir / PLOT_FILES["cost_breakdown"], data.breakdowns),
+        "segments": plot_segments(
+            plot_dir / PLOT_FILES["segments"], data.segment_rows, data.trained or "trained"),
+        "diagnostics": plot_diagnostics(plot_dir / PLOT_FILES["diagnostics"], data.records),
+        "stage_times": plot_stage_times(plot_dir / PLOT_FILES["stage_times"], data.records),
+    }
+    for key, name in PLOT_FILES.items():
+        if made[key] is None:
+            (plot_dir / name).unlink(missing_ok=True)
+    return {k: p for k, p in made.items() if p is not None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m skurl.telemetry.report RUN_DIR`: (re)write a run's report."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m skurl.telemetry.report")
+    parser.add_argument("run_dir")
+    args = parser.parse_args(argv)
+    try:
+        print(write_report(args.run_dir))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
