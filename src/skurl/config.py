@@ -39,14 +39,25 @@ class SyntheticConfig:
     max_lead_time: int = opt(14, "longest supplier lead time in days (lead times are 1..this)")
     supplier_delay_share: float = opt(0.1, "share of SKUs whose supplier is sometimes late")
     forecast_noise: float = opt(0.1, "typical relative error of the demand forecast (lognormal sigma)")
+    median_demand: float = opt(0.5, "median of the lognormal body of base demand, units per day")
+    demand_sigma: float = opt(1.2, "log-scale spread of the lognormal body of base demand")
+    demand_tail: float = opt(
+        0.9, "mean log-excess of the fat upper tail (Pareto-like, tail index 1/this); 0 = plain lognormal"
+    )
+    order_cost_share: float = opt(0.25, "share of SKUs with a fixed cost per order")
 
     def __post_init__(self) -> None:
-        for key in ("perishable_share", "substitution_share", "promo_share", "supplier_delay_share"):
+        for key in ("perishable_share", "substitution_share", "promo_share", "supplier_delay_share",
+                    "order_cost_share"):
             v = getattr(self, key)
             check(0.0 <= v <= 1.0, f"catalog.synthetic.{key}", v, "a share in [0, 1]")
         check(self.categories >= 1, "catalog.synthetic.categories", self.categories, "an integer >= 1")
         check(1 <= self.max_lead_time <= 60, "catalog.synthetic.max_lead_time", self.max_lead_time, "1..60")
-        check(self.forecast_noise >= 0, "catalog.synthetic.forecast_noise", self.forecast_noise, ">= 0")
+        check(0 <= self.forecast_noise <= 5, "catalog.synthetic.forecast_noise", self.forecast_noise, "0..5")
+        check(0 < self.median_demand <= 1e4, "catalog.synthetic.median_demand", self.median_demand,
+              "a number in (0, 10000]")
+        check(0 <= self.demand_sigma <= 5, "catalog.synthetic.demand_sigma", self.demand_sigma, "0..5")
+        check(0 <= self.demand_tail <= 3, "catalog.synthetic.demand_tail", self.demand_tail, "0..3")
 
 
 @dataclass(frozen=True)

@@ -138,14 +138,14 @@ class Catalog:
             if bad.any():
                 i = int(np.argmax(bad))
                 raise CatalogError(
-                    f"catalog SKU {int(self.sku_id[i])}: field '{col.name}' = {arr[i]!r}, "
+                    f"catalog SKU {int(self.sku_id[i])}: field '{col.name}' = {arr[i].item()!r}, "
                     f"expected a finite value in [{col.lo:g}, {col.hi:g}] ({col.help})"
                 )
         season_bad = ~np.isfinite(self.season) | (self.season < 0) | (self.season > 100)
         if season_bad.any():
             i, d = np.argwhere(season_bad)[0]
             raise CatalogError(
-                f"catalog SKU {int(self.sku_id[i])}: field 'season_{d}' = {self.season[i, d]!r}, "
+                f"catalog SKU {int(self.sku_id[i])}: field 'season_{d}' = {self.season[i, d].item()!r}, "
                 "expected a finite weekly factor in [0, 100]"
             )
         _, first = np.unique(self.sku_id, return_index=True)

@@ -1,0 +1,179 @@
+"""Split a catalog's rows across shards (simulator servers, Ray workers, collectors).
+
+A substitution group moves demand between its members the same day, so a group is one
+unit and never split. Methods:
+
+- "equal": contiguous equal split by row count; boundaries move to group edges.
+- "round_robin_cost": units sorted by expected simulation cost (the model below, or the
+  given per-SKU `cost`), dealt out in serpentine order (0..k-1, k-1..0, ...), which keeps
+  both counts and costs balanced.
+- "lpt": greedy longest-processing-time (Graham 1969, "Bounds on multiprocessing timing
+  anomalies", SIAM J. Appl. Math. 17(2)): each unit, largest first, goes to the least
+  loaded shard; within 4/3 of the optimal makespan. Meant for measured per-SKU costs.
+
+Cost model (relative units; recalibrate with a profiling pass and method="lpt"):
+
+    cost = 1                                   # per-SKU overhead of the day's step kernel
+         + 1/4  * log2(1 + demand_mean)        # demand sampling and issuing grow ~log rate
+         + 1/16 * shelf_life                   # one on-hand bucket per age, walked FIFO
+         + 1/32 * (lead_time + delay_max)      # pipeline slots shifted every day
+         + 1/2  * [in a substitution group]    # the second, substitution pass
+
+log2 is the piecewise-linear one read from the float's exponent and mantissa (frexp) and
+the weights are powers of two, so the cost is exact IEEE arithmetic: every machine
+computes the same partition from the same catalog, whatever its SIMD flavour.
+
+Every row lands in exactly one shard; each shard's row indices are sorted ascending;
+shards may be empty when there are more shards than units. Deterministic (stable sorts,
+ties broken by position).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Literal
+
+import numba
+import numpy as np
+
+from skurl.catalog.schema import Catalog
+from skurl.errors import CatalogError, UserError
+
+Method = Literal["round_robin_cost", "equal", "lpt"]
+METHODS: tuple[str, ...] = ("round_robin_cost", "equal", "lpt")
+
+
+def sku_cost(catalog: Catalog) -> np.ndarray:
+    """Expected relative simulation cost per SKU (float64 [N]); see the module docstring."""
+    mantissa, exponent = np.frexp(1.0 + catalog.demand_mean.astype(np.float64))
+    log2_rate = exponent + (2.0 * mantissa - 2.0)  # exact at powers of two, linear between
+    pipeline = catalog.lead_time.astype(np.float64) + catalog.delay_max
+    return (
+        1.0
+        + 0.25 * log2_rate
+        + 0.0625 * catalog.shelf_life
+        + 0.03125 * pipeline
+        + 0.5 * (catalog.group >= 0)
+    )
+
+
+def units(catalog: Catalog) -> np.ndarray:
+    """Unit id per row (int64 [N]): one per substitution group, one per ungrouped SKU,
+    numbered in order of each unit's first row."""
+    g = catalog.group.astype(np.int64)
+    n = g.shape[0]
+    # Fast path: members of each group adjacent (the synthetic generator's layout).
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (g[1:] != g[:-1]) | (g[1:] < 0)
+    run_groups = g[starts]
+    run_groups = run_groups[run_groups >= 0]
+    if np.unique(run_groups).shape[0] == run_groups.shape[0]:
+        return np.cumsum(starts) - 1
+    key = np.where(g >= 0, g, g.max() + 1 + np.arange(n))
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rank = np.empty(first.shape[0], dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.shape[0])
+    return rank[inverse.reshape(-1)]
+
+
+def _check(catalog: Catalog, n_shards: int, method: str, cost: np.ndarray | None) -> np.ndarray | None:
+    if method not in METHODS:
+        raise UserError(f"partition method '{method}': expected one of {' | '.join(METHODS)}")
+    if n_shards < 1:
+        raise UserError(f"partition: {n_shards} shards, expected an integer >= 1")
+    if cost is None:
+        return None
+    cost = np.asarray(cost, dtype=np.float64)
+    if cost.shape != (len(catalog),):
+        raise CatalogError(f"partition cost: shape {cost.shape}, expected ({len(catalog)},), one per SKU")
+    bad = ~np.isfinite(cost) | (cost < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CatalogError(
+            f"partition cost of SKU {int(catalog.sku_id[i])}: {cost[i]!r}, expected a finite number >= 0"
+        )
+    return cost
+
+
+@numba.njit(cache=True)
+def _lpt_assign(order: np.ndarray, cost: np.ndarray, n_shards: int) -> np.ndarray:
+    """Shard per unit: in `order`, each unit goes to the least loaded shard (lowest index on ties)."""
+    heap = [(0.0, s) for s in range(n_shards)]
+    shard = np.empty(order.shape[0], dtype=np.int64)
+    for u in order:
+        load, s = heapq.heappop(heap)
+        shard[u] = s
+        heapq.heappush(heap, (load + cost[u], s))
+    return shard
+
+
+def _unit_shards(unit: np.ndarray, n_shards: int, method: str, row_cost: np.ndarray) -> np.ndarray:
+    """Shard of each unit."""
+    n_units = int(unit[-1]) + 1 if unit.shape[0] else 0
+    if method == "equal":
+        size = np.bincount(unit, minlength=n_units)
+        rows_before = np.cumsum(size) - size
+        return rows_before * n_shards // unit.shape[0]
+    unit_cost = np.bincount(unit, weights=row_cost, minlength=n_units)
+    order = np.argsort(-unit_cost, kind="stable")  # most expensive first, ties by position
+    if method == "lpt":
+        return _lpt_assign(order, unit_cost, n_shards)
+    position = np.arange(n_units)
+    lap, seat = np.divmod(position, n_shards)
+    shard = np.empty(n_units, dtype=np.int64)
+    shard[order] = np.where(lap % 2 == 0, seat, n_shards - 1 - seat)  # serpentine
+    return shard
+
+
+def partition(
+    catalog: Catalog, n_shards: int, method: Method = "round_robin_cost", cost: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """`n_shards` arrays of row indices (int64, ascending) covering every row exactly once.
+
+    `cost` (float [N], per SKU) replaces the cost model for "round_robin_cost" and "lpt".
+    """
+    row_cost = _check(catalog, n_shards, method, cost)
+    n = len(catalog)
+    if n == 0:
+        return [np.empty(0, dtype=np.int64) for _ in range(n_shards)]
+    unit = units(catalog)
+    if row_cost is None and method != "equal":
+        row_cost = sku_cost(catalog)
+    shard_of_row = _unit_shards(unit, n_shards, method, row_cost)[unit]
+    rows = np.argsort(shard_of_row, kind="stable")  # grouped by shard, ascending within
+    counts = np.bincount(shard_of_row, minlength=n_shards)
+    return np.split(rows.astype(np.int64), np.cumsum(counts)[:-1])
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """'i/n' -> (i, n) with 0 <= i < n, or a one-line UserError."""
+    parts = str(spec).strip().split("/")
+    try:
+        i, n = (int(p) for p in parts)
+    except ValueError:
+        raise UserError(f"--shard '{spec}': expected i/n, e.g. 0/4 (shard i of n, 0 <= i < n)") from None
+    _check_index(i, n)
+    return i, n
+
+
+def _check_index(i: int, n: int) -> None:
+    if n < 1 or not 0 <= i < n:
+        raise UserError(f"--shard {i}/{n}: expected i/n with n >= 1 and 0 <= i < n")
+
+
+def shard_of(
+    catalog: Catalog,
+    i: int | str,
+    n: int | None = None,
+    method: Method = "round_robin_cost",
+    cost: np.ndarray | None = None,
+) -> np.ndarray:
+    """Row indices of shard i of n; `i` may be the '--shard i/n' text itself (then n=None)."""
+    if isinstance(i, str):
+        if n is not None:
+            raise UserError(f"--shard '{i}': give either 'i/n' text or integers i and n")
+        i, n = parse_shard(i)
+    if n is None:
+        raise UserError(f"--shard {i}: expected i/n, e.g. 0/4")
+    _check_index(i, n)
+    return partition(catalog, n, method, cost)[i]
