@@ -1,0 +1,83 @@
+"""Rollout store in a local (or network-mounted) directory.
+
+Writes go to a hidden temporary file in the target directory, are flushed to disk and
+then renamed into place (os.replace is atomic within one filesystem), so a reader never
+sees half a file under a real name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+
+from skurl.store.api import StoreError
+from skurl.store.objects import ShardStore
+
+_TMP_PREFIX = ".tmp-"
+
+
+class LocalObjects:
+    """ObjectBackend over a directory tree."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser()
+        self.url = str(self.root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"store.url '{root}': cannot create the directory ({exc.strerror})") from None
+        if not os.access(self.root, os.W_OK):
+            raise StoreError(f"store.url '{root}': directory is not writable")
+
+    def write(self, key: str, data: bytes) -> None:
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def read(self, key: str) -> bytes | None:
+        try:
+            return (self.root / key).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def list_keys(self, prefix: str) -> list[str]:
+        directory = self.root / prefix
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        # Temporary files are listed too (delete_before removes them with their iteration);
+        # their names never end like a manifest or payload.
+        return [prefix + e.name for e in entries if e.is_file()]
+
+    def list_dirs(self) -> list[str]:
+        return [e.name for e in os.scandir(self.root) if e.is_dir()]
+
+    def delete(self, keys: list[str]) -> None:
+        parents = set()
+        for key in keys:
+            path = self.root / key
+            path.unlink(missing_ok=True)
+            parents.add(path.parent)
+        for parent in parents:
+            if parent != self.root:
+                with contextlib.suppress(OSError):
+                    parent.rmdir()  # only succeeds once the iteration directory is empty
+
+
+class LocalRolloutStore(ShardStore):
+    """RolloutStore in directory `root` (created when missing)."""
+
+    def __init__(self, root: str | Path, compression_level: int = 3) -> None:
+        super().__init__(LocalObjects(root), compression_level)
