@@ -107,7 +107,7 @@ class Progress:
 
         console = Console(file=self._stream)
         self._bar = RichProgress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
             TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
             console=console,
         )
