@@ -1,0 +1,73 @@
+"""Errors of the gRPC layer, on both sides of the wire.
+
+Server side, a handler raises `WireError` (a malformed request: INVALID_ARGUMENT),
+skurl.sim.api's `EnvStateError` (a valid call at the wrong time: FAILED_PRECONDITION) or
+`CapacityError` (RESOURCE_EXHAUSTED); servicer_base turns them into status codes with
+one-line details and the server keeps serving.
+Client side, `from_rpc_error` turns a grpc.RpcError into a skurl UserError that names
+the server's address, so the CLI prints one line and exits 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from skurl.errors import UserError
+
+
+class WireError(UserError):
+    """A request or reply does not match the wire contract (names, dtypes, shapes, bytes)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class CapacityError(UserError):
+    """The server holds as many sessions as it may."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class RpcError(UserError):
+    """A call to a skurl server failed; the message names the address and the status."""
+
+    def __init__(self, message: str, address: str, code: grpc.StatusCode | None) -> None:
+        super().__init__(message)
+        self.address = address
+        self.code = code
+
+
+class ServerUnavailableError(RpcError):
+    """The server cannot be reached (not started, killed, wrong address, network down)."""
+
+
+class RpcTimeoutError(RpcError):
+    """The call's deadline (rpc.timeout_s) passed before the server answered."""
+
+
+class RequestRejectedError(RpcError):
+    """The server refused the request (bad arguments, wrong state, too large)."""
+
+
+_HINTS = {
+    grpc.StatusCode.UNAVAILABLE: "is the server running there (skurl serve-sim)?",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "raise rpc.timeout_s if the server is just slow",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "raise rpc.max_message_mb on both sides, or use more shards",
+}
+
+
+def from_rpc_error(exc: grpc.RpcError, address: str, what: str,
+                   rejected: dict[grpc.StatusCode, type[RpcError]] | None = None) -> RpcError:
+    """The skurl error for a failed call `what` (e.g. 'Step') to the server at `address`;
+    `rejected` picks more specific classes for some status codes."""
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = (exc.details() if isinstance(exc, grpc.Call) else str(exc)) or ""
+    details = " ".join(details.split())  # one line, whatever the server or core wrote
+    name = code.name if code is not None else "UNKNOWN"
+    hint = _HINTS.get(code, "") if code is not None else ""
+    message = f"{what} on {address} failed ({name}): {details}" + (f"; {hint}" if hint else "")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return ServerUnavailableError(message, address, code)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return RpcTimeoutError(message, address, code)
+    cls = (rejected or {}).get(code, RequestRejectedError) if code else RequestRejectedError
+    return cls(message, address, code)

@@ -1,0 +1,61 @@
+"""gRPC channel and server options from one `RpcConfig`, so both ends always agree.
+
+Message-size limits: `rpc.max_message_mb` sets the send and receive limit of clients and
+servers alike (gRPC's own default receive limit, 4 MiB, is far below one 100k-SKU step).
+
+Keepalive: option names and semantics from the gRPC core keepalive guide,
+https://github.com/grpc/grpc/blob/master/doc/keepalive.md :
+- grpc.keepalive_time_ms: ping period on an idle transport (both sides);
+- grpc.keepalive_timeout_ms: how long to wait for the ping's ack before closing;
+- grpc.keepalive_permit_without_calls: ping even with no call in flight, so a collector
+  between iterations still notices a dead sim server;
+- grpc.http2.max_pings_without_data: 0 lifts the cap on pings without data frames;
+- grpc.http2.min_ping_interval_without_data_ms (server): the shortest ping interval the
+  server tolerates; it must not exceed the client's period, or the server answers
+  GOAWAY "too_many_pings" and drops the connection.
+"""
+
+from __future__ import annotations
+
+from skurl.config import RpcConfig
+
+Options = list[tuple[str, int]]
+
+# Floor on the ack wait: a loaded server (a 10^6-SKU step holds a core) acks late.
+_MIN_KEEPALIVE_TIMEOUT_MS = 10_000
+
+
+def max_message_bytes(cfg: RpcConfig) -> int:
+    return min(cfg.max_message_mb * 1024 * 1024, 2**31 - 1)
+
+
+def _common(cfg: RpcConfig) -> Options:
+    limit = max_message_bytes(cfg)
+    opts: Options = [
+        ("grpc.max_send_message_length", limit),
+        ("grpc.max_receive_message_length", limit),
+    ]
+    if cfg.keepalive_s > 0:
+        period_ms = int(cfg.keepalive_s * 1000)
+        opts += [
+            ("grpc.keepalive_time_ms", period_ms),
+            ("grpc.keepalive_timeout_ms", max(period_ms, _MIN_KEEPALIVE_TIMEOUT_MS)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+    return opts
+
+
+def channel_options(cfg: RpcConfig) -> Options:
+    """Options for grpc.insecure_channel(address, options=...)."""
+    return _common(cfg)
+
+
+def server_options(cfg: RpcConfig) -> Options:
+    """Options for grpc.server(..., options=...)."""
+    opts = _common(cfg)
+    if cfg.keepalive_s > 0:
+        # Accept client pings as often as our own config sends them (half, for jitter).
+        opts.append(("grpc.http2.min_ping_interval_without_data_ms",
+                     max(1, int(cfg.keepalive_s * 500))))
+    return opts
