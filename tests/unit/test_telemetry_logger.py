@@ -134,3 +134,11 @@ def test_tb_tags_group_by_kind() -> None:
     assert tb_tag("approx_kl") == "ppo/approx_kl"
     assert tb_tag("transitions_per_s") == "train/transitions_per_s"
     assert tb_tag("eval/cost") == "eval/cost"
+
+
+def test_histogram_of_many_values_is_subsampled(tmp_path: Path) -> None:
+    values = np.arange(10_000, dtype=np.float64)
+    with RunLogger(tmp_path) as log:
+        log.log_histogram(0, "big", values, max_values=1000)
+    (histo,) = [v.histo for e in _events(tmp_path) for v in e.summary.value if v.HasField("histo")]
+    assert histo.num == 1000 and histo.min == 0.0 and histo.max == 9990.0

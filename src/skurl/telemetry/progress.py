@@ -107,8 +107,9 @@ class Progress:
 
         console = Console(file=self._stream)
         self._bar = RichProgress(
-            TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
+            MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
             console=console,
         )
         self._bar.start()
