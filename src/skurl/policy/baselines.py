@@ -1,0 +1,316 @@
+"""Planner heuristics as Policies: base-stock, capped base-stock, (s, S), constant order,
+forecast-driven base-stock. Vectorized over SKUs; every parameter is a per-SKU array.
+
+All of them work on the inventory position IP = on hand + pipeline - backlog (DESIGN 3:
+the order placed on day t is sold from day t + L), so stock already ordered is never
+ordered twice, and backorders are covered before new demand. Orders are whole units
+(float64 holding integers), never negative.
+
+Review: with `sim.review_days = R > 1` the level-based policies order only on days
+t = 0, R, 2R, ... and their levels cover the protection period of L + R days (an order
+placed today must last until the next order arrives). The constant policy orders daily.
+
+Untuned defaults follow the newsvendor critical ratio cu / (cu + co) (underage cost cu =
+lost-sale penalty, plus the margin price - unit cost under sim.reward=profit; overage cost
+co = holding per unit-day), turned into a safety factor z with a normal approximation of
+the protection-period demand, so `skurl eval --policy NAME` works without --tune.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from skurl.catalog.schema import Catalog
+from skurl.config import SimConfig
+from skurl.errors import UserError
+from skurl.sim.api import Obs, RawState
+
+POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock")
+
+Params = dict[str, np.ndarray]
+
+
+class UnknownPolicyError(UserError):
+    """An unknown baseline name (the message lists the valid ones)."""
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def inventory_position(raw: RawState) -> np.ndarray:
+    """on hand + everything in the pipeline - backlog (float64 [N])."""
+    ip = raw.on_hand.astype(np.float64)
+    if raw.pipeline.size:
+        ip = ip + raw.pipeline.sum(axis=1, dtype=np.float64)
+    return ip - raw.backlog.astype(np.float64)
+
+
+def norm_ppf(p: np.ndarray | float) -> np.ndarray:
+    """Standard normal quantile, vectorized (Acklam 2003 rational approximation, relative
+    error < 1.2e-9; https://web.archive.org/web/20151030215612/http://home.online.no/~pjacklam/notes/invnorm/)."""
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-12, 1 - 1e-12)
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02,
+         1.383577518672690e02, -3.066479806614716e01, 2.506628277459239e00)
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02,
+         6.680131188771972e01, -1.328068155288572e01)
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00,
+         -2.549732539343734e00, 4.374664141464968e00, 2.938163982698783e00)
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
+    lo, hi = 0.02425, 1 - 0.02425
+    out = np.empty_like(p)
+    tail = np.minimum(p, 1 - p)
+    q = np.sqrt(-2 * np.log(tail))
+    tail_val = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+        (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+    out[:] = np.where(p < 0.5, tail_val, -tail_val)
+    mid = (p >= lo) & (p <= hi)
+    r = (p[mid] - 0.5) ** 2
+    qm = p[mid] - 0.5
+    out[mid] = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * qm / (
+        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    return out
+
+
+def daily_variance(mean: np.ndarray, dist: np.ndarray, dispersion: np.ndarray) -> np.ndarray:
+    """Variance of one day's demand with mean `mean` under each SKU's distribution:
+    Poisson m, geometric m + m^2, negative binomial m + m^2 / r. Broadcasts over a trailing
+    day axis when `mean` is [N, H] and dist/dispersion are [N, 1]."""
+    m = np.asarray(mean, dtype=np.float64)
+    extra = np.where(dist == 1, m * m, np.where(dist == 2, m * m / dispersion, 0.0))
+    return m + extra
+
+
+def long_run_mean(catalog: Catalog) -> np.ndarray:
+    """Average daily demand without trend: base rate x (1 + promo uplift x promo share).
+    The weekly season has mean 1 per row, so it drops out of the average."""
+    period = catalog.promo_period.astype(np.float64)
+    share = np.divide(catalog.promo_length, period, out=np.zeros_like(period), where=period > 0)
+    return catalog.demand_mean.astype(np.float64) * (1.0 + catalog.promo_uplift * np.minimum(share, 1.0))
+
+
+def protection_days(catalog: Catalog, review_days: int) -> np.ndarray:
+    """L_i + R: days between placing an order and the arrival of the next one."""
+    return catalog.lead_time.astype(np.int64) + int(review_days)
+
+
+def critical_ratio(catalog: Catalog, sim_cfg: SimConfig) -> np.ndarray:
+    """Newsvendor ratio cu / (cu + co) per SKU, clipped to [0.05, 0.995] so z stays finite."""
+    under = catalog.lost_sale_cost.astype(np.float64)
+    if sim_cfg.reward == "profit":
+        under = under + np.maximum(catalog.price.astype(np.float64) - catalog.unit_cost, 0.0)
+    over = catalog.holding_cost.astype(np.float64)
+    total = under + over
+    ratio = np.divide(under, total, out=np.full_like(total, 0.5), where=total > 0)
+    return np.clip(ratio, 0.05, 0.995)
+
+
+def default_z(catalog: Catalog, sim_cfg: SimConfig) -> np.ndarray:
+    return norm_ppf(critical_ratio(catalog, sim_cfg))
+
+
+def static_level(catalog: Catalog, sim_cfg: SimConfig, z: np.ndarray | float) -> np.ndarray:
+    """Whole-unit order-up-to level ceil(mu + z sigma) of the L + R day protection period,
+    with a long-run daily mean and the SKU's daily variance (days independent)."""
+    days = protection_days(catalog, sim_cfg.review_days)
+    m = long_run_mean(catalog)
+    var = daily_variance(m, catalog.demand_dist, catalog.dispersion) * days
+    level = np.ceil(m * days + np.asarray(z, dtype=np.float64) * np.sqrt(var) - 1e-9)
+    return np.maximum(level, 0.0)
+
+
+def eoq(catalog: Catalog) -> np.ndarray:
+    """Economic order quantity sqrt(2 K m / h) in whole units >= 1 (Harris 1913)."""
+    m = long_run_mean(catalog)
+    h = np.maximum(catalog.holding_cost.astype(np.float64), 1e-9)
+    return np.maximum(1.0, np.round(np.sqrt(2.0 * catalog.order_cost * m / h)))
+
+
+def _review_mask(obs: Obs, review_days: int) -> bool:
+    return review_days <= 1 or obs.raw.day % review_days == 0
+
+
+def _as_array(value: Any, n: int | None = None) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if n is not None and arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    return arr
+
+
+def summarize(values: np.ndarray) -> float | dict[str, float]:
+    """One number when every SKU has the same value, else quantiles (for reports/JSON)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        return float("nan")
+    if np.all(v == v[0]):
+        return float(v[0])
+    q = np.quantile(v, [0.0, 0.1, 0.5, 0.9, 1.0])
+    return {"min": float(q[0]), "p10": float(q[1]), "p50": float(q[2]), "p90": float(q[3]),
+            "max": float(q[4]), "mean": float(v.mean())}
+
+
+# --------------------------------------------------------------------------- policies
+
+@dataclass
+class BaseStock:
+    """Order up to S: order = max(0, S - IP)."""
+
+    S: np.ndarray
+    review_days: int = 1
+    name: str = "base-stock"
+
+    def orders(self, obs: Obs) -> np.ndarray:
+        if not _review_mask(obs, self.review_days):
+            return np.zeros(obs.raw.on_hand.shape[0])
+        return np.maximum(0.0, self.S - inventory_position(obs.raw))
+
+    def params(self) -> dict[str, Any]:
+        return {"S": self.S}
+
+
+@dataclass
+class CappedBaseStock:
+    """Order up to S, at most r units a day: min(r, max(0, S - IP)) (Xin 2021, Oper. Res.
+    69(1), "Understanding the performance of capped base-stock policies in lost-sales
+    inventory models")."""
+
+    S: np.ndarray
+    r: np.ndarray
+    review_days: int = 1
+    name: str = "capped-base-stock"
+
+    def orders(self, obs: Obs) -> np.ndarray:
+        if not _review_mask(obs, self.review_days):
+            return np.zeros(obs.raw.on_hand.shape[0])
+        return np.minimum(self.r, np.maximum(0.0, self.S - inventory_position(obs.raw)))
+
+    def params(self) -> dict[str, Any]:
+        return {"S": self.S, "r": self.r}
+
+
+@dataclass
+class SS:
+    """(s, S): when IP <= s order S - IP, else nothing."""
+
+    s: np.ndarray
+    S: np.ndarray
+    review_days: int = 1
+    name: str = "s-S"
+
+    def orders(self, obs: Obs) -> np.ndarray:
+        if not _review_mask(obs, self.review_days):
+            return np.zeros(obs.raw.on_hand.shape[0])
+        ip = inventory_position(obs.raw)
+        return np.where(ip <= self.s, np.maximum(0.0, self.S - ip), 0.0)
+
+    def params(self) -> dict[str, Any]:
+        return {"s": self.s, "S": self.S}
+
+
+@dataclass
+class Constant:
+    """Order c units every day, whatever the state (Reiman 2004; asymptotically optimal
+    for long lead times: Goldberg et al. 2016, Math. Oper. Res. 41(3)). A fractional c is
+    spread over days as floor((t + 1) c) - floor(t c), so the long-run rate is exactly c."""
+
+    c: np.ndarray
+    name: str = "constant"
+
+    def orders(self, obs: Obs) -> np.ndarray:
+        t = float(obs.raw.day)
+        return np.floor((t + 1.0) * self.c + 1e-9) - np.floor(t * self.c + 1e-9)
+
+    def params(self) -> dict[str, Any]:
+        return {"c": self.c}
+
+
+@dataclass
+class ForecastBaseStock:
+    """Dynamic order-up-to: S_t = sum of forecasts over days t .. t+L+R-1 + z sigma_t, sigma_t^2
+    = sum over those days of the daily variance at the forecast mean (see daily_variance);
+    what a planner uses under promotions, seasonality and trend. Level rounded up to a unit."""
+
+    z: np.ndarray
+    cover_days: np.ndarray  # int64 [N]: L_i + R
+    dist: np.ndarray  # int8 [N]
+    dispersion: np.ndarray  # float64 [N]
+    review_days: int = 1
+    name: str = "forecast-base-stock"
+
+    def level(self, raw: RawState) -> np.ndarray:
+        width = int(self.cover_days.max(initial=1))
+        fc = raw.forecast[:, :width].astype(np.float64)
+        if fc.shape[1] < width:
+            raise ValueError(f"forecast has {fc.shape[1]} days, policy needs {width} (lead + review)")
+        last = (self.cover_days - 1)[:, None]
+        mean = np.take_along_axis(np.cumsum(fc, axis=1), last, axis=1)[:, 0]
+        var_days = daily_variance(fc, self.dist[:, None], self.dispersion[:, None])
+        var = np.take_along_axis(np.cumsum(var_days, axis=1), last, axis=1)[:, 0]
+        return np.maximum(0.0, np.ceil(mean + self.z * np.sqrt(var) - 1e-9))
+
+    def orders(self, obs: Obs) -> np.ndarray:
+        if not _review_mask(obs, self.review_days):
+            return np.zeros(obs.raw.on_hand.shape[0])
+        return np.maximum(0.0, self.level(obs.raw) - inventory_position(obs.raw))
+
+    def params(self) -> dict[str, Any]:
+        return {"z": self.z}
+
+
+# ----------------------------------------------------------------- build by name/params
+
+def check_policy_name(name: str) -> str:
+    if name not in POLICY_NAMES:
+        raise UnknownPolicyError(f"unknown policy '{name}' (expected one of: {', '.join(POLICY_NAMES)})")
+    return name
+
+
+def default_params(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Params:
+    """Untuned per-SKU parameters of baseline `name` (see the module docstring)."""
+    check_policy_name(name)
+    z = default_z(catalog, sim_cfg)
+    if name == "base-stock":
+        return {"S": static_level(catalog, sim_cfg, z)}
+    if name == "capped-base-stock":
+        return {"S": static_level(catalog, sim_cfg, z), "r": cap_from_multiplier(catalog, sim_cfg, 1.5)}
+    if name == "s-S":
+        s = np.maximum(static_level(catalog, sim_cfg, z) - 1.0, 0.0)
+        return {"s": s, "S": s + eoq(catalog)}
+    if name == "constant":
+        # Below the mean: ordering the mean makes lost-sales stock a driftless random walk
+        # that keeps growing; the critical ratio trades holding against lost sales.
+        return {"c": long_run_mean(catalog) * critical_ratio(catalog, sim_cfg)}
+    return {"z": z}
+
+
+def cap_from_multiplier(catalog: Catalog, sim_cfg: SimConfig, mult: np.ndarray | float) -> np.ndarray:
+    """Order cap r = max(1, ceil(mult x mean x R)) whole units."""
+    per_review = long_run_mean(catalog) * sim_cfg.review_days
+    return np.maximum(1.0, np.ceil(np.asarray(mult, dtype=np.float64) * per_review - 1e-9))
+
+
+def make_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params: Params | None = None) -> Any:
+    """Baseline `name` for `catalog` with `params` (default_params when None). Scalars
+    broadcast to every SKU."""
+    check_policy_name(name)
+    n = len(catalog)
+    raw = default_params(name, catalog, sim_cfg) if params is None else params
+    p = {k: _as_array(v, n) for k, v in raw.items()}
+    for key, arr in p.items():
+        if arr.shape != (n,):
+            raise ValueError(f"policy parameter '{key}': shape {arr.shape}, expected ({n},)")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"policy parameter '{key}': not finite")
+    review = sim_cfg.review_days
+    builders: dict[str, Callable[[], Any]] = {
+        "base-stock": lambda: BaseStock(S=p["S"], review_days=review),
+        "capped-base-stock": lambda: CappedBaseStock(S=p["S"], r=p["r"], review_days=review),
+        "s-S": lambda: SS(s=p["s"], S=np.maximum(p["S"], p["s"]), review_days=review),
+        "constant": lambda: Constant(c=np.maximum(p["c"], 0.0)),
+        "forecast-base-stock": lambda: ForecastBaseStock(
+            z=p["z"], cover_days=protection_days(catalog, review), dist=catalog.demand_dist,
+            dispersion=catalog.dispersion.astype(np.float64), review_days=review),
+    }
+    return builders[name]()
