@@ -149,3 +149,11 @@ def test_bad_arguments(cat: Catalog) -> None:
     bad[17] = np.nan
     with pytest.raises(CatalogError, match="SKU 17"):
         partition(cat, 2, "lpt", cost=bad)
+
+
+def test_most_expensive_first_is_a_stable_descending_sort() -> None:
+    from skurl.catalog.partition import _most_expensive_first
+
+    cost = np.random.default_rng(2).integers(0, 50, 5000).astype(np.float64)  # many ties
+    assert np.array_equal(_most_expensive_first(cost), np.argsort(-cost, kind="stable"))
+    assert np.array_equal(_most_expensive_first(np.zeros(4)), np.arange(4))

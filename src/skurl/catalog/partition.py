@@ -107,6 +107,26 @@ def _lpt_assign(order: np.ndarray, cost: np.ndarray, n_shards: int) -> np.ndarra
     return shard
 
 
+COST_BITS = 24  # cost resolution of the sort: 2^-24 of the largest unit cost
+
+
+def _most_expensive_first(unit_cost: np.ndarray) -> np.ndarray:
+    """Unit ids by descending cost, ties (at 2^-24 of the top cost) by id.
+
+    Packing (quantized cost, id) into unique int64 keys lets numpy's fastest sort run
+    (several times faster than a stable float argsort at 10^7 units) while the order
+    stays identical on every machine, whatever sort algorithm it picks.
+    """
+    n = unit_cost.shape[0]
+    top = unit_cost.max(initial=0.0)
+    id_bits = max(int(n - 1).bit_length(), 1)
+    if top <= 0 or id_bits + COST_BITS > 62:
+        return np.argsort(-unit_cost, kind="stable")
+    scaled = np.floor(unit_cost / top * (1 << COST_BITS)).astype(np.int64)
+    key = (((1 << COST_BITS) - scaled) << id_bits) | np.arange(n, dtype=np.int64)
+    return np.sort(key) & ((1 << id_bits) - 1)
+
+
 def _unit_shards(unit: np.ndarray, n_shards: int, method: str, row_cost: np.ndarray) -> np.ndarray:
     """Shard of each unit."""
     n_units = int(unit[-1]) + 1 if unit.shape[0] else 0
@@ -115,7 +135,7 @@ def _unit_shards(unit: np.ndarray, n_shards: int, method: str, row_cost: np.ndar
         rows_before = np.cumsum(size) - size
         return rows_before * n_shards // unit.shape[0]
     unit_cost = np.bincount(unit, weights=row_cost, minlength=n_units)
-    order = np.argsort(-unit_cost, kind="stable")  # most expensive first, ties by position
+    order = _most_expensive_first(unit_cost)
     if method == "lpt":
         return _lpt_assign(order, unit_cost, n_shards)
     position = np.arange(n_units)
@@ -140,7 +160,9 @@ def partition(
     if row_cost is None and method != "equal":
         row_cost = sku_cost(catalog)
     shard_of_row = _unit_shards(unit, n_shards, method, row_cost)[unit]
-    rows = np.argsort(shard_of_row, kind="stable")  # grouped by shard, ascending within
+    # Grouped by shard, ascending within; small integer keys get numpy's O(n) radix sort.
+    key = shard_of_row.astype(np.int16) if n_shards <= np.iinfo(np.int16).max else shard_of_row
+    rows = np.argsort(key, kind="stable")
     counts = np.bincount(shard_of_row, minlength=n_shards)
     return np.split(rows.astype(np.int64), np.cumsum(counts)[:-1])
 
