@@ -263,6 +263,10 @@ def test_blobs_round_trip(sut: StoreUnderTest) -> None:
     assert sut.store.get_blob("weights/k/v0000000001.safetensors") == data
     with pytest.raises(KeyError):
         sut.store.get_blob("weights/k/absent")
+    sut.store.delete_blob("weights/k/v0000000001.safetensors")
+    sut.store.delete_blob("weights/k/v0000000001.safetensors")  # absent is fine
+    with pytest.raises(KeyError):
+        sut.store.get_blob("weights/k/v0000000001.safetensors")
     with pytest.raises(StoreError, match="blob name"):
         sut.store.put_blob("../escape", b"x")
 

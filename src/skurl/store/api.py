@@ -137,6 +137,10 @@ class RolloutStore(Protocol):
         """Bytes stored under `name`; KeyError when absent."""
         ...
 
+    def delete_blob(self, name: str) -> None:
+        """Remove the blob `name` (absent is fine)."""
+        ...
+
 
 def shard_name(iteration: int, collector_id: str) -> str:
     return f"{iteration_dir(iteration)}/{collector_id}"

@@ -154,6 +154,9 @@ class ShardStore:
             raise KeyError(f"{self.url}: no blob '{name}'")
         return data
 
+    def delete_blob(self, name: str) -> None:
+        self.backend.delete(["blobs/" + check_blob_name(name)])
+
     def _read_manifest(self, key: str, shard: str) -> ShardManifest | None:
         raw = self.backend.read(key)
         return None if raw is None else ShardManifest.from_json(raw, shard)

@@ -1,0 +1,247 @@
+"""One contract suite for every weight-sync backend: in-process, Redis (weights in Redis or
+in the object store), and gRPC once its client exists.
+
+Every backend is driven only through WeightPublisher / WeightSubscriber; damage is done
+from outside (a raw Redis client writing bad bytes the way a broken writer would).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from skurl.sync.api import Tensors, WeightPublisher, WeightSubscriber, WeightSyncTimeout
+from skurl.sync.codec import encode_weights
+
+WAIT_S = 10.0  # generous upper bound for anything that should happen at once
+SILENCE_S = 0.3  # how long "nothing arrives" is watched
+
+
+def model_tensors(seed: int, hidden: int = 16) -> Tensors:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "pi.0.weight": torch.randn(hidden, 6, generator=g),
+        "pi.0.bias": torch.randn(hidden, generator=g),
+        "pi.1.weight": torch.randn(20, hidden, generator=g),
+        "v.0.weight": torch.randn(hidden, 6, generator=g).double(),
+        "steps": torch.tensor([seed], dtype=torch.int64),
+    }
+
+
+def assert_bit_exact(a: Tensors, b: Tensors) -> None:
+    assert set(a) == set(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert a[k].numpy().tobytes() == b[k].numpy().tobytes(), k
+
+
+@dataclass
+class Backend:
+    name: str
+    publisher: WeightPublisher
+    new_subscriber: Callable[..., WeightSubscriber]  # (like=None) -> subscriber
+    corrupt: Callable[[int, str], None] | None = None  # (version, how) -> inject damage
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def subscriber(self, **kwargs: Any) -> WeightSubscriber:
+        sub = self.new_subscriber(**kwargs)
+        if hasattr(sub, "close"):
+            self.closers.append(sub.close)
+        return sub
+
+
+def inproc_backend() -> Backend:
+    from skurl.sync.inproc import InProcWeights
+
+    hub = InProcWeights("policy")
+    return Backend("inproc", hub, lambda **_: hub)
+
+
+def redis_backend(url: str, key: str, store_root: Path | None) -> Backend:
+    import redis
+
+    from skurl.store.local import LocalRolloutStore
+    from skurl.sync.redis_sync import (
+        RedisWeightPublisher,
+        RedisWeightSubscriber,
+        updates_channel,
+        version_key,
+        weights_key,
+    )
+
+    store = None if store_root is None else LocalRolloutStore(store_root)
+    publisher = RedisWeightPublisher(url, key, store=store)
+    raw = redis.Redis.from_url(url)
+
+    def new_subscriber(**kwargs: Any) -> WeightSubscriber:
+        return RedisWeightSubscriber(url, key, store=store, poll_s=0.1, **kwargs)
+
+    def corrupt(version: int, how: str) -> None:
+        blob = encode_weights(model_tensors(99), version, key)
+        payload = blob.payload
+        if how == "flipped":
+            payload = payload[:100] + bytes([payload[100] ^ 0xFF]) + payload[101:]
+        elif how == "truncated":
+            payload = payload[: len(payload) // 2]
+        fields: dict[str, Any] = {"version": version, "model_key": key, "sha256": blob.sha256}
+        if how == "garbage":  # checksum matches, bytes are not safetensors
+            payload = b"\x00" * 64
+            fields["sha256"] = hashlib.sha256(payload).hexdigest()
+        if store is None:
+            fields["payload"] = payload
+        else:
+            fields["blob"] = f"weights/{key}/bad-v{version}"
+            store.put_blob(fields["blob"], payload)
+        with raw.pipeline(transaction=True) as pipe:
+            pipe.delete(weights_key(key)).hset(weights_key(key), mapping=fields)
+            pipe.set(version_key(key), version).publish(updates_channel(key), version).execute()
+
+    backend = Backend(f"redis{'+store' if store else ''}", publisher, new_subscriber, corrupt)
+    backend.closers += [publisher.close, raw.close]
+    return backend
+
+
+@pytest.fixture(params=["inproc", "redis", "redis+store", "grpc"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> Iterator[Backend]:
+    if request.param == "inproc":
+        b = inproc_backend()
+    elif request.param.startswith("redis"):
+        url = request.getfixturevalue("redis_url")
+        store_root = tmp_path / "store" if request.param == "redis+store" else None
+        b = redis_backend(url, unique_name, store_root)
+    else:
+        pytest.skip("gRPC weight sync client (skurl.rpc, WeightSyncService) is not written yet; "
+                    "add its publisher/subscriber here when it lands")
+    yield b
+    for close in reversed(b.closers):
+        close()
+
+
+def test_nothing_before_the_first_publish(backend: Backend) -> None:
+    sub = backend.subscriber()
+    assert sub.latest() is None
+    assert sub.latest_version() is None
+
+
+def test_publish_latest_round_trip_is_bit_exact(backend: Backend) -> None:
+    sub = backend.subscriber()
+    tensors = model_tensors(1)
+    tensors["pi.0.bias"][0] = float("nan")
+    backend.publisher.publish(1, tensors)
+    version, got = sub.wait_for(1, timeout=WAIT_S)
+    assert version == 1
+    assert_bit_exact(got, tensors)
+    latest = sub.latest()
+    assert latest is not None and latest[0] == 1
+    assert_bit_exact(latest[1], tensors)
+    assert sub.latest_version() == 1
+
+
+def test_versions_only_grow(backend: Backend) -> None:
+    sub = backend.subscriber()
+    backend.publisher.publish(2, model_tensors(2))
+    for stale in (2, 1):
+        with pytest.raises(ValueError, match="not newer"):
+            backend.publisher.publish(stale, model_tensors(stale))
+    assert sub.wait_for(2, timeout=WAIT_S)[0] == 2
+    backend.publisher.publish(5, model_tensors(5))
+    version, got = sub.wait_for(3, timeout=WAIT_S)  # at least 3: the newest is returned
+    assert version == 5
+    assert_bit_exact(got, model_tensors(5))
+
+
+def test_wait_for_blocks_until_published(backend: Backend) -> None:
+    sub = backend.subscriber()
+    publishing = threading.Event()
+
+    def publish_later() -> None:
+        publishing.wait(WAIT_S)
+        backend.publisher.publish(1, model_tensors(1))
+
+    thread = threading.Thread(target=publish_later)
+    thread.start()
+    with pytest.raises(WeightSyncTimeout):
+        sub.wait_for(1, timeout=SILENCE_S)  # nothing published yet: the barrier holds
+    publishing.set()
+    version, got = sub.wait_for(1, timeout=WAIT_S)
+    thread.join()
+    assert version == 1
+    assert_bit_exact(got, model_tensors(1))
+
+
+def test_wait_for_times_out_cleanly_and_keeps_the_latest(backend: Backend) -> None:
+    sub = backend.subscriber()
+    backend.publisher.publish(1, model_tensors(1))
+    sub.wait_for(1, timeout=WAIT_S)
+    with pytest.raises(WeightSyncTimeout, match="version 2"):
+        sub.wait_for(2, timeout=SILENCE_S)
+    assert sub.latest_version() == 1
+    backend.publisher.publish(2, model_tensors(2))  # still usable after a timeout
+    assert sub.wait_for(2, timeout=WAIT_S)[0] == 2
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated", "garbage"])
+def test_corrupted_weights_are_rejected_and_the_previous_kept(
+    backend: Backend, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if backend.corrupt is None:
+        pytest.skip(f"{backend.name}: weights never leave the process, nothing can damage them")
+    sub = backend.subscriber()
+    backend.publisher.publish(1, model_tensors(1))
+    sub.wait_for(1, timeout=WAIT_S)
+    with caplog.at_level(logging.ERROR):
+        backend.corrupt(2, how)
+        with pytest.raises(WeightSyncTimeout):
+            sub.wait_for(2, timeout=SILENCE_S * 2)
+    latest = sub.latest()
+    assert latest is not None and latest[0] == 1
+    assert_bit_exact(latest[1], model_tensors(1))
+    assert any("rejected version 2" in r.getMessage() for r in caplog.records)
+    backend.publisher.publish(3, model_tensors(3))  # the next good version gets through
+    assert sub.wait_for(3, timeout=WAIT_S)[0] == 3
+
+
+def test_weights_unlike_the_model_are_rejected(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    if backend.name == "inproc":
+        pytest.skip("inproc: publisher and subscriber share one model, shapes cannot differ")
+    sub = backend.subscriber(like=model_tensors(0))
+    wider = model_tensors(2, hidden=32)
+    with caplog.at_level(logging.ERROR):
+        backend.publisher.publish(2, wider)
+        with pytest.raises(WeightSyncTimeout):
+            sub.wait_for(2, timeout=SILENCE_S * 2)
+    assert sub.latest() is None
+    assert any("do not match the model: 'pi.0.bias' is float32[32], expected float32[16]"
+               in r.getMessage() for r in caplog.records)
+    backend.publisher.publish(3, model_tensors(3))
+    assert sub.wait_for(3, timeout=WAIT_S)[0] == 3
+
+
+def test_many_subscribers_all_get_every_barrier(backend: Backend) -> None:
+    subs = [backend.subscriber() for _ in range(5)]
+    for version in (1, 2, 3):
+        backend.publisher.publish(version, model_tensors(version))
+        for sub in subs:
+            got_version, got = sub.wait_for(version, timeout=WAIT_S)
+            assert got_version >= version
+            if got_version == version:
+                assert_bit_exact(got, model_tensors(version))
+    assert all(sub.latest_version() == 3 for sub in subs)
+
+
+def test_a_late_subscriber_gets_the_current_version(backend: Backend) -> None:
+    backend.publisher.publish(4, model_tensors(4))
+    sub = backend.subscriber()
+    version, got = sub.wait_for(1, timeout=WAIT_S)
+    assert version == 4
+    assert_bit_exact(got, model_tensors(4))
