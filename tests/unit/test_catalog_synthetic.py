@@ -179,3 +179,24 @@ def test_segments_partition_by_rate(big: Catalog) -> None:
     assert (speed == 1).all()
     assert seg["slow"].mean() > 0.5 and seg["fast"].sum() > 0
     assert seg["all"].all() and set(seg) >= {"perishable", "promoted", "substitutable"}
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["catalog.synthetic.categories=1", "catalog.synthetic.max_lead_time=1"],
+        ["catalog.synthetic.max_lead_time=60", "catalog.synthetic.forecast_noise=5",
+         "catalog.synthetic.demand_sigma=5", "catalog.synthetic.demand_tail=3",
+         "catalog.synthetic.median_demand=10000"],
+        [f"catalog.synthetic.{k}=1" for k in ("perishable_share", "substitution_share", "promo_share",
+                                                "supplier_delay_share", "order_cost_share")],
+        [f"catalog.synthetic.{k}=0" for k in ("perishable_share", "substitution_share", "promo_share",
+                                                "supplier_delay_share", "order_cost_share",
+                                                "forecast_noise", "demand_sigma", "demand_tail")],
+        ["catalog.synthetic.categories=5000"],
+    ],
+)
+def test_extreme_knobs_still_validate(overrides: list[str]) -> None:
+    for n in (1, 7, 3000):
+        cat = synthetic_catalog(_cfg(*overrides), n)  # validate() runs inside
+        assert len(cat) == n
