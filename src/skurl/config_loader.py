@@ -23,7 +23,10 @@ T = TypeVar("T")
 
 def opt(default: Any, help: str) -> Any:  # noqa: A002 - reads like argparse
     """A dataclass field with a default and help text (shown by `skurl config keys`)."""
-    if isinstance(default, (list, dict, set)):
+    if isinstance(default, list):
+        # Lists are stored as tuples, as loading produces them: configs stay hashable and equal.
+        return dataclasses.field(default=tuple(default), metadata={"help": help})
+    if isinstance(default, (dict, set)):
         value = default
         return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help})
     if dataclasses.is_dataclass(default):
