@@ -18,13 +18,19 @@ from skurl.errors import UserError
 class WireError(UserError):
     """A request or reply does not match the wire contract (names, dtypes, shapes, bytes)."""
 
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
 
 
 class CapacityError(UserError):
-    """The server holds as many sessions as it may."""
+    """The server holds as many sessions as it may, or a reply would be over the limit."""
 
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class NotFoundError(UserError):
+    """Nothing held under that name (yet)."""
+
+    grpc_code = grpc.StatusCode.NOT_FOUND
 
 
 class RpcError(UserError):

@@ -1,0 +1,140 @@
+"""RemoteEnv: the Env protocol (sim/api.py) over gRPC, one shard on one sim server.
+
+A collector cannot tell it from VectorEnv: same reset/step/info/close, same schema, same
+Obs/StepResult with the env's own dtypes, arrays reused every step. Failures surface as
+skurl errors naming the server: a dead or unreachable server is ServerUnavailableError,
+a rejected request RequestRejectedError carrying the server's one-line reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from typing import Any
+
+import grpc
+import numpy as np
+
+from skurl.config import RpcConfig
+from skurl.rpc.codec import decode_batch, encode_batch
+from skurl.rpc.env_wire import ORDER_DTYPES, ReplyDecoder, schema_from_wire
+from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError, from_rpc_error
+from skurl.rpc.gen import skurl_pb2 as pb
+from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+from skurl.rpc.options import channel_options
+from skurl.sim.api import ActionError, EnvStateError, Obs, ObsSchema, StepResult
+
+
+class RemoteActionError(RequestRejectedError, ActionError):
+    """The server rejected the orders (INVALID_ARGUMENT): caught like VectorEnv's ActionError."""
+
+
+class RemoteEnvStateError(RequestRejectedError, EnvStateError):
+    """Step before Reset or after the episode (FAILED_PRECONDITION), as VectorEnv raises it."""
+
+
+# Status -> error class per call, matching what VectorEnv raises for the same mistake
+# (it raises EnvStateError for a negative seed, ActionError for bad orders).
+_REJECTED = {
+    "Step": {grpc.StatusCode.INVALID_ARGUMENT: RemoteActionError,
+             grpc.StatusCode.FAILED_PRECONDITION: RemoteEnvStateError},
+    "Reset": {grpc.StatusCode.INVALID_ARGUMENT: RemoteEnvStateError,
+              grpc.StatusCode.FAILED_PRECONDITION: RemoteEnvStateError},
+}
+
+# How long a new client waits for its server to come up (servers compile kernels first).
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
+
+
+def connect(address: str, cfg: RpcConfig, timeout_s: float) -> grpc.Channel:
+    """A channel to `address` that is ready, or ServerUnavailableError naming it."""
+    channel = grpc.insecure_channel(address, options=channel_options(cfg))
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    except grpc.FutureTimeoutError:
+        channel.close()
+        raise ServerUnavailableError(
+            f"no skurl server answers at {address} within {timeout_s:g} s; "
+            "is it running there (skurl serve-sim)?", address, grpc.StatusCode.UNAVAILABLE,
+        ) from None
+    return channel
+
+
+class RemoteEnv:
+    """One shard of SKUs simulated by the EnvService at `address` (host:port)."""
+
+    def __init__(self, address: str, cfg: RpcConfig | None = None, *, env_id: str | None = None,
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+        self.address = address
+        self.env_id = env_id or f"env-{uuid.uuid4().hex[:12]}"
+        self._cfg = cfg or RpcConfig()
+        self._channel: grpc.Channel | None = connect(address, self._cfg, connect_timeout_s)
+        self._stub = pb_grpc.EnvServiceStub(self._channel)
+        info = self._call("GetInfo", pb.InfoRequest(env_id=self.env_id, open=True))
+        self._num_skus = int(info.num_skus)
+        self._schema = schema_from_wire(list(info.schema))
+        rows = decode_batch(info.rows, what="GetInfo reply")
+        self.sku_id = np.array(rows["sku_id"], dtype=np.int64)
+        self.catalog_rows = np.array(rows["catalog_row"], dtype=np.int64)
+        self.shard = (int(info.shard_index), int(info.shard_count))
+        self.days = int(info.days)
+        self._decoder = ReplyDecoder(self._num_skus, self._schema)
+
+    # ---------------------------------------------------------------- Env protocol
+    @property
+    def num_skus(self) -> int:
+        return self._num_skus
+
+    @property
+    def schema(self) -> ObsSchema:
+        return self._schema
+
+    def reset(self, seed: int, episode: int = 0) -> Obs:
+        reply = self._call("Reset", pb.ResetRequest(env_id=self.env_id, seed=int(seed),
+                                                    episode=int(episode)))
+        return self._decoder.obs(reply.obs, reply.day)
+
+    def step(self, orders: np.ndarray) -> StepResult:
+        arr = np.asarray(orders)
+        if arr.dtype.kind not in "iuf":  # as VectorEnv: no bools, strings, objects
+            raise ActionError(f"orders: dtype {arr.dtype}, expected a numeric (int or float) "
+                              "array")
+        if arr.dtype.name not in ORDER_DTYPES:
+            arr = arr.astype(np.float64)  # float16, uint64: the server checks the values
+        request = pb.StepRequest(env_id=self.env_id, orders=encode_batch({"orders": arr}))
+        return self._decoder.step(self._call("Step", request))
+
+    def info(self) -> dict[str, Any]:
+        reply = self._call("GetInfo", pb.InfoRequest(env_id=self.env_id))
+        out: dict[str, Any] = json.loads(reply.info_json or "{}")
+        out["remote"] = {"address": self.address, "env_id": self.env_id,
+                         "shard": list(self.shard), "sessions": list(reply.env_ids)}
+        return out
+
+    def close(self) -> None:
+        """Free the session on the server (best effort) and the channel; idempotent."""
+        if self._channel is None:
+            return
+        # The server may be gone or busy; its sessions die with it.
+        with contextlib.suppress(grpc.RpcError):
+            self._stub.Close(pb.CloseRequest(env_id=self.env_id),
+                             timeout=min(self._cfg.timeout_s, 5.0))
+        self._channel.close()
+        self._channel = None
+
+    def __enter__(self) -> RemoteEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: Any) -> Any:
+        if self._channel is None:
+            raise ServerUnavailableError(f"RemoteEnv for {self.address} is closed", self.address,
+                                         None)
+        try:
+            return getattr(self._stub, method)(request, timeout=self._cfg.timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.address, f"{method} (env {self.env_id})",
+                                 _REJECTED.get(method)) from None

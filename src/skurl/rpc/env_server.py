@@ -1,0 +1,256 @@
+"""EnvService: one server simulates one shard of the catalog for several sessions.
+
+Each session (env id, e.g. one per collector) owns an env over the shard: Reset opens
+a session if it is new, Step needs a Reset first (FAILED_PRECONDITION) and a known id
+(INVALID_ARGUMENT), Close frees it. GetInfo with `open` is the client's handshake: it
+opens the session and returns the shard's size, observation schema and row ids.
+
+Requests are validated before they reach the simulator (codec.py, env_wire.py): wrong
+names/dtypes/shapes and NaN or negative orders are INVALID_ARGUMENT; a malformed request
+never changes a session's state and never stops the server.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from skurl.config import RpcConfig, SimConfig
+from skurl.errors import UserError
+from skurl.rpc.codec import decode_batch, encode_batch
+from skurl.rpc.env_wire import (
+    check_orders,
+    obs_arrays,
+    orders_spec,
+    schema_to_wire,
+    step_arrays,
+)
+from skurl.rpc.errors import CapacityError, WireError
+from skurl.rpc.gen import skurl_pb2 as pb
+from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+from skurl.rpc.servicer_base import GrpcServer, check_reply_size, rpc_method, to_json
+from skurl.sim.api import Env, EnvStateError
+
+_ENV_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """Which rows of the catalog a server simulates: shard `index` of `count`."""
+
+    index: int
+    count: int
+    sku_id: np.ndarray  # int64 [N]
+    catalog_rows: np.ndarray  # int64 [N], row of each SKU in the full catalog
+    days: int
+
+
+@dataclass
+class _Session:
+    env: Env
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    state: str = "new"  # new (needs Reset) | running | done (episode over, needs Reset)
+    day: int = 0
+
+
+def _step_histogram():  # type: ignore[no-untyped-def]
+    """sim_step_duration_seconds when telemetry is installed (imported lazily: optional)."""
+    try:
+        from skurl.telemetry.metrics import get_metrics
+    except ImportError:
+        return None
+    return get_metrics().sim_step_duration_seconds
+
+
+class EnvServicer(pb_grpc.EnvServiceServicer):
+    def __init__(self, make_env: Callable[[], Env], shard: ShardInfo, cfg: RpcConfig,
+                 max_sessions: int = 8) -> None:
+        self._make_env = make_env
+        self._shard = shard
+        self._cfg = cfg
+        self._max_sessions = max_sessions
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+        # Built and stepped once now, so a bad catalog fails at start-up and the kernels
+        # are compiled before the first client waits; handed to the first session.
+        self._spare: Env | None = make_env()
+        self._spare.reset(0, 0)
+        self._spare.step(np.zeros(self._spare.num_skus))
+        self.num_skus = self._spare.num_skus
+        self.schema = self._spare.schema
+        self._orders_spec = orders_spec(self.num_skus)
+
+    # ---------------------------------------------------------------- sessions
+    def _open(self, env_id: str) -> _Session:
+        _check_env_id(env_id)
+        with self._lock:
+            session = self._sessions.get(env_id)
+            if session is not None:
+                return session
+            if len(self._sessions) >= self._max_sessions:
+                raise CapacityError(f"shard {self._where()} already holds {self._max_sessions} "
+                                    f"sessions; close one (Close) before opening '{env_id}'")
+            if self._spare is not None:
+                env, self._spare = self._spare, None
+            else:
+                env = self._make_env()
+            session = self._sessions[env_id] = _Session(env)
+            return session
+
+    def _get(self, env_id: str) -> _Session:
+        _check_env_id(env_id)
+        with self._lock:
+            session = self._sessions.get(env_id)
+        if session is None:
+            raise WireError(f"unknown env id '{env_id}' on shard {self._where()} "
+                            f"(open sessions: {', '.join(sorted(self._sessions)) or 'none'}); "
+                            "call Reset or GetInfo(open=true) first")
+        return session
+
+    def _where(self) -> str:
+        return f"{self._shard.index}/{self._shard.count}"
+
+    def close_all(self) -> None:
+        with self._lock:
+            sessions, self._sessions = list(self._sessions.values()), {}
+            spare, self._spare = self._spare, None
+        for s in sessions:
+            s.env.close()
+        if spare is not None:
+            spare.close()
+
+    # ---------------------------------------------------------------- RPCs
+    @rpc_method
+    def GetInfo(self, request: pb.InfoRequest, context: grpc.ServicerContext) -> pb.InfoReply:
+        info_json = "{}"
+        if request.env_id:
+            session = self._open(request.env_id) if request.open else self._get(request.env_id)
+            with session.lock:
+                info_json = to_json(session.env.info())
+        shard = self._shard
+        rows = encode_batch({"sku_id": shard.sku_id, "catalog_row": shard.catalog_rows})
+        with self._lock:
+            env_ids = sorted(self._sessions)
+        return pb.InfoReply(num_skus=self.num_skus, schema=schema_to_wire(self.schema),
+                            shard_index=shard.index, shard_count=shard.count, rows=rows,
+                            info_json=info_json, env_ids=env_ids, days=shard.days)
+
+    @rpc_method
+    def Reset(self, request: pb.ResetRequest, context: grpc.ServicerContext) -> pb.ResetReply:
+        if request.seed < 0 or request.episode < 0:
+            raise WireError(f"Reset request: seed {request.seed}, episode {request.episode}; "
+                            "expected integers >= 0")
+        session = self._open(request.env_id)
+        with session.lock:
+            session.state = "new"  # stays so if reset fails
+            obs = session.env.reset(int(request.seed), int(request.episode))
+            session.state, session.day = "running", int(obs.raw.day)
+            reply = pb.ResetReply(obs=encode_batch(obs_arrays(obs)), day=session.day)
+        check_reply_size(reply, self._cfg, "Reset")
+        return reply
+
+    @rpc_method
+    def Step(self, request: pb.StepRequest, context: grpc.ServicerContext) -> pb.StepReply:
+        session = self._get(request.env_id)
+        orders = decode_batch(request.orders, self._orders_spec, what="Step request")["orders"]
+        check_orders(orders, self.num_skus)
+        with session.lock:
+            if session.state != "running":
+                why = "has not been reset" if session.state == "new" else (
+                    f"has finished its episode ({session.day} days)")
+                raise EnvStateError(f"env '{request.env_id}' on shard {self._where()} {why}; "
+                                    "call Reset before Step")
+            start = time.perf_counter()
+            try:
+                result = session.env.step(orders)
+            except UserError:
+                raise  # the env refused the orders before simulating: state unchanged
+            except Exception:
+                session.state = "new"  # state unknown after a crash midway: needs a Reset
+                raise
+            seconds = time.perf_counter() - start
+            session.day = int(result.obs.raw.day)
+            session.state = "done" if result.done else "running"
+            reply = pb.StepReply(obs=encode_batch(obs_arrays(result.obs)),
+                                 result=encode_batch(step_arrays(result)),
+                                 done=bool(result.done), day=session.day)
+        histogram = _step_histogram()
+        if histogram is not None:
+            histogram.observe(seconds)
+        check_reply_size(reply, self._cfg, "Step")
+        return reply
+
+    @rpc_method
+    def Close(self, request: pb.CloseRequest, context: grpc.ServicerContext) -> pb.CloseReply:
+        _check_env_id(request.env_id)
+        with self._lock:
+            session = self._sessions.pop(request.env_id, None)
+        if session is None:
+            return pb.CloseReply(closed=False)
+        with session.lock:
+            session.env.close()
+        return pb.CloseReply(closed=True)
+
+
+def _check_env_id(env_id: str) -> None:
+    if not _ENV_ID.fullmatch(env_id):
+        shown = env_id[:40] + ("..." if len(env_id) > 40 else "")
+        raise WireError(f"env id {shown!r} is not valid (expected 1-128 characters of letters, "
+                        "digits and _ . : @ -)")
+
+
+class EnvServer(GrpcServer):
+    """A running EnvService; `servicer` holds the sessions."""
+
+    def __init__(self, servicer: EnvServicer, cfg: RpcConfig, host: str = "127.0.0.1",
+                 port: int = 0) -> None:
+        self.servicer = servicer
+        super().__init__(lambda s: pb_grpc.add_EnvServiceServicer_to_server(servicer, s), cfg,
+                         host, port, max_workers=servicer._max_sessions + 4)
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        super().stop(grace_s)
+        self.servicer.close_all()
+
+
+def serve_env(catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, *,  # type: ignore[no-untyped-def]
+              shard: tuple[int, int] = (0, 1), catalog_rows: np.ndarray | None = None,
+              host: str = "127.0.0.1", port: int = 0, max_sessions: int = 8) -> EnvServer:
+    """Start an EnvService over `catalog` (already the shard's rows) with VectorEnvs."""
+    from skurl.sim.env import VectorEnv
+
+    n = len(catalog)
+    rows = np.arange(n, dtype=np.int64) if catalog_rows is None else np.asarray(catalog_rows,
+                                                                              np.int64)
+    info = ShardInfo(index=shard[0], count=shard[1], sku_id=np.asarray(catalog.sku_id, np.int64),
+                     catalog_rows=rows, days=sim_cfg.days)
+    servicer = EnvServicer(lambda: VectorEnv(catalog, sim_cfg), info, rpc_cfg, max_sessions)
+    return EnvServer(servicer, rpc_cfg, host, port)
+
+
+def serve_shards(catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, count: int,  # type: ignore[no-untyped-def]
+                 method: str = "round_robin_cost", *, host: str = "127.0.0.1",
+                 base_port: int = 0, max_sessions: int = 8) -> list[EnvServer]:
+    """`count` EnvServers in this process, one per shard of `catalog` (groups kept
+    together); ports base_port + i, or free ports when base_port is 0. For tests and
+    single-machine decoupled runs; across machines run `skurl serve-sim` on each."""
+    from skurl.catalog.partition import partition
+
+    servers: list[EnvServer] = []
+    try:
+        for i, rows in enumerate(partition(catalog, count, method)):  # type: ignore[arg-type]
+            port = base_port + i if base_port else 0
+            servers.append(serve_env(catalog.subset(rows), sim_cfg, rpc_cfg, shard=(i, count),
+                                     catalog_rows=rows, host=host, port=port,
+                                     max_sessions=max_sessions))
+    except BaseException:
+        for s in servers:
+            s.stop(0)
+        raise
+    return servers

@@ -1,0 +1,121 @@
+"""The EnvService payloads: Obs and StepResult as named tensors, and back.
+
+Names (one place, like RLlib's Columns): observation tensors `OBS_NAMES`, step tensors
+`reward`, `failed` and one tensor per DayMetrics field. Dtypes are the env's own, so a
+remote trajectory is bit-identical to the in-process one.
+
+The client decodes into arrays allocated once and overwritten by every call, the same
+contract as VectorEnv's views (sim/api.py: "copy what you keep"), which also makes them
+writable (np.frombuffer views of protobuf bytes are read-only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+
+from skurl.rpc.codec import ALLOWED_DTYPES, TensorSpec, check_spec, decode_batch
+from skurl.rpc.errors import WireError
+from skurl.rpc.gen import skurl_pb2 as pb
+from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
+
+OBS_NAMES = ("features", "on_hand", "pipeline", "backlog", "forecast")
+METRIC_NAMES = tuple(f.name for f in fields(DayMetrics))
+STEP_NAMES = ("reward", "failed", *METRIC_NAMES)
+ORDER_DTYPES = frozenset({"float32", "float64", "int32", "int64", "uint8", "uint16", "uint32",
+                          "int8", "int16"})
+_ANY = frozenset(ALLOWED_DTYPES)
+
+
+def orders_spec(num_skus: int) -> dict[str, TensorSpec]:
+    """Step request: one tensor `orders` [N] in units."""
+    return {"orders": TensorSpec(ORDER_DTYPES, (num_skus,))}
+
+
+def obs_specs(num_skus: int, dim: int) -> dict[str, TensorSpec]:
+    n = num_skus
+    return {
+        "features": TensorSpec(frozenset({"float32"}), (n, dim)),
+        "on_hand": TensorSpec(_ANY, (n,)),
+        "pipeline": TensorSpec(_ANY, (n, None)),
+        "backlog": TensorSpec(_ANY, (n,)),
+        "forecast": TensorSpec(_ANY, (n, None)),
+    }
+
+
+def step_specs(num_skus: int) -> dict[str, TensorSpec]:
+    specs = {"reward": TensorSpec(_ANY, (num_skus,)), "failed": TensorSpec(_ANY, (None,))}
+    specs.update({name: TensorSpec(_ANY, (num_skus,)) for name in METRIC_NAMES})
+    return specs
+
+
+def obs_arrays(obs: Obs) -> dict[str, np.ndarray]:
+    raw = obs.raw
+    return {"features": obs.features, "on_hand": raw.on_hand, "pipeline": raw.pipeline,
+            "backlog": raw.backlog, "forecast": raw.forecast}
+
+
+def step_arrays(result: StepResult) -> dict[str, np.ndarray]:
+    out = {"reward": result.reward, "failed": np.asarray(result.failed)}
+    out.update({name: getattr(result.metrics, name) for name in METRIC_NAMES})
+    return out
+
+
+class ReplyDecoder:
+    """Turns EnvService replies into Obs/StepResult backed by arrays reused every call."""
+
+    def __init__(self, num_skus: int, schema: ObsSchema) -> None:
+        self.num_skus = num_skus
+        self.schema = schema
+        self._obs_specs = obs_specs(num_skus, schema.dim)
+        self._step_specs = step_specs(num_skus)
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def obs(self, batch: pb.TensorBatch, day: int) -> Obs:
+        arrays = self._fill(decode_batch(batch, self._obs_specs, what="observation reply"))
+        raw = RawState(on_hand=arrays["on_hand"], pipeline=arrays["pipeline"],
+                       backlog=arrays["backlog"], forecast=arrays["forecast"], day=int(day))
+        return Obs(features=arrays["features"], raw=raw, schema=self.schema)
+
+    def step(self, reply: pb.StepReply) -> StepResult:
+        obs = self.obs(reply.obs, reply.day)
+        decoded = decode_batch(reply.result, self._step_specs, what="step reply")
+        failed = decoded.pop("failed").copy()  # tiny and variable-length: no buffer
+        arrays = self._fill(decoded)
+        metrics = DayMetrics(**{name: arrays[name] for name in METRIC_NAMES})
+        return StepResult(obs=obs, reward=arrays["reward"], done=bool(reply.done),
+                          metrics=metrics, failed=failed)
+
+    def _fill(self, decoded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        for name, arr in decoded.items():
+            buf = self._buffers.get(name)
+            if buf is None or buf.shape != arr.shape or buf.dtype != arr.dtype:
+                buf = self._buffers[name] = np.empty(arr.shape, arr.dtype)
+            np.copyto(buf, arr)
+            out[name] = buf
+        return out
+
+
+def schema_to_wire(schema: ObsSchema) -> list[pb.SchemaField]:
+    return [pb.SchemaField(name=name, width=width) for name, width in schema.fields]
+
+
+def schema_from_wire(fields_: list[pb.SchemaField]) -> ObsSchema:
+    if any(f.width < 0 or not f.name for f in fields_):
+        raise WireError("info reply: schema field with an empty name or negative width")
+    return ObsSchema(fields=tuple((f.name, int(f.width)) for f in fields_))
+
+
+def check_orders(orders: np.ndarray, num_skus: int) -> np.ndarray:
+    """Order quantities as the env expects them: finite, >= 0, [N]; else WireError."""
+    check_spec("orders", orders, orders_spec(num_skus)["orders"], "Step request")
+    bad = orders < 0
+    if orders.dtype.kind == "f":
+        bad |= ~np.isfinite(orders)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WireError(f"Step request: orders[{i}] = {orders[i].item()!r}, expected a finite number "
+                        f">= 0 ({int(bad.sum())} of {num_skus} orders are bad)")
+    return orders
