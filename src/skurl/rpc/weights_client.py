@@ -1,0 +1,174 @@
+"""WeightPublisher / WeightSubscriber (sync/api.py) over the gRPC WeightSyncService.
+
+The subscriber keeps one Subscribe stream open in a background thread: each pushed
+version is verified (sha256, safetensors) and becomes `latest()` without the collector
+asking, so the barrier `wait_for(v)` usually returns at once. Bad bytes are logged and
+dropped, keeping the previous version. A lost server is retried with backoff; the
+stream resumes after the version already held.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import grpc
+
+from skurl.config import RpcConfig
+from skurl.rpc.env_client import DEFAULT_CONNECT_TIMEOUT_S, connect
+from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError, from_rpc_error
+from skurl.rpc.gen import skurl_pb2 as pb
+from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+from skurl.sync.api import Tensors, WeightSyncTimeout
+from skurl.sync.codec import WeightBlob, WeightIntegrityError, decode_weights, encode_weights
+
+log = logging.getLogger("skurl.rpc.weights")
+_BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+class VersionNotNewerError(RequestRejectedError, ValueError):
+    """publish() with a version not above the server's (a ValueError, as in InProcWeights)."""
+
+
+def to_message(blob: WeightBlob) -> pb.Weights:
+    return pb.Weights(key=blob.model_key, version=blob.version, sha256=blob.sha256,
+                      payload=blob.payload)
+
+
+def from_message(msg: pb.Weights) -> WeightBlob:
+    return WeightBlob(model_key=msg.key, version=int(msg.version), payload=msg.payload,
+                      sha256=msg.sha256)
+
+
+class GrpcWeightPublisher:
+    """Publishes to the WeightSyncService at `address` (a WeightPublisher)."""
+
+    def __init__(self, address: str, cfg: RpcConfig | None = None, model_key: str = "policy",
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+        self.address, self.model_key = address, model_key
+        self._cfg = cfg or RpcConfig()
+        self._channel = connect(address, self._cfg, connect_timeout_s)
+        self._stub = pb_grpc.WeightSyncServiceStub(self._channel)
+
+    def publish(self, version: int, tensors: Tensors) -> None:
+        self.publish_blob(encode_weights(tensors, version, self.model_key))
+
+    def publish_blob(self, blob: WeightBlob) -> None:
+        try:
+            self._stub.SetWeights(to_message(blob), timeout=self._cfg.timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.address, f"SetWeights '{blob.model_key}' "
+                                 f"v{blob.version}", {grpc.StatusCode.FAILED_PRECONDITION:
+                                                     VersionNotNewerError}) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+class GrpcWeightSubscriber:
+    """Follows the WeightSyncService at `address` for `model_key` (a WeightSubscriber)."""
+
+    def __init__(self, address: str, cfg: RpcConfig | None = None, model_key: str = "policy",
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+        self.address, self.model_key = address, model_key
+        self._cfg = cfg or RpcConfig()
+        self._channel = connect(address, self._cfg, connect_timeout_s)
+        self._stub = pb_grpc.WeightSyncServiceStub(self._channel)
+        self._cond = threading.Condition()
+        self._latest: tuple[int, Tensors] | None = None
+        self._closed = False
+        self._call: grpc.Future | None = None
+        self.rejected = 0  # versions dropped for bad bytes
+        self._thread = threading.Thread(target=self._follow, name=f"weights-{model_key}",
+                                        daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- WeightSubscriber
+    def latest(self) -> tuple[int, Tensors] | None:
+        with self._cond:
+            return self._latest
+
+    def latest_version(self) -> int | None:
+        """The server's newest version (one small call, no weights), None before any."""
+        try:
+            reply = self._stub.GetVersion(pb.VersionRequest(key=self.model_key),
+                                          timeout=self._cfg.timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.address, f"GetVersion '{self.model_key}'") from None
+        return None if reply.version < 0 else int(reply.version)
+
+    def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, Tensors]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._latest is None or self._latest[0] < version:
+                left = None if deadline is None else deadline - time.monotonic()
+                if self._closed or (left is not None and left <= 0):
+                    have = None if self._latest is None else self._latest[0]
+                    why = "subscriber closed" if self._closed else f"not within {timeout}s"
+                    raise WeightSyncTimeout(f"weights '{self.model_key}' from {self.address}: "
+                                            f"version {version} {why} (holding {have})")
+                self._cond.wait(left)
+            return self._latest
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            call = self._call
+            self._cond.notify_all()
+        if call is not None:
+            call.cancel()
+        self._thread.join(timeout=5.0)
+        self._channel.close()
+
+    def __enter__(self) -> GrpcWeightSubscriber:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- the stream
+    def _follow(self) -> None:
+        failures = 0
+        # A long deadline bounds how long a silently dead connection can stall us;
+        # the stream is simply reopened when it passes.
+        stream_s = max(self._cfg.timeout_s, 60.0)
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                after = -1 if self._latest is None else self._latest[0]
+                call = self._call = self._stub.Subscribe(
+                    pb.SubscribeRequest(key=self.model_key, after_version=after), timeout=stream_s)
+            try:
+                for msg in call:
+                    failures = 0
+                    self._accept(msg)
+            except grpc.RpcError as exc:
+                if self._closed:
+                    return
+                if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    failures += 1
+                    if failures == 1:
+                        log.warning("%s", from_rpc_error(exc, self.address, "Subscribe"))
+                    time.sleep(_BACKOFF_S[min(failures, len(_BACKOFF_S)) - 1])
+
+    def _accept(self, msg: pb.Weights) -> None:
+        blob = from_message(msg)
+        try:
+            if blob.model_key != self.model_key:
+                raise WeightIntegrityError(f"weights for key '{blob.model_key}', expected "
+                                           f"'{self.model_key}'")
+            tensors = decode_weights(blob)
+        except WeightIntegrityError as exc:
+            self.rejected += 1
+            log.error("dropping weights v%d from %s: %s", blob.version, self.address, exc)
+            return
+        with self._cond:
+            if self._latest is None or blob.version > self._latest[0]:
+                self._latest = (blob.version, tensors)
+                self._cond.notify_all()
+
+
+__all__ = ["GrpcWeightPublisher", "GrpcWeightSubscriber", "ServerUnavailableError",
+           "VersionNotNewerError"]
