@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "skurl.commands.eval_cmd",
     "skurl.commands.bench_cmd",
     "skurl.commands.train_cmd",
+    "skurl.commands.serve_cmd",
 )
 
 
