@@ -1,0 +1,196 @@
+"""CollectorService: a collector process driven over gRPC (decoupled mode).
+
+- UpdateWeights: pushed weights (sync codec bytes, sha256-checked) wait in a slot and are
+  loaded at the start of the next Collect, never in the middle of an episode.
+- Collect: the sync barrier (wait up to timeout_s until the slot holds min_version), one
+  episode with the newest weights, the rollout kept for GetBuffer and, with a store,
+  written as this collector's shard of the iteration (its manifest comes back).
+- GetBuffer: the rollout as a stream of chunks under the message limit: first one message
+  with rows = 0 holding the per-SKU arrays [N, ...] whole (sku_ids, last_obs, bootstrap),
+  then [T*N] row slices of the per-step arrays [T, N, ...].
+- GetStats: counters of this process.
+
+The collector itself is anything with `set_weights(version, tensors)` and
+`collect(seed, episode, version) -> Rollout` (skurl.collect.collector.Collector); without
+one, Collect and GetBuffer answer UNIMPLEMENTED and the rest still works.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import grpc
+import numpy as np
+
+from skurl.config import RpcConfig
+from skurl.errors import UserError
+from skurl.rpc.codec import encode_batch
+from skurl.rpc.errors import NotFoundError, WireError
+from skurl.rpc.gen import skurl_pb2 as pb
+from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+from skurl.rpc.options import max_message_bytes
+from skurl.rpc.servicer_base import GrpcServer, rpc_method
+from skurl.rpc.weights_client import from_message
+from skurl.rpc.weights_server import NotNewerError
+from skurl.sim.api import EnvStateError
+from skurl.sync.codec import WeightIntegrityError, decode_weights
+
+SKU_IDS = "sku_ids"
+
+
+class NotWiredError(UserError):
+    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class CollectorBackend(Protocol):
+    def set_weights(self, version: int, tensors: dict[str, Any]) -> None: ...
+
+    def collect(self, seed: int, episode: int, version: int | None = None,
+                record: bool = True) -> Any: ...
+
+
+class CollectorServicer(pb_grpc.CollectorServiceServicer):
+    def __init__(self, collector_id: str, collector: CollectorBackend | None, cfg: RpcConfig,
+                 store: Any = None, keep_iterations: int = 2) -> None:
+        self.collector_id = collector_id
+        self._collector = collector
+        self._cfg = cfg
+        self._store = store
+        self._keep = keep_iterations
+        self._cond = threading.Condition()
+        self._pending: tuple[int, dict[str, Any]] | None = None  # newest pushed weights
+        self._loaded = -1  # version loaded into the collector
+        self._collect_lock = threading.Lock()  # one episode at a time
+        self._rollouts: OrderedDict[int, Any] = OrderedDict()
+        self._counts = {"iterations": 0, "transitions": 0, "seconds": 0.0, "last_rate": 0.0}
+
+    # ---------------------------------------------------------------- RPCs
+    @rpc_method
+    def UpdateWeights(self, request: pb.Weights, context: grpc.ServicerContext) -> pb.WeightsAck:
+        try:
+            tensors = decode_weights(from_message(request))
+        except WeightIntegrityError as exc:
+            raise WireError(str(exc)) from None
+        with self._cond:
+            held = -1 if self._pending is None else self._pending[0]
+            if request.version <= held:
+                raise NotNewerError(f"collector {self.collector_id}: weights version "
+                                    f"{request.version} is not newer than held version {held}")
+            self._pending = (int(request.version), tensors)
+            self._cond.notify_all()
+        return pb.WeightsAck(key=request.key, version=request.version, accepted=True)
+
+    @rpc_method
+    def Collect(self, request: pb.CollectRequest, context: grpc.ServicerContext) -> pb.CollectReply:
+        collector = self._require_collector()
+        version, tensors = self._wait_for(request.min_version, request.timeout_s)
+        with self._collect_lock:
+            if version > self._loaded:
+                collector.set_weights(version, tensors)
+                self._loaded = version
+            start = time.perf_counter()
+            rollout = collector.collect(int(request.seed), int(request.episode), self._loaded)
+            seconds = time.perf_counter() - start
+            manifest = self._store_shard(int(request.iteration), rollout)
+            self._rollouts[int(request.iteration)] = rollout
+            while len(self._rollouts) > self._keep:
+                self._rollouts.popitem(last=False)
+            transitions = int(rollout.rewards.size)
+            self._counts["iterations"] += 1
+            self._counts["transitions"] += transitions
+            self._counts["seconds"] += seconds
+            self._counts["last_rate"] = transitions / max(seconds, 1e-9)
+        return pb.CollectReply(collector_id=self.collector_id, iteration=request.iteration,
+                               policy_version=self._loaded, transitions=transitions,
+                               seconds=seconds, manifest_json=manifest)
+
+    @rpc_method
+    def GetBuffer(self, request: pb.GetBufferRequest,
+                  context: grpc.ServicerContext) -> Iterator[pb.BufferChunk]:
+        self._require_collector()
+        rollout = self._rollouts.get(int(request.iteration))
+        if rollout is None:
+            raise NotFoundError(f"collector {self.collector_id}: no rollout of iteration "
+                                f"{request.iteration} (held: {list(self._rollouts)})")
+        arrays = rollout.arrays()
+        names = list(request.names) or list(arrays)
+        unknown = [n for n in names if n not in arrays]
+        if unknown:
+            raise WireError(f"GetBuffer: unknown array '{unknown[0]}' (have: {', '.join(arrays)})")
+        chosen = {n: arrays[n] for n in dict.fromkeys([*names, SKU_IDS])}
+        return buffer_chunks(chosen, int(request.iteration), int(rollout.policy_version),
+                             int(request.max_chunk_rows), max_message_bytes(self._cfg) // 2)
+
+    @rpc_method
+    def GetStats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsReply:
+        c = self._counts
+        with self._cond:
+            pending = -1 if self._pending is None else self._pending[0]
+        return pb.StatsReply(
+            collector_id=self.collector_id, policy_version=self._loaded,
+            iterations=int(c["iterations"]), transitions=int(c["transitions"]),
+            steps_per_second=float(c["last_rate"]),
+            values={"pending_version": float(pending), "collect_seconds": float(c["seconds"]),
+                    "rollouts_held": float(len(self._rollouts))})
+
+    # ---------------------------------------------------------------- helpers
+    def _require_collector(self) -> CollectorBackend:
+        if self._collector is None:
+            raise NotWiredError(f"collector {self.collector_id}: no collector is wired to this "
+                                "server (weights and stats only)")
+        return self._collector
+
+    def _wait_for(self, version: int, timeout_s: float) -> tuple[int, dict[str, Any]]:
+        """The sync barrier: the newest weights once they are >= `version`."""
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        with self._cond:
+            while self._pending is None or self._pending[0] < version:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    have = None if self._pending is None else self._pending[0]
+                    raise EnvStateError(f"collector {self.collector_id}: weights version "
+                                        f"{version} not received within {timeout_s:g} s "
+                                        f"(holding {have})")
+                self._cond.wait(left)
+            return self._pending
+
+    def _store_shard(self, iteration: int, rollout: Any) -> str:
+        if self._store is None:
+            return ""
+        meta = {"policy_version": int(rollout.policy_version), "sku_count": rollout.num_skus,
+                "rows": rollout.transitions, "seed": rollout.seed, "episode": rollout.episode}
+        manifest = self._store.put_shard(iteration, self.collector_id, rollout.arrays(), meta)
+        return manifest.to_json().decode()
+
+
+def buffer_chunks(arrays: dict[str, np.ndarray], iteration: int, version: int, max_rows: int,
+                  max_bytes: int) -> Iterator[pb.BufferChunk]:
+    """Per-SKU arrays whole (rows = 0), then row slices of the flattened per-step arrays."""
+    n = arrays[SKU_IDS].shape[0]
+    per_step = {k: v for k, v in arrays.items() if v.ndim >= 2 and v.shape[1] == n and k != SKU_IDS}
+    per_sku = {k: v for k, v in arrays.items() if k not in per_step}
+    flat = {k: v.reshape(v.shape[0] * n, *v.shape[2:]) for k, v in per_step.items()}
+    total = next(iter(flat.values())).shape[0] if flat else 0
+    row_bytes = sum(v[:1].nbytes for v in flat.values()) or 1
+    rows = max(1, max_bytes // row_bytes)
+    if max_rows > 0:
+        rows = min(rows, max_rows)
+    yield pb.BufferChunk(iteration=iteration, policy_version=version, row_start=0, rows=0,
+                         total_rows=total, tensors=encode_batch(per_sku))
+    for start in range(0, total, rows):
+        part = {k: v[start:start + rows] for k, v in flat.items()}
+        yield pb.BufferChunk(iteration=iteration, policy_version=version, row_start=start,
+                             rows=min(rows, total - start), total_rows=total,
+                             tensors=encode_batch(part))
+
+
+class CollectorServer(GrpcServer):
+    def __init__(self, servicer: CollectorServicer, cfg: RpcConfig, host: str = "127.0.0.1",
+                 port: int = 0) -> None:
+        self.servicer = servicer
+        super().__init__(lambda s: pb_grpc.add_CollectorServiceServicer_to_server(servicer, s),
+                         cfg, host, port, max_workers=8)
