@@ -1,0 +1,166 @@
+"""Evaluation harness: run any Policy over a catalog on held-out seeds and aggregate.
+
+`evaluate` runs one episode of warmup + days per seed (seeds seed, seed+1, ...), resets the
+env's per-SKU totals after the warm-up, and turns the totals into per-SKU-day figures.
+It knows nothing of how the policy decides (Policy protocol), so baselines and learned
+policies are scored by the same code.
+
+Accounting (sums over SKUs and counted days, failed SKUs excluded):
+- cost = holding + penalty + purchase + order + waste; profit = revenue - cost. Both are
+  reported whatever sim.reward is; `objective` names the one sim.reward optimizes.
+- fill_rate = 1 - lost / demand: the share of customers served the same day, by the item
+  they came for or by a substitute. The simulator books a substitute sale as a sale of
+  the SKU that had the stock, a customer's demand and loss at the SKU they came for, and
+  `lost` net of what substitutes served; so under lost sales this equals units sold /
+  units demanded over the catalog. Under backorders `lost` is the newly backordered
+  units, so fill_rate is the same-day (ready) rate.
+- item_fill_rate = 1 - (lost + substituted) / demand: served by the very item wanted.
+- cost_se: standard error of avg_cost_per_sku_day, treating the per-SKU(-episode) averages
+  as independent draws (exact for a uniform catalog without substitution).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from skurl.catalog.schema import Catalog
+from skurl.config import SimConfig
+from skurl.policy.api import Policy
+from skurl.sim.api import DayMetrics, Env
+
+COST_FIELDS = ("holding_cost", "penalty_cost", "purchase_cost", "order_cost", "waste_cost")
+TOTAL_FIELDS = tuple(f.name for f in dataclasses.fields(DayMetrics))
+
+
+def make_env(catalog: Catalog, sim_cfg: SimConfig) -> Env:
+    """The in-process vectorized simulator (imported lazily: the sim is a sibling part)."""
+    from skurl.sim.env import VectorEnv
+
+    return VectorEnv(catalog, sim_cfg)
+
+
+def totals_dict(totals: Any) -> dict[str, np.ndarray]:
+    """env.totals() as {field: float64 [N]}, whether it returns a DayMetrics or a mapping."""
+    if isinstance(totals, dict):
+        return {k: np.asarray(totals[k], dtype=np.float64) for k in TOTAL_FIELDS if k in totals}
+    return {k: np.asarray(getattr(totals, k), dtype=np.float64) for k in TOTAL_FIELDS}
+
+
+def sku_cost(totals: dict[str, np.ndarray]) -> np.ndarray:
+    return sum((totals[k] for k in COST_FIELDS), np.zeros_like(totals["demand"]))
+
+
+def sku_objective(totals: dict[str, np.ndarray], reward: str) -> np.ndarray:
+    """What tuning minimizes per SKU: cost, or minus profit under sim.reward=profit."""
+    cost = sku_cost(totals)
+    return cost - totals["revenue"] if reward == "profit" else cost
+
+
+def run_episode(env: Env, policy: Policy, *, seed: int, episode: int, days: int, warmup: int,
+                ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Run warmup + days steps of one episode; per-SKU totals of the last `days` and the
+    mask of SKUs the env isolated as failed. The env must have sim.days >= warmup + days."""
+    reset_policy = getattr(policy, "reset", None)
+    if callable(reset_policy):
+        reset_policy()
+    obs = env.reset(seed, episode)
+    failed = np.zeros(env.num_skus, dtype=bool)
+    if warmup == 0:
+        env.reset_totals()
+    for t in range(warmup + days):
+        if t == warmup and warmup > 0:
+            env.reset_totals()
+        result = env.step(policy.orders(obs))
+        if result.failed.size:
+            failed |= result.failed
+        obs = result.obs
+    return totals_dict(env.totals()), failed
+
+
+@dataclass
+class EvalResult:
+    policy: str
+    params: dict[str, Any]
+    skus: int
+    days: int
+    warmup: int
+    seeds: list[int]
+    objective: str
+    avg_cost_per_sku_day: float
+    avg_profit_per_sku_day: float
+    cost_se: float
+    fill_rate: float
+    item_fill_rate: float
+    demand_units: float
+    sales_units: float
+    lost_units: float
+    waste_units: float
+    mean_on_hand: float
+    breakdown: dict[str, float]  # per SKU-day: holding, penalty, purchase, order, waste, revenue
+    failed_skus: int
+    per_sku_cost: np.ndarray = field(repr=False)  # float64 [N] average cost per day
+    per_sku_profit: np.ndarray = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        from skurl.policy.baselines import summarize
+
+        out = {k: v for k, v in dataclasses.asdict(self).items()
+               if k not in ("per_sku_cost", "per_sku_profit", "params")}
+        out["params"] = {k: summarize(v) if isinstance(v, np.ndarray) else v for k, v in self.params.items()}
+        return out
+
+
+def evaluate(catalog: Catalog, sim_cfg: SimConfig, policy: Policy, *, days: int, warmup: int,
+             seed: int, episodes: int = 1, env: Env | None = None) -> EvalResult:
+    """Score `policy` on `catalog`: `episodes` episodes (seeds seed..seed+episodes-1) of
+    warmup + days days each; costs counted after the warm-up. Pass `env` to reuse one
+    built for this catalog with sim.days >= warmup + days."""
+    if days < 1 or warmup < 0 or episodes < 1:
+        raise ValueError("evaluate: days >= 1, warmup >= 0, episodes >= 1 expected")
+    if env is None:
+        env = make_env(catalog, dataclasses.replace(sim_cfg, days=warmup + days))
+    n = env.num_skus
+    sums: dict[str, np.ndarray] = {}
+    failed = np.zeros(n, dtype=bool)
+    per_episode_cost = []
+    seeds = [seed + e for e in range(episodes)]
+    for s in seeds:
+        totals, bad = run_episode(env, policy, seed=s, episode=0, days=days, warmup=warmup)
+        failed |= bad
+        per_episode_cost.append(sku_cost(totals) / days)
+        for k, v in totals.items():
+            sums[k] = sums.get(k, 0.0) + v
+    return _aggregate(policy, sums, failed, np.stack(per_episode_cost), days, warmup, seeds, sim_cfg)
+
+
+def _aggregate(policy: Policy, sums: dict[str, np.ndarray], failed: np.ndarray, episode_cost: np.ndarray,
+               days: int, warmup: int, seeds: list[int], sim_cfg: SimConfig) -> EvalResult:
+    ok = ~failed
+    count = max(int(ok.sum()), 1)
+    sku_days = float(count * days * len(seeds))
+    total = {k: float(v[ok].sum()) for k, v in sums.items()}
+    per_day = {k: v / (days * len(seeds)) for k, v in sums.items()}
+    cost_sku = sku_cost(per_day)
+    profit_sku = per_day["revenue"] - cost_sku
+    draws = episode_cost[:, ok].ravel()
+    se = float(draws.std(ddof=1) / np.sqrt(draws.size)) if draws.size > 1 else float("nan")
+    demand = total["demand"]
+    breakdown = {k.removesuffix("_cost"): total[k] / sku_days for k in (*COST_FIELDS, "revenue")}
+    return EvalResult(
+        policy=str(getattr(policy, "name", type(policy).__name__)),
+        params=dict(policy.params()),
+        skus=int(ok.size), days=days, warmup=warmup, seeds=seeds, objective=sim_cfg.reward,
+        avg_cost_per_sku_day=float(cost_sku[ok].sum() / count),
+        avg_profit_per_sku_day=float(profit_sku[ok].sum() / count),
+        cost_se=se,
+        fill_rate=1.0 - total["lost"] / demand if demand > 0 else 1.0,
+        item_fill_rate=1.0 - (total["lost"] + total["substituted"]) / demand if demand > 0 else 1.0,
+        demand_units=demand, sales_units=total["sales"], lost_units=total["lost"],
+        waste_units=total["waste"], mean_on_hand=total["on_hand_end"] / sku_days,
+        breakdown=breakdown, failed_skus=int(failed.sum()),
+        per_sku_cost=cost_sku, per_sku_profit=profit_sku,
+    )

@@ -1,0 +1,134 @@
+"""`skurl eval`: score a policy on held-out seeds (eval.seed, ...) and print the figures.
+
+    skurl eval --policy base-stock --tune --set catalog.kind=uniform --days 200 --json
+
+Baselines come by name (--policy NAME, tuned by simulation on separate tuning seeds with
+--tune). `resolve_policy` is the one place that turns flags into a Policy, so other
+policy sources (a learned policy from a run directory) plug in beside --policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from skurl.catalog import Catalog, load_catalog
+from skurl.collect.evaluate import EvalResult, evaluate
+from skurl.commands.common import add_config_flags, config_from_args, print_json
+from skurl.config import Config
+from skurl.errors import UserError
+from skurl.policy.api import Policy
+from skurl.policy.baselines import POLICY_NAMES, check_policy_name, make_policy, summarize
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate a policy on held-out seeds (cost, fill rate, waste)")
+    add_config_flags(p)
+    p.add_argument("--policy", metavar="NAME", help=f"baseline policy: {' | '.join(POLICY_NAMES)}")
+    p.add_argument("--tune", action="store_true",
+                   help="tune the baseline by simulation on dedicated tuning seeds first")
+    p.add_argument("--skus", type=int, help="SKUs evaluated (default eval.skus; 0 = whole catalog)")
+    p.add_argument("--days", type=int, help="days counted per episode (default eval.days)")
+    p.add_argument("--warmup", type=int, help="days simulated before counting (default eval.warmup)")
+    p.add_argument("--seed", type=int, help="first held-out seed (default eval.seed)")
+    p.add_argument("--episodes", type=int, default=1, help="episodes (seeds seed, seed+1, ...)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _eval_overrides(args: argparse.Namespace) -> list[str]:
+    flags = {"days": args.days, "warmup": args.warmup, "seed": args.seed, "skus": args.skus}
+    return [f"eval.{k}={v}" for k, v in flags.items() if v is not None]
+
+
+def _log(args: argparse.Namespace) -> Any:
+    """Progress lines on stderr, at most one every two seconds (stdout stays clean)."""
+    last = [0.0]
+
+    def log(msg: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 2.0:
+            last[0] = now
+            print(msg, file=sys.stderr, flush=True)
+
+    return log
+
+
+def resolve_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog,
+                   ) -> tuple[Policy, dict[str, Any] | None]:
+    """The policy the flags ask for, and its tuning summary (None when not tuned)."""
+    if args.policy is None:
+        raise UserError(f"skurl eval: --policy is required (one of: {', '.join(POLICY_NAMES)})")
+    name = check_policy_name(args.policy)
+    if not args.tune:
+        return make_policy(name, catalog, cfg.sim), None
+    from skurl.policy.tuning import tune
+
+    start = time.perf_counter()
+    result = tune(name, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
+                  warmup=cfg.eval.warmup, progress=_log(args))
+    summary = {**result.summary(), "seconds": round(time.perf_counter() - start, 3)}
+    return make_policy(name, catalog, cfg.sim, result.params), summary
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.skus is not None and args.skus < 0:
+        raise UserError(f"skurl eval: --skus {args.skus}, expected an integer >= 0")
+    if args.episodes < 1:
+        raise UserError(f"skurl eval: --episodes {args.episodes}, expected an integer >= 1")
+    if args.policy is not None:
+        check_policy_name(args.policy)  # fail before building the catalog
+    cfg = config_from_args(args, _eval_overrides(args))
+    catalog = load_catalog(cfg.catalog, skus=cfg.eval.skus or None)
+    policy, tuning = resolve_policy(args, cfg, catalog)
+    start = time.perf_counter()
+    result = evaluate(catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
+                      seed=cfg.eval.seed, episodes=args.episodes)
+    seconds = time.perf_counter() - start
+    if args.json:
+        print_json({**result.to_json(), "tuning": tuning, "seconds": round(seconds, 3)})
+    else:
+        print_table(result, tuning, seconds)
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, dict):
+        return "  ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    sku_days = result.skus * result.days * len(result.seeds)
+    table = Table(title=f"skurl eval: {result.policy}{' (tuned)' if tuning else ''}", show_header=False)
+    table.add_column("figure", style="bold")
+    table.add_column("value")
+    rows = [
+        ("SKUs x days x seeds", f"{result.skus} x {result.days} x {len(result.seeds)} "
+                                f"(warm-up {result.warmup}, seeds from {result.seeds[0]})"),
+        ("avg cost / SKU-day", f"{result.avg_cost_per_sku_day:.4f} ± {result.cost_se:.4f}"),
+        ("avg profit / SKU-day", f"{result.avg_profit_per_sku_day:.4f}"),
+        ("fill rate (customers)", f"{result.fill_rate:.4%}"),
+        ("fill rate (own item)", f"{result.item_fill_rate:.4%}"),
+        ("lost units", f"{result.lost_units:,.0f} ({result.lost_units / max(sku_days, 1):.4g} / SKU-day)"),
+        ("waste units", f"{result.waste_units:,.0f} ({result.waste_units / max(sku_days, 1):.4g} / SKU-day)"),
+        ("mean on hand / SKU", f"{result.mean_on_hand:.4g}"),
+        ("cost breakdown / SKU-day", _fmt(result.breakdown)),
+    ]
+    rows += [(f"param {k}", _fmt(summarize(v))) for k, v in result.params.items()]
+    if result.failed_skus:
+        rows.append(("failed SKUs (excluded)", str(result.failed_skus)))
+    if tuning:
+        rows.append(("tuning", f"{tuning['method']}: {tuning['runs']} runs, {tuning['sku_days']:,} SKU-days, "
+                               f"objective {tuning['objective']:.4f}, {tuning['seconds']:.1f}s, seed {tuning['seed']}"))
+    rows.append(("evaluation time", f"{seconds:.1f}s"))
+    for k, v in rows:
+        table.add_row(k, v)
+    Console().print(table)

@@ -1,0 +1,220 @@
+"""Tuning baselines by simulation, with common random numbers (CRN).
+
+Every candidate parameter set is simulated on the same tuning seed, so the candidates
+face the very same demand and their cost differences are not blurred by sampling noise.
+Tuning seeds are `tuning_seed(eval_seed) + k`, far from the held-out evaluation seeds
+(eval_seed, eval_seed + 1, ...), so a tuned policy is never scored on the draws it was
+tuned on.
+
+Two searches:
+- uniform catalogs (every row equal but sku_id; `is_uniform`): exhaustive search of the
+  integer levels (S; (S, r); (s, S); constant c on a fine grid; z of forecast-base-stock on
+  a 0.1 grid), box widened until the best is inside it, then more SKU-days for the close
+  contenders until the best beats each one by several paired standard errors
+  (tuning_uniform.py).
+- heterogeneous catalogs: per SKU and vectorized. Each policy has one or two scale-free
+  knobs (safety factor z, order-cap multiplier, EOQ multiplier, share of mean demand);
+  each grid value is simulated over the whole catalog, and each SKU keeps the value with
+  its lowest objective (cost, or minus profit under sim.reward=profit) from env.totals();
+  then finer steps around each SKU's best. No Python loop over SKUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from skurl.catalog.schema import Catalog
+from skurl.collect.evaluate import make_env, run_episode, sku_objective
+from skurl.config import SimConfig
+from skurl.policy.baselines import (
+    Params,
+    cap_from_multiplier,
+    check_policy_name,
+    critical_ratio,
+    default_z,
+    eoq,
+    long_run_mean,
+    make_policy,
+    static_level,
+)
+
+TUNE_SEED_OFFSET = 7_777_777
+Progress = Callable[[str], None]
+
+
+def tuning_seed(eval_seed: int) -> int:
+    """First tuning seed for a run whose held-out evaluation starts at `eval_seed`."""
+    return int(eval_seed) + TUNE_SEED_OFFSET
+
+
+def is_uniform(catalog: Catalog) -> bool:
+    """True when every SKU has the same parameters (sku_id aside)."""
+    for f in dataclasses.fields(catalog):
+        if f.name == "sku_id":
+            continue
+        arr = getattr(catalog, f.name)
+        if arr.shape[0] and not np.all(arr == arr[:1]):
+            return False
+    return True
+
+
+@dataclass
+class TuneResult:
+    name: str
+    params: Params  # per-SKU arrays for the catalog that was tuned
+    method: str  # "uniform-exhaustive" | "per-sku-grid"
+    seed: int
+    days: int
+    warmup: int
+    runs: int  # candidate simulations
+    sku_days: int  # simulated SKU-days, all candidates together
+    objective: float  # best mean objective per SKU-day on the tuning seeds
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        from skurl.policy.baselines import summarize
+
+        return {"method": self.method, "seed": self.seed, "days": self.days, "warmup": self.warmup,
+                "runs": self.runs, "sku_days": self.sku_days, "objective": self.objective,
+                "params": {k: summarize(v) for k, v in self.params.items()}, **self.details}
+
+
+class CandidateScorer:
+    """Simulates parameter sets of one baseline on one catalog under CRN; one env reused."""
+
+    def __init__(self, name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int,
+                 warmup: int) -> None:
+        self.name, self.catalog, self.sim_cfg = name, catalog, sim_cfg
+        self.seed, self.days, self.warmup = seed, days, warmup
+        self.env = make_env(catalog, dataclasses.replace(sim_cfg, days=warmup + days))
+        self.runs = 0
+        self.sku_days = 0
+
+    def __call__(self, params: Params, batch: int = 0) -> np.ndarray:
+        """Per-SKU objective per day (float64 [N]; +inf for SKUs the env isolated)."""
+        policy = make_policy(self.name, self.catalog, self.sim_cfg, params)
+        totals, failed = run_episode(self.env, policy, seed=self.seed + batch, episode=0,
+                                     days=self.days, warmup=self.warmup)
+        self.runs += 1
+        self.sku_days += len(self.catalog) * self.days
+        obj = sku_objective(totals, self.sim_cfg.reward) / self.days
+        obj[failed] = np.inf
+        return obj
+
+
+# ------------------------------------------------------------ per-SKU (heterogeneous)
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    grid: tuple[float, ...]  # first pass: each value for every SKU
+    step: float  # grid spacing; refinement tries each SKU's best +- step / 2
+    lo: float = -np.inf
+    hi: float = np.inf
+
+
+# Grids are short on purpose: each value is one simulation of the whole catalog.
+Z_GRID = (-0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
+KNOBS: dict[str, tuple[Knob, ...]] = {
+    "base-stock": (Knob("z", Z_GRID, 0.5, -3.0, 6.0),),
+    "forecast-base-stock": (Knob("z", Z_GRID, 0.5, -3.0, 6.0),),
+    "capped-base-stock": (Knob("z", Z_GRID, 0.5, -3.0, 6.0),
+                          Knob("cap", (1.0, 1.25, 1.5, 2.0, 3.0), 0.25, 0.5, 50.0)),
+    "s-S": (Knob("z", Z_GRID, 0.5, -3.0, 6.0), Knob("q", (0.5, 1.0, 1.5, 2.0, 3.0), 0.5, 0.1, 20.0)),
+    "constant": (Knob("f", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0), 0.05, 0.0, 2.0),),
+}
+
+
+def initial_knobs(name: str, catalog: Catalog, sim_cfg: SimConfig) -> dict[str, np.ndarray]:
+    """Knob values that reproduce the untuned defaults of baselines.default_params."""
+    n = len(catalog)
+    z = default_z(catalog, sim_cfg)
+    start = {"z": z, "cap": np.full(n, 1.5), "q": np.ones(n), "f": critical_ratio(catalog, sim_cfg)}
+    return {k.name: start[k.name].astype(np.float64) for k in KNOBS[name]}
+
+
+def knob_params(name: str, catalog: Catalog, sim_cfg: SimConfig, knobs: dict[str, np.ndarray]) -> Params:
+    """Policy parameters (per-SKU arrays) for per-SKU knob values."""
+    if name == "forecast-base-stock":
+        return {"z": knobs["z"]}
+    if name == "constant":
+        return {"c": knobs["f"] * long_run_mean(catalog)}
+    level = static_level(catalog, sim_cfg, knobs["z"])
+    if name == "base-stock":
+        return {"S": level}
+    if name == "capped-base-stock":
+        return {"S": level, "r": cap_from_multiplier(catalog, sim_cfg, knobs["cap"])}
+    s = np.maximum(level - 1.0, 0.0)
+    return {"s": s, "S": s + np.maximum(1.0, np.round(knobs["q"] * eoq(catalog)))}
+
+
+def _pick(best_obj: np.ndarray, best_val: np.ndarray, obj: np.ndarray, val: np.ndarray) -> None:
+    """Per SKU, keep the candidate with the lower objective (in place; ties keep the old)."""
+    better = obj < best_obj
+    best_obj[better] = obj[better]
+    best_val[better] = val[better]
+
+
+def _candidates(knob: Knob, knobs: dict[str, np.ndarray], scored: bool) -> list[np.ndarray | float]:
+    """First pass: every grid value, plus each SKU's current value unless already scored."""
+    return [*knob.grid] if scored else [*knob.grid, knobs[knob.name].copy()]
+
+
+def tune_per_sku(scorer: CandidateScorer, progress: Progress | None = None) -> tuple[Params, np.ndarray, dict]:
+    """Coordinate search over the policy's knobs, per SKU (one sweep: z first, then the
+    cap or order-size knob). Returns params, the per-SKU objective of the chosen candidate,
+    and the chosen knob values."""
+    name, catalog, sim_cfg = scorer.name, scorer.catalog, scorer.sim_cfg
+    knobs = initial_knobs(name, catalog, sim_cfg)
+    n = len(catalog)
+    best_obj = np.full(n, np.inf)
+
+    def try_values(knob: Knob, values: np.ndarray | float) -> None:
+        val = np.clip(np.broadcast_to(np.asarray(values, dtype=np.float64), (n,)), knob.lo, knob.hi)
+        obj = scorer(knob_params(name, catalog, sim_cfg, {**knobs, knob.name: val}))
+        _pick(best_obj, knobs[knob.name], obj, val)
+        if progress:
+            progress(f"tune {name}: run {scorer.runs} ({knob.name}), mean objective "
+                     f"{float(np.mean(best_obj[np.isfinite(best_obj)])):.4f}")
+
+    for knob in KNOBS[name]:
+        for values in _candidates(knob, knobs, bool(np.isfinite(best_obj).any())):
+            try_values(knob, values)
+        center = knobs[knob.name].copy()  # refine around each SKU's best so far
+        try_values(knob, center - knob.step / 2)
+        try_values(knob, center + knob.step / 2)
+    details = {f"{k}_chosen": v for k, v in knobs.items()}
+    return knob_params(name, catalog, sim_cfg, knobs), best_obj, details
+
+
+# ------------------------------------------------------------------------------ tune
+
+def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, days: int, warmup: int,
+         uniform_skus: int = 1000, max_uniform_skus: int = 16_000,
+         progress: Progress | None = None) -> TuneResult:
+    """Tune baseline `name` for `catalog` on tuning seeds derived from `eval_seed` (never
+    the evaluation seeds). Uniform catalogs: exact integer search on `uniform_skus` copies
+    (more, up to `max_uniform_skus`, while the leaders are too close to call)."""
+    check_policy_name(name)
+    seed = tuning_seed(eval_seed)
+    if is_uniform(catalog):
+        from skurl.policy.tuning_uniform import tune_uniform
+
+        return tune_uniform(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup,
+                            skus=uniform_skus, max_skus=max_uniform_skus, progress=progress)
+    scorer = CandidateScorer(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup)
+    params, obj, details = tune_per_sku(scorer, progress)
+    finite = np.isfinite(obj)
+    from skurl.policy.baselines import summarize
+
+    return TuneResult(
+        name=name, params=params, method="per-sku-grid", seed=seed, days=days, warmup=warmup,
+        runs=scorer.runs, sku_days=scorer.sku_days,
+        objective=float(obj[finite].mean()) if finite.any() else float("nan"),
+        details={k: summarize(v) for k, v in details.items()},
+    )

@@ -1,0 +1,184 @@
+"""Exhaustive integer search of a baseline's levels on a uniform catalog.
+
+A uniform catalog is one SKU copied N times, so one parameter set serves all SKUs and the
+search can afford to be exact: every point of an integer box is simulated on the same
+SKUs and seed (CRN); the box grows on any side where the best point sits on its edge;
+then the close contenders get fresh batches of SKU-days (batch b uses tuning seed + b)
+until the best beats each of them by `separation` paired standard errors, or the SKU
+budget is spent. The paired standard error of the difference between two candidates is
+std(per-SKU differences) / sqrt(SKUs): SKUs are independent copies, and CRN makes the
+differences far less noisy than the levels themselves.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from skurl.catalog.schema import Catalog
+from skurl.config import SimConfig
+from skurl.policy.baselines import (
+    daily_variance,
+    default_params,
+    default_z,
+    eoq,
+    long_run_mean,
+    protection_days,
+)
+from skurl.policy.tuning import CandidateScorer, Progress, TuneResult
+
+Point = tuple[int, ...]
+
+
+@dataclass
+class Axis:
+    name: str
+    lo: int
+    hi: int
+    floor: int = 0  # the box never extends below this index
+    step: float = 1.0  # parameter value = index x step
+
+    def value(self, index: int) -> float:
+        return round(index * self.step, 10)
+
+
+@dataclass
+class Space:
+    axes: list[Axis]
+    to_params: Callable[[dict[str, float]], dict[str, float] | None]  # None: invalid point
+
+    def params(self, point: Point) -> dict[str, float] | None:
+        return self.to_params({a.name: a.value(i) for a, i in zip(self.axes, point, strict=True)})
+
+    def points(self) -> list[Point]:
+        ranges = [range(a.lo, a.hi + 1) for a in self.axes]
+        return [p for p in itertools.product(*ranges) if self.params(p) is not None]
+
+
+def uniform_copies(catalog: Catalog, skus: int) -> Catalog:
+    """`skus` copies of row 0 with ids 0..skus-1 (a tuning catalog of any size)."""
+    cat = catalog.subset(np.zeros(skus, dtype=np.int64))
+    cat.sku_id = np.arange(skus, dtype=np.int64)
+    return cat
+
+
+def search_space(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Space:
+    """The integer box around the untuned defaults, with room on every side."""
+    one = catalog.subset(np.arange(1))
+    days = int(protection_days(one, sim_cfg.review_days)[0])
+    m = float(long_run_mean(one)[0])
+    sd_day = math.sqrt(float(daily_variance(np.array([m]), one.demand_dist, one.dispersion)[0]))
+    sd_cover = sd_day * math.sqrt(days)
+    width = max(3, math.ceil(1.5 * sd_cover))
+    s0 = int(default_params("base-stock", one, sim_cfg)["S"][0])
+    per_review = m * sim_cfg.review_days
+    if name == "base-stock":
+        return Space([Axis("S", max(0, s0 - width), s0 + width)], lambda v: {"S": v["S"]})
+    if name == "capped-base-stock":
+        sd_review = sd_day * math.sqrt(sim_cfg.review_days)
+        r_lo = max(1, math.floor(per_review) - 1)
+        r_hi = max(r_lo + 2, math.ceil(per_review + 2.5 * sd_review) + 1)
+        return Space([Axis("S", max(0, s0 - 1), s0 + width + 2), Axis("r", r_lo, r_hi, floor=1)],
+                     lambda v: {"S": v["S"], "r": v["r"]} if v["r"] <= max(v["S"], 1) else None)
+    if name == "s-S":
+        q0 = int(eoq(one)[0])
+        return Space([Axis("s", max(0, s0 - width - 1), s0), Axis("Q", 1, max(3, 2 * q0 + 2), floor=1)],
+                     lambda v: {"s": v["s"], "S": v["s"] + v["Q"]})
+    if name == "constant":
+        step = 0.25 if m >= 4 else max(round(m / 16, 3), 0.001)
+        return Space([Axis("c", int(0.5 * m / step), math.ceil(m / step), step=step)], lambda v: {"c": v["c"]})
+    z0 = float(default_z(one, sim_cfg)[0])
+    return Space([Axis("z", round((z0 - 1.0) / 0.1), round((z0 + 1.5) / 0.1), floor=-30, step=0.1)],
+                 lambda v: {"z": v["z"]})
+
+
+class _Scores:
+    """Per-SKU objectives per (point, batch), simulated on demand and cached."""
+
+    def __init__(self, scorer: CandidateScorer, space: Space, progress: Progress | None) -> None:
+        self.scorer, self.space, self.progress = scorer, space, progress
+        self.cache: dict[tuple[Point, int], np.ndarray] = {}
+
+    def get(self, point: Point, batches: int) -> np.ndarray:
+        """Concatenated per-SKU objectives over batches 0..batches-1."""
+        parts = []
+        for b in range(batches):
+            if (point, b) not in self.cache:
+                params = self.space.params(point)
+                assert params is not None
+                self.cache[(point, b)] = self.scorer(params, batch=b)
+                if self.progress:
+                    self.progress(f"tune {self.scorer.name}: run {self.scorer.runs} {params} "
+                                  f"batch {b}: {float(np.mean(self.cache[(point, b)])):.4f}")
+            parts.append(self.cache[(point, b)])
+        return np.concatenate(parts)
+
+
+def _grow_box(space: Space, scores: _Scores, max_grow: int = 8) -> Point:
+    """Simulate the whole box (batch 0); widen it where the best sits on an edge."""
+    for _ in range(max_grow + 1):
+        points = space.points()
+        means = [float(np.mean(scores.get(p, 1))) for p in points]
+        best = points[int(np.argmin(means))]
+        grown = False
+        for axis, i in zip(space.axes, best, strict=True):
+            width = max(2, (axis.hi - axis.lo) // 2)
+            if i == axis.lo and axis.lo > axis.floor:
+                axis.lo, grown = max(axis.floor, axis.lo - width), True
+            elif i == axis.hi:
+                axis.hi, grown = axis.hi + width, True
+        if not grown:
+            return best
+    return best
+
+
+def _separate(space: Space, scores: _Scores, skus: int, max_skus: int, separation: float,
+              ) -> tuple[Point, int, list[dict[str, Any]]]:
+    """Add batches for the contenders until the best one is clear; returns the best point,
+    the batches used and one row per contender at the end."""
+    contenders = space.points()
+    batches = 1
+    while True:
+        obj = {p: scores.get(p, batches) for p in contenders}
+        means = {p: float(np.mean(v)) for p, v in obj.items()}
+        best = min(contenders, key=lambda p: means[p])
+        rows, close = [], [best]
+        for p in contenders:
+            diff = obj[p] - obj[best]
+            se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else 0.0
+            gap = means[p] - means[best]
+            rows.append({**space.params(p), "objective": means[p], "gap": gap, "gap_se": se})  # type: ignore[dict-item]
+            if p != best and gap <= separation * se:
+                close.append(p)
+        if len(close) == 1 or batches * 2 * skus > max_skus:
+            return best, batches, sorted(rows, key=lambda r: r["objective"])
+        contenders, batches = close, batches * 2
+
+
+def tune_uniform(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int, warmup: int,
+                 skus: int = 1000, max_skus: int = 16_000, separation: float = 3.0,
+                 progress: Progress | None = None) -> TuneResult:
+    """Best integer parameters of baseline `name` for a uniform `catalog` (see module doc)."""
+    tuning_catalog = uniform_copies(catalog, skus)
+    scorer = CandidateScorer(name, tuning_catalog, sim_cfg, seed=seed, days=days, warmup=warmup)
+    space = search_space(name, catalog, sim_cfg)
+    scores = _Scores(scorer, space, progress)
+    _grow_box(space, scores)
+    best, batches, rows = _separate(space, scores, skus, max_skus, separation)
+    chosen = space.params(best)
+    assert chosen is not None
+    n = len(catalog)
+    runner_up = rows[1] if len(rows) > 1 else None
+    return TuneResult(
+        name=name, params={k: np.full(n, float(v)) for k, v in chosen.items()},
+        method="uniform-exhaustive", seed=seed, days=days, warmup=warmup, runs=scorer.runs,
+        sku_days=scorer.sku_days, objective=rows[0]["objective"],
+        details={"box": {a.name: [a.value(a.lo), a.value(a.hi)] for a in space.axes},
+                 "final_skus": batches * skus, "runner_up": runner_up,
+                 "candidates": len({p for p, _ in scores.cache})},
+    )
