@@ -111,6 +111,7 @@ def rollout_arrays(seed: int, t: int = 5, n: int = 7) -> dict[str, np.ndarray]:
         "dones": rng.random((t, n)) < 0.1,
         "sku_ids": np.arange(n, dtype=np.int32),
         "empty": np.zeros((0, 4), np.float16),
+        "scalar": np.array(0.5, np.float32),
     }
 
 
