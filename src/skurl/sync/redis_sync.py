@@ -22,6 +22,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -101,6 +102,7 @@ class RedisWeightPublisher:
                  timeout_s: float = 10.0) -> None:
         self.url, self.model_key, self.store = url, model_key, store
         self.client = connect(url, timeout_s)
+        self._store_blobs: deque[str] = deque()  # this publisher's blobs, oldest first
 
     def publish(self, version: int, tensors: Tensors) -> None:
         blob = encode_weights(tensors, version, self.model_key)
@@ -112,8 +114,10 @@ class RedisWeightPublisher:
             fields["blob"] = store_blob_name(self.model_key, blob.version)
             self.store.put_blob(fields["blob"], blob.payload)  # before Redis points at it
         self._write(blob.version, fields)
-        if self.store is not None and blob.version > _KEEP_STORE_BLOBS:
-            self.store.delete_blob(store_blob_name(self.model_key, blob.version - _KEEP_STORE_BLOBS))
+        if self.store is not None:
+            self._store_blobs.append(fields["blob"])
+            while len(self._store_blobs) > _KEEP_STORE_BLOBS:
+                self.store.delete_blob(self._store_blobs.popleft())
 
     def _write(self, version: int, fields: dict[str, Any]) -> None:
         vkey, wkey = version_key(self.model_key), weights_key(self.model_key)
