@@ -1,5 +1,5 @@
 """One contract suite for every weight-sync backend: in-process, Redis (weights in Redis or
-in the object store), and gRPC once its client exists.
+in the object store), and gRPC (WeightSyncService on loopback).
 
 Every backend is driven only through WeightPublisher / WeightSubscriber; damage is done
 from outside (a raw Redis client writing bad bytes the way a broken writer would).
@@ -48,7 +48,11 @@ class Backend:
     name: str
     publisher: WeightPublisher
     new_subscriber: Callable[..., WeightSubscriber]  # (like=None) -> subscriber
-    corrupt: Callable[[int, str], None] | None = None  # (version, how) -> inject damage
+    # (version, how) -> inject damage; True when it reached the subscribers, False when
+    # the transport refused it on the way (the publisher's side saw the error).
+    corrupt: Callable[[int, str], bool] | None = None
+    rejection_log: str = ""  # what a subscriber logs for a rejected version, {v} = version
+    checks_model_shapes: bool = True
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def subscriber(self, **kwargs: Any) -> WeightSubscriber:
@@ -63,6 +67,18 @@ def inproc_backend() -> Backend:
 
     hub = InProcWeights("policy")
     return Backend("inproc", hub, lambda **_: hub)
+
+
+def damaged(version: int, key: str, how: str) -> tuple[bytes, str]:
+    """(payload, declared sha256) of weights damaged the way `how` says."""
+    blob = encode_weights(model_tensors(99), version, key)
+    payload = blob.payload
+    if how == "flipped":
+        return payload[:100] + bytes([payload[100] ^ 0xFF]) + payload[101:], blob.sha256
+    if how == "truncated":
+        return payload[: len(payload) // 2], blob.sha256
+    garbage = b"\x00" * 64  # the checksum matches, the bytes are not safetensors
+    return garbage, hashlib.sha256(garbage).hexdigest()
 
 
 def redis_backend(url: str, key: str, store_root: Path | None) -> Backend:
@@ -84,17 +100,9 @@ def redis_backend(url: str, key: str, store_root: Path | None) -> Backend:
     def new_subscriber(**kwargs: Any) -> WeightSubscriber:
         return RedisWeightSubscriber(url, key, store=store, poll_s=0.1, **kwargs)
 
-    def corrupt(version: int, how: str) -> None:
-        blob = encode_weights(model_tensors(99), version, key)
-        payload = blob.payload
-        if how == "flipped":
-            payload = payload[:100] + bytes([payload[100] ^ 0xFF]) + payload[101:]
-        elif how == "truncated":
-            payload = payload[: len(payload) // 2]
-        fields: dict[str, Any] = {"version": version, "model_key": key, "sha256": blob.sha256}
-        if how == "garbage":  # checksum matches, bytes are not safetensors
-            payload = b"\x00" * 64
-            fields["sha256"] = hashlib.sha256(payload).hexdigest()
+    def corrupt(version: int, how: str) -> bool:
+        payload, sha = damaged(version, key, how)
+        fields: dict[str, Any] = {"version": version, "model_key": key, "sha256": sha}
         if store is None:
             fields["payload"] = payload
         else:
@@ -103,9 +111,43 @@ def redis_backend(url: str, key: str, store_root: Path | None) -> Backend:
         with raw.pipeline(transaction=True) as pipe:
             pipe.delete(weights_key(key)).hset(weights_key(key), mapping=fields)
             pipe.set(version_key(key), version).publish(updates_channel(key), version).execute()
+        return True
 
-    backend = Backend(f"redis{'+store' if store else ''}", publisher, new_subscriber, corrupt)
+    backend = Backend(f"redis{'+store' if store else ''}", publisher, new_subscriber, corrupt,
+                      rejection_log="rejected version {v}")
     backend.closers += [publisher.close, raw.close]
+    return backend
+
+
+def grpc_backend(key: str) -> Backend:
+    import grpc
+
+    from skurl.config import RpcConfig
+    from skurl.rpc.gen import skurl_pb2 as pb
+    from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+    from skurl.rpc.weights_client import GrpcWeightPublisher, GrpcWeightSubscriber
+    from skurl.rpc.weights_server import WeightSyncServer
+
+    server = WeightSyncServer(RpcConfig(timeout_s=10))
+    publisher = GrpcWeightPublisher(server.address, model_key=key)
+    channel = grpc.insecure_channel(server.address)
+    raw = pb_grpc.WeightSyncServiceStub(channel)
+
+    def corrupt(version: int, how: str) -> bool:
+        payload, sha = damaged(version, key, how)
+        message = pb.Weights(key=key, version=version, sha256=sha, payload=payload)
+        if how == "garbage":  # a matching checksum passes the server: subscribers must catch it
+            raw.SetWeights(message, timeout=10)
+            return True
+        with pytest.raises(grpc.RpcError) as info:  # the server refuses to fan it out
+            raw.SetWeights(message, timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        return False
+
+    backend = Backend("grpc", publisher,
+                      lambda **_: GrpcWeightSubscriber(server.address, model_key=key), corrupt,
+                      rejection_log="dropping weights v{v}", checks_model_shapes=False)
+    backend.closers += [server.stop, channel.close, publisher.close]
     return backend
 
 
@@ -118,8 +160,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) ->
         store_root = tmp_path / "store" if request.param == "redis+store" else None
         b = redis_backend(url, unique_name, store_root)
     else:
-        pytest.skip("gRPC weight sync client (skurl.rpc, WeightSyncService) is not written yet; "
-                    "add its publisher/subscriber here when it lands")
+        b = grpc_backend(unique_name)
     yield b
     for close in reversed(b.closers):
         close()
@@ -198,13 +239,15 @@ def test_corrupted_weights_are_rejected_and_the_previous_kept(
     backend.publisher.publish(1, model_tensors(1))
     sub.wait_for(1, timeout=WAIT_S)
     with caplog.at_level(logging.ERROR):
-        backend.corrupt(2, how)
+        reached = backend.corrupt(2, how)
         with pytest.raises(WeightSyncTimeout):
             sub.wait_for(2, timeout=SILENCE_S * 2)
     latest = sub.latest()
     assert latest is not None and latest[0] == 1
     assert_bit_exact(latest[1], model_tensors(1))
-    assert any("rejected version 2" in r.getMessage() for r in caplog.records)
+    if reached:
+        expected = backend.rejection_log.format(v=2)
+        assert any(expected in r.getMessage() for r in caplog.records), expected
     backend.publisher.publish(3, model_tensors(3))  # the next good version gets through
     assert sub.wait_for(3, timeout=WAIT_S)[0] == 3
 
@@ -214,6 +257,8 @@ def test_weights_unlike_the_model_are_rejected(
 ) -> None:
     if backend.name == "inproc":
         pytest.skip("inproc: publisher and subscriber share one model, shapes cannot differ")
+    if not backend.checks_model_shapes:
+        pytest.skip(f"{backend.name}: its subscriber takes no model to check shapes against")
     sub = backend.subscriber(like=model_tensors(0))
     wider = model_tensors(2, hidden=32)
     with caplog.at_level(logging.ERROR):
