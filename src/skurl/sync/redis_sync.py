@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 _BACKOFF_START_S = 0.05
 _BACKOFF_CAP_S = 2.0
-_PUBLISH_ATTEMPTS = 6
 _KEEP_STORE_BLOBS = 4  # versions whose store blobs a publisher keeps (slow readers may lag)
 
 
@@ -96,11 +95,15 @@ def _command_packer() -> dict[str, Any]:
 
 
 class RedisWeightPublisher:
-    """WeightPublisher: writes weights + version + notification in one transaction."""
+    """WeightPublisher: writes weights + version + notification in one transaction.
+
+    `timeout_s` bounds a socket operation and how long publish() keeps retrying while
+    Redis is away; `store` moves the weights themselves into the object store."""
 
     def __init__(self, url: str, model_key: str = "policy", *, store: RolloutStore | None = None,
                  timeout_s: float = 10.0) -> None:
         self.url, self.model_key, self.store = url, model_key, store
+        self.timeout_s = timeout_s
         self.client = connect(url, timeout_s)
         self._store_blobs: deque[str] = deque()  # this publisher's blobs, oldest first
 
@@ -132,18 +135,22 @@ class RedisWeightPublisher:
             pipe.set(vkey, version)
             pipe.publish(updates_channel(self.model_key), version)
 
-        # WATCHed transactions are not retried by redis-py; retry here on a fresh connection,
-        # which rides over a Redis restart since the last publish.
-        for attempt in range(_PUBLISH_ATTEMPTS):
+        # WATCHed transactions are not retried by redis-py; retry here on fresh connections
+        # for up to timeout_s, which rides over a Redis restart since the last publish.
+        deadline = time.monotonic() + self.timeout_s
+        backoff = _BACKOFF_START_S
+        while True:
             try:
                 self.client.transaction(transaction, vkey)
                 return
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if attempt == _PUBLISH_ATTEMPTS - 1:
+                if time.monotonic() + backoff > deadline:
                     raise SyncConnectionError(
-                        f"sync.redis_url '{self.url}': publish of version {version} failed ({exc})"
+                        f"sync.redis_url '{self.url}': publish of version {version} failed "
+                        f"for {self.timeout_s:g} s ({exc})"
                     ) from None
-                time.sleep(min(_BACKOFF_START_S * 2**attempt, _BACKOFF_CAP_S))
+                time.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_CAP_S)
 
     @classmethod
     def from_config(cls, sync: SyncConfig, store: StoreConfig | None = None) -> RedisWeightPublisher:
