@@ -155,6 +155,13 @@ class PPOConfig:
     sample_skus: int = opt(0, "train on this many sampled SKUs per iteration; 0 = all collected")
     normalize_obs: bool = opt(True, "running observation normalization")
     normalize_reward: bool = opt(True, "running reward scaling")
+    lr_schedule: Literal["constant", "linear"] = opt(
+        "linear", "learning rate over the run: constant | linear (decays to 0 at train.iterations)"
+    )
+    amp: Literal["none", "bf16"] = opt(
+        "none", "mixed precision of the update: none (fp32) | bf16 (torch.autocast on CPU/GPU)"
+    )
+    target_kl: float = opt(0.0, "stop an iteration's epochs early once approx KL exceeds this; 0 = never")
 
     def __post_init__(self) -> None:
         check(self.epochs >= 1, "ppo.epochs", self.epochs, "an integer >= 1")
@@ -165,6 +172,7 @@ class PPOConfig:
         check(self.clip > 0, "ppo.clip", self.clip, "a number > 0")
         check(self.max_grad_norm > 0, "ppo.max_grad_norm", self.max_grad_norm, "a number > 0")
         check(self.sample_skus >= 0, "ppo.sample_skus", self.sample_skus, "an integer >= 0")
+        check(self.target_kl >= 0, "ppo.target_kl", self.target_kl, "a number >= 0")
 
 
 @dataclass(frozen=True)
@@ -177,11 +185,18 @@ class TrainConfig:
     eval_every: int = opt(5, "iterations between evaluations on held-out seeds")
     device: str = opt("auto", "learner device: auto | cpu | cuda | cuda:N")
     torch_threads: int = opt(0, "torch intra-op threads; 0 = all cores")
+    infer_dtype: Literal["auto", "float32", "bfloat16"] = opt(
+        "auto", "collector inference precision: auto (bfloat16 where the CPU has native bf16) | float32 | bfloat16"
+    )
+    keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
 
     def __post_init__(self) -> None:
         check(self.iterations >= 0, "train.iterations", self.iterations, "an integer >= 0")
         check(self.chunk >= 1, "train.chunk", self.chunk, "an integer >= 1")
         check(self.checkpoint_every >= 1, "train.checkpoint_every", self.checkpoint_every, ">= 1")
+        check(self.eval_every >= 0, "train.eval_every", self.eval_every, "an integer >= 0 (0 = only at the end)")
+        check(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints, "an integer >= 1")
+        check(self.torch_threads >= 0, "train.torch_threads", self.torch_threads, "an integer >= 0")
 
 
 @dataclass(frozen=True)

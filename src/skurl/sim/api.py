@@ -24,6 +24,7 @@ STREAM_SUBSTITUTION = 1
 STREAM_DELAY = 2
 STREAM_FORECAST = 3
 STREAM_FAILURE = 4
+STREAM_ACTION = 5  # policy sampling: u(seed, iteration, sku_id, day) drawn by collectors
 
 
 @dataclass(frozen=True)
