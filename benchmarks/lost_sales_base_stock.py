@@ -28,8 +28,8 @@ from skurl.policy.tuning import tune
 LEADS, PENALTIES = (1, 2, 3, 4), (4.0, 9.0, 19.0, 39.0)
 
 
-def instance_config(lead: int, penalty: float, seed: int):
-    return load_config(None, [
+def instance_config(lead: int, penalty: float, seed: int, threads: int = 0):
+    return load_config(None, [f"sim.threads={threads}",
         "catalog.kind=uniform", "catalog.demand.dist=poisson", "catalog.demand.mean=5",
         f"catalog.lead_time={lead}", "catalog.holding_cost=1", f"catalog.lost_sale_cost={penalty}",
         "sim.reward=cost", "sim.backorders=false", f"eval.seed={seed}",
@@ -37,7 +37,7 @@ def instance_config(lead: int, penalty: float, seed: int):
 
 
 def run_instance(lead: int, penalty: float, args: argparse.Namespace) -> dict:
-    cfg = instance_config(lead, penalty, args.seed)
+    cfg = instance_config(lead, penalty, args.seed, args.threads)
     start = time.perf_counter()
     catalog = load_catalog(cfg.catalog, skus=args.eval_skus)
     tuned = tune("base-stock", catalog, cfg.sim, eval_seed=cfg.eval.seed, days=args.days,
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-skus", type=int, default=4000)
     ap.add_argument("--eval-days", type=int, default=500)
     ap.add_argument("--seed", type=int, default=10_000, help="first evaluation seed")
+    ap.add_argument("--threads", type=int, default=0, help="sim.threads (0 = all cores)")
     ap.add_argument("--exact", action="store_true", help="add the exact Markov-chain optimum")
     ap.add_argument("--json", help="write the rows to this JSON file")
     args = ap.parse_args(argv)

@@ -80,14 +80,15 @@ def search_space(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Space:
     if name == "base-stock":
         return Space([Axis("S", max(0, s0 - width), s0 + width)], lambda v: {"S": v["S"]})
     if name == "capped-base-stock":
+        # A 2-D box costs its area in simulations: start small, it grows where needed.
         sd_review = sd_day * math.sqrt(sim_cfg.review_days)
-        r_lo = max(1, math.floor(per_review) - 1)
-        r_hi = max(r_lo + 2, math.ceil(per_review + 2.5 * sd_review) + 1)
-        return Space([Axis("S", max(0, s0 - 1), s0 + width + 2), Axis("r", r_lo, r_hi, floor=1)],
+        r_lo = max(1, math.floor(per_review))
+        r_hi = max(r_lo + 2, math.ceil(per_review + 1.5 * sd_review))
+        return Space([Axis("S", max(0, s0 - 2), s0 + 3), Axis("r", r_lo, r_hi, floor=1)],
                      lambda v: {"S": v["S"], "r": v["r"]} if v["r"] <= max(v["S"], 1) else None)
     if name == "s-S":
         q0 = int(eoq(one)[0])
-        return Space([Axis("s", max(0, s0 - width - 1), s0), Axis("Q", 1, max(3, 2 * q0 + 2), floor=1)],
+        return Space([Axis("s", max(0, s0 - 4), s0), Axis("Q", max(1, q0 - 2), q0 + 3, floor=1)],
                      lambda v: {"s": v["s"], "S": v["s"] + v["Q"]})
     if name == "constant":
         step = 0.25 if m >= 4 else max(round(m / 16, 3), 0.001)
@@ -153,7 +154,9 @@ def _separate(space: Space, scores: _Scores, skus: int, max_skus: int, separatio
             se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else 0.0
             gap = means[p] - means[best]
             rows.append({**space.params(p), "objective": means[p], "gap": gap, "gap_se": se})  # type: ignore[dict-item]
-            if p != best and gap <= separation * se:
+            # se == 0 with gap == 0: the same decisions on every SKU-day (e.g. two z that
+            # round to one level), a tie no amount of simulation separates.
+            if p != best and se > 0 and gap <= separation * se:
                 close.append(p)
         if len(close) == 1 or batches * 2 * skus > max_skus:
             return best, batches, sorted(rows, key=lambda r: r["objective"])
