@@ -73,11 +73,15 @@ def uniform(lead: int, penalty: float, skus: int):
                                          holding_cost=H, demand=DemandConfig(dist="poisson", mean=MEAN)))
 
 
-def test_chain_reproduces_known_base_stock_cost():
-    # Zipkin (2008) instance L=1, p=4: the best base-stock level costs 4.16 (his Table 3).
-    costs = {s: exact_cost(1, s, 4.0) for s in range(9, 15)}
-    best = min(costs, key=costs.get)
-    assert round(costs[best], 2) == 4.16
+def test_chain_on_a_case_worked_by_hand():
+    # L = 1, S = 1: on hand y is 0 or 1. From 1, any demand empties it and nothing was
+    # ordered (q = 0); from 0, the unit ordered yesterday arrives. So pi(1) = 1 / (2 - P(D=0)).
+    p0 = math.exp(-MEAN)
+    pi1 = 1.0 / (2.0 - p0)
+    cost_at_1 = H * p0 + 9.0 * (MEAN - 1.0 + p0)  # E[(1 - D)^+] = P(D=0), E[(D - 1)^+] = m - 1 + P(D=0)
+    expected = pi1 * cost_at_1 + (1.0 - pi1) * 9.0 * MEAN
+    assert exact_cost(1, 1, 9.0) == pytest.approx(expected, rel=1e-9)
+    assert exact_cost(1, 0, 9.0) == pytest.approx(9.0 * MEAN)
 
 
 @pytest.mark.parametrize(("lead", "level", "penalty"), [(1, 13, 9.0), (2, 19, 9.0), (3, 20, 4.0)])

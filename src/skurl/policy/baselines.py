@@ -96,6 +96,11 @@ def protection_days(catalog: Catalog, review_days: int) -> np.ndarray:
     return catalog.lead_time.astype(np.int64) + int(review_days)
 
 
+def mean_delay(catalog: Catalog) -> np.ndarray:
+    """Expected supplier delay: 1..delay_max days, uniform, with probability delay_prob."""
+    return catalog.delay_prob.astype(np.float64) * (catalog.delay_max.astype(np.float64) + 1.0) / 2.0
+
+
 def critical_ratio(catalog: Catalog, sim_cfg: SimConfig) -> np.ndarray:
     """Newsvendor ratio cu / (cu + co) per SKU, clipped to [0.05, 0.995] so z stays finite."""
     under = catalog.lost_sale_cost.astype(np.float64)
@@ -112,9 +117,10 @@ def default_z(catalog: Catalog, sim_cfg: SimConfig) -> np.ndarray:
 
 
 def static_level(catalog: Catalog, sim_cfg: SimConfig, z: np.ndarray | float) -> np.ndarray:
-    """Whole-unit order-up-to level ceil(mu + z sigma) of the L + R day protection period,
-    with a long-run daily mean and the SKU's daily variance (days independent)."""
-    days = protection_days(catalog, sim_cfg.review_days)
+    """Whole-unit order-up-to level ceil(mu + z sigma) of the protection period (L + R days
+    plus the expected supplier delay), with a long-run daily mean and the SKU's daily
+    variance (days independent)."""
+    days = protection_days(catalog, sim_cfg.review_days) + mean_delay(catalog)
     m = long_run_mean(catalog)
     var = daily_variance(m, catalog.demand_dist, catalog.dispersion) * days
     level = np.ceil(m * days + np.asarray(z, dtype=np.float64) * np.sqrt(var) - 1e-9)
