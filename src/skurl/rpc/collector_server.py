@@ -28,7 +28,7 @@ import numpy as np
 
 from skurl.config import RpcConfig
 from skurl.errors import UserError
-from skurl.rpc.codec import encode_batch
+from skurl.rpc.codec import encode_into
 from skurl.rpc.errors import NotFoundError, WireError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
@@ -179,13 +179,15 @@ def buffer_chunks(arrays: dict[str, np.ndarray], iteration: int, version: int, m
     rows = max(1, max_bytes // row_bytes)
     if max_rows > 0:
         rows = min(rows, max_rows)
-    yield pb.BufferChunk(iteration=iteration, policy_version=version, row_start=0, rows=0,
-                         total_rows=total, tensors=encode_batch(per_sku))
+    first = pb.BufferChunk(iteration=iteration, policy_version=version, row_start=0, rows=0,
+                           total_rows=total)
+    encode_into(first.tensors, per_sku)
+    yield first
     for start in range(0, total, rows):
-        part = {k: v[start:start + rows] for k, v in flat.items()}
-        yield pb.BufferChunk(iteration=iteration, policy_version=version, row_start=start,
-                             rows=min(rows, total - start), total_rows=total,
-                             tensors=encode_batch(part))
+        chunk = pb.BufferChunk(iteration=iteration, policy_version=version, row_start=start,
+                               rows=min(rows, total - start), total_rows=total)
+        encode_into(chunk.tensors, {k: v[start:start + rows] for k, v in flat.items()})
+        yield chunk
 
 
 class CollectorServer(GrpcServer):

@@ -17,12 +17,13 @@ import grpc
 import numpy as np
 
 from skurl.config import RpcConfig
-from skurl.rpc.codec import decode_batch, encode_batch
+from skurl.rpc.codec import decode_batch, encode_into
 from skurl.rpc.env_wire import ORDER_DTYPES, ReplyDecoder, schema_from_wire
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError, from_rpc_error
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.options import channel_options
+from skurl.rpc.wire_fast import decode_reply
 from skurl.sim.api import ActionError, EnvStateError, Obs, ObsSchema, StepResult
 
 
@@ -71,6 +72,11 @@ class RemoteEnv:
         self._cfg = cfg or RpcConfig()
         self._channel: grpc.Channel | None = connect(address, self._cfg, connect_timeout_s)
         self._stub = pb_grpc.EnvServiceStub(self._channel)
+        # Reset/Step replies stay bytes and are read by wire_fast (views, no extra copies).
+        self._raw = {name: self._channel.unary_unary(
+            f"/skurl.v1.EnvService/{name}", request_serializer=cls.SerializeToString,
+            response_deserializer=None) for name, cls in (("Reset", pb.ResetRequest),
+                                                          ("Step", pb.StepRequest))}
         info = self._call("GetInfo", pb.InfoRequest(env_id=self.env_id, open=True))
         self._num_skus = int(info.num_skus)
         self._schema = schema_from_wire(list(info.schema))
@@ -93,7 +99,8 @@ class RemoteEnv:
     def reset(self, seed: int, episode: int = 0) -> Obs:
         reply = self._call("Reset", pb.ResetRequest(env_id=self.env_id, seed=int(seed),
                                                     episode=int(episode)))
-        return self._decoder.obs(reply.obs, reply.day)
+        batches, scalars = decode_reply(reply)
+        return self._decoder.obs(batches.get(1, {}), scalars.get(2, 0))
 
     def step(self, orders: np.ndarray) -> StepResult:
         arr = np.asarray(orders)
@@ -102,8 +109,11 @@ class RemoteEnv:
                               "array")
         if arr.dtype.name not in ORDER_DTYPES:
             arr = arr.astype(np.float64)  # float16, uint64: the server checks the values
-        request = pb.StepRequest(env_id=self.env_id, orders=encode_batch({"orders": arr}))
-        return self._decoder.step(self._call("Step", request))
+        request = pb.StepRequest(env_id=self.env_id)
+        encode_into(request.orders, {"orders": arr})
+        batches, scalars = decode_reply(self._call("Step", request))
+        return self._decoder.step(batches.get(1, {}), batches.get(2, {}), scalars.get(4, 0),
+                                  bool(scalars.get(3, 0)))
 
     def info(self) -> dict[str, Any]:
         reply = self._call("GetInfo", pb.InfoRequest(env_id=self.env_id))
@@ -134,7 +144,8 @@ class RemoteEnv:
             raise ServerUnavailableError(f"RemoteEnv for {self.address} is closed", self.address,
                                          None)
         try:
-            return getattr(self._stub, method)(request, timeout=self._cfg.timeout_s)
+            call = self._raw.get(method) or getattr(self._stub, method)
+            return call(request, timeout=self._cfg.timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, self.address, f"{method} (env {self.env_id})",
                                  _REJECTED.get(method)) from None

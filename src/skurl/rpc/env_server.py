@@ -23,7 +23,7 @@ import numpy as np
 
 from skurl.config import RpcConfig, SimConfig
 from skurl.errors import UserError
-from skurl.rpc.codec import decode_batch, encode_batch
+from skurl.rpc.codec import decode_batch, encode_into
 from skurl.rpc.env_wire import (
     check_orders,
     obs_arrays,
@@ -35,6 +35,7 @@ from skurl.rpc.errors import CapacityError, WireError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.servicer_base import GrpcServer, check_reply_size, rpc_method, to_json
+from skurl.rpc.wire_fast import encode_reply
 from skurl.sim.api import Env, EnvStateError
 
 _ENV_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
@@ -134,15 +135,18 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             with session.lock:
                 info_json = to_json(session.env.info())
         shard = self._shard
-        rows = encode_batch({"sku_id": shard.sku_id, "catalog_row": shard.catalog_rows})
         with self._lock:
             env_ids = sorted(self._sessions)
-        return pb.InfoReply(num_skus=self.num_skus, schema=schema_to_wire(self.schema),
-                            shard_index=shard.index, shard_count=shard.count, rows=rows,
-                            info_json=info_json, env_ids=env_ids, days=shard.days)
+        reply = pb.InfoReply(num_skus=self.num_skus, schema=schema_to_wire(self.schema),
+                             shard_index=shard.index, shard_count=shard.count,
+                             info_json=info_json, env_ids=env_ids, days=shard.days)
+        encode_into(reply.rows, {"sku_id": shard.sku_id, "catalog_row": shard.catalog_rows})
+        return reply
 
+    # Reset and Step return their reply already serialized (wire_fast.py): a ResetReply /
+    # StepReply in protobuf wire format, written without the runtime's extra copies.
     @rpc_method
-    def Reset(self, request: pb.ResetRequest, context: grpc.ServicerContext) -> pb.ResetReply:
+    def Reset(self, request: pb.ResetRequest, context: grpc.ServicerContext) -> bytes:
         if request.seed < 0 or request.episode < 0:
             raise WireError(f"Reset request: seed {request.seed}, episode {request.episode}; "
                             "expected integers >= 0")
@@ -151,12 +155,12 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             session.state = "new"  # stays so if reset fails
             obs = session.env.reset(int(request.seed), int(request.episode))
             session.state, session.day = "running", int(obs.raw.day)
-            reply = pb.ResetReply(obs=encode_batch(obs_arrays(obs)), day=session.day)
+            reply = encode_reply({1: obs_arrays(obs)}, {2: session.day})
         check_reply_size(reply, self._cfg, "Reset")
         return reply
 
     @rpc_method
-    def Step(self, request: pb.StepRequest, context: grpc.ServicerContext) -> pb.StepReply:
+    def Step(self, request: pb.StepRequest, context: grpc.ServicerContext) -> bytes:
         session = self._get(request.env_id)
         orders = decode_batch(request.orders, self._orders_spec, what="Step request")["orders"]
         check_orders(orders, self.num_skus)
@@ -177,9 +181,8 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             seconds = time.perf_counter() - start
             session.day = int(result.obs.raw.day)
             session.state = "done" if result.done else "running"
-            reply = pb.StepReply(obs=encode_batch(obs_arrays(result.obs)),
-                                 result=encode_batch(step_arrays(result)),
-                                 done=bool(result.done), day=session.day)
+            reply = encode_reply({1: obs_arrays(result.obs), 2: step_arrays(result)},
+                                 {3: int(bool(result.done)), 4: session.day})
         histogram = _step_histogram()
         if histogram is not None:
             histogram.observe(seconds)
@@ -205,14 +208,33 @@ def _check_env_id(env_id: str) -> None:
                         "digits and _ . : @ -)")
 
 
+def _raw(reply: bytes) -> bytes:
+    return reply
+
+
+def env_service_handler(servicer: EnvServicer) -> grpc.GenericRpcHandler:
+    """The generated registration, except that Reset/Step replies are already bytes."""
+    unary = grpc.unary_unary_rpc_method_handler
+    return grpc.method_handlers_generic_handler("skurl.v1.EnvService", {
+        "GetInfo": unary(servicer.GetInfo, request_deserializer=pb.InfoRequest.FromString,
+                         response_serializer=pb.InfoReply.SerializeToString),
+        "Reset": unary(servicer.Reset, request_deserializer=pb.ResetRequest.FromString,
+                       response_serializer=_raw),
+        "Step": unary(servicer.Step, request_deserializer=pb.StepRequest.FromString,
+                      response_serializer=_raw),
+        "Close": unary(servicer.Close, request_deserializer=pb.CloseRequest.FromString,
+                       response_serializer=pb.CloseReply.SerializeToString),
+    })
+
+
 class EnvServer(GrpcServer):
     """A running EnvService; `servicer` holds the sessions."""
 
     def __init__(self, servicer: EnvServicer, cfg: RpcConfig, host: str = "127.0.0.1",
                  port: int = 0) -> None:
         self.servicer = servicer
-        super().__init__(lambda s: pb_grpc.add_EnvServiceServicer_to_server(servicer, s), cfg,
-                         host, port, max_workers=servicer._max_sessions + 4)
+        super().__init__(lambda s: s.add_generic_rpc_handlers((env_service_handler(servicer),)),
+                         cfg, host, port, max_workers=servicer._max_sessions + 4)
 
     def stop(self, grace_s: float = 2.0) -> None:
         super().stop(grace_s)

@@ -15,7 +15,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from skurl.rpc.codec import ALLOWED_DTYPES, TensorSpec, check_spec, decode_batch
+from skurl.rpc.codec import ALLOWED_DTYPES, TensorSpec, check_spec
 from skurl.rpc.errors import WireError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
@@ -72,19 +72,20 @@ class ReplyDecoder:
         self._step_specs = step_specs(num_skus)
         self._buffers: dict[str, np.ndarray] = {}
 
-    def obs(self, batch: pb.TensorBatch, day: int) -> Obs:
-        arrays = self._fill(decode_batch(batch, self._obs_specs, what="observation reply"))
-        raw = RawState(on_hand=arrays["on_hand"], pipeline=arrays["pipeline"],
-                       backlog=arrays["backlog"], forecast=arrays["forecast"], day=int(day))
-        return Obs(features=arrays["features"], raw=raw, schema=self.schema)
+    def obs(self, arrays: dict[str, np.ndarray], day: int) -> Obs:
+        out = self._fill(_checked(arrays, self._obs_specs, "observation reply"))
+        raw = RawState(on_hand=out["on_hand"], pipeline=out["pipeline"],
+                       backlog=out["backlog"], forecast=out["forecast"], day=int(day))
+        return Obs(features=out["features"], raw=raw, schema=self.schema)
 
-    def step(self, reply: pb.StepReply) -> StepResult:
-        obs = self.obs(reply.obs, reply.day)
-        decoded = decode_batch(reply.result, self._step_specs, what="step reply")
-        failed = decoded.pop("failed").copy()  # tiny and variable-length: no buffer
-        arrays = self._fill(decoded)
-        metrics = DayMetrics(**{name: arrays[name] for name in METRIC_NAMES})
-        return StepResult(obs=obs, reward=arrays["reward"], done=bool(reply.done),
+    def step(self, obs: dict[str, np.ndarray], result: dict[str, np.ndarray], day: int,
+             done: bool) -> StepResult:
+        observation = self.obs(obs, day)
+        checked = _checked(result, self._step_specs, "step reply")
+        failed = checked.pop("failed").copy()  # tiny and variable-length: no buffer
+        out = self._fill(checked)
+        metrics = DayMetrics(**{name: out[name] for name in METRIC_NAMES})
+        return StepResult(obs=observation, reward=out["reward"], done=bool(done),
                           metrics=metrics, failed=failed)
 
     def _fill(self, decoded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -96,6 +97,18 @@ class ReplyDecoder:
             np.copyto(buf, arr)
             out[name] = buf
         return out
+
+
+def _checked(arrays: dict[str, np.ndarray], specs: dict[str, TensorSpec],
+             what: str) -> dict[str, np.ndarray]:
+    """Exactly the names of `specs`, each matching its spec; else WireError."""
+    if arrays.keys() != specs.keys():
+        missing = sorted(specs.keys() - arrays.keys())
+        extra = sorted(arrays.keys() - specs.keys())
+        raise WireError(f"{what}: missing tensors {missing}, unexpected {extra}")
+    for name, spec in specs.items():
+        check_spec(name, arrays[name], spec, what)
+    return dict(arrays)
 
 
 def schema_to_wire(schema: ObsSchema) -> list[pb.SchemaField]:

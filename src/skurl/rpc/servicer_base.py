@@ -62,7 +62,8 @@ def rpc_method(method: F) -> F:
 
 def check_reply_size(reply: Any, cfg: RpcConfig, what: str) -> None:
     """A clear RESOURCE_EXHAUSTED before gRPC drops an over-limit reply with a terse one."""
-    size, limit = reply.ByteSize(), max_message_bytes(cfg)
+    size = len(reply) if isinstance(reply, bytes) else reply.ByteSize()
+    limit = max_message_bytes(cfg)
     if size > limit:
         raise CapacityError(f"{what} reply is {size / 2**20:.1f} MiB, over rpc.max_message_mb="
                             f"{cfg.max_message_mb}; raise it on both sides or use more shards")
