@@ -246,9 +246,20 @@ def test_info_and_close(make_env: Callable[[], Env]) -> None:
     env = make_env()
     env.reset(seed=0)
     info = env.info()
-    assert isinstance(info, dict) and info.get("num_skus", SKUS) == SKUS
+    assert isinstance(info, dict) and info["num_skus"] == SKUS
+    assert info["days"] == DAYS  # what a Collector sizes its rollout with
     env.close()
     env.close()  # idempotent
+
+
+def test_sku_ids_are_the_catalog_ids_in_row_order(make_env: Callable[[], Env],
+                                                  setup: tuple[Catalog, SimConfig]) -> None:
+    """Collectors key per-SKU random draws on these ids: same ids, same actions, any mode."""
+    env = make_env()
+    ids = getattr(env, "sku_ids", None)
+    if ids is None:
+        ids = env.catalog.sku_id  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(ids, setup[0].sku_id)
 
 
 def test_sim_config_changes_reach_the_server(setup: tuple[Catalog, SimConfig]) -> None:

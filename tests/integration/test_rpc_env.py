@@ -133,7 +133,7 @@ def test_info_reports_shard_rows_and_sessions(server: EnvServer,
         info = env.info()
         assert info["num_skus"] == N and info["remote"]["env_id"] == "collector-0"
         assert "collector-0" in info["remote"]["sessions"]
-        np.testing.assert_array_equal(env.sku_id, setup[0].sku_id)
+        np.testing.assert_array_equal(env.sku_ids, setup[0].sku_id)
         np.testing.assert_array_equal(env.catalog_rows, np.arange(N))
         assert env.shard == (0, 1) and env.days == 5
 
@@ -238,3 +238,35 @@ def test_multi_shard_pads_narrower_shards_to_the_whole_catalog_layout(
     finally:
         for s in servers:
             s.stop(0)
+
+
+def test_config_addresses_connect_and_a_collector_cannot_tell_the_difference(
+        setup: tuple[Catalog, SimConfig]) -> None:
+    """The PPO collector over two remote shards (deploy.sim_addresses) records exactly the
+    rollout it records over one in-process VectorEnv."""
+    torch = pytest.importorskip("torch")
+    from skurl.collect.collector import Collector
+    from skurl.policy.actions import ActionGrid
+    from skurl.policy.nets import ActorCritic
+    from skurl.rpc.env_server import serve_shards
+    from skurl.rpc.multi_shard import connect_sim_servers
+
+    catalog, sim = setup
+    servers = serve_shards(catalog, sim, RPC, 2)
+    addresses = ",".join(s.address for s in servers)
+    cfg = load_config(None, ["deploy.sim_servers=2", f"deploy.sim_addresses={addresses}",
+                             "rpc.timeout_s=30"])
+    local = VectorEnv(catalog, sim)
+    torch.manual_seed(0)
+    model = ActorCritic(local.schema.dim, cfg.policy.actions.n, (16,))
+    grid = ActionGrid.from_config(cfg.policy.actions, sim.review_days)
+    try:
+        with connect_sim_servers(cfg, env_id="collector-0") as remote:
+            rollouts = [Collector(env, model, grid, chunk=16, infer_dtype="float32")
+                        .collect(seed=3, episode=1) for env in (local, remote)]
+    finally:
+        for s in servers:
+            s.stop(0)
+    want, got = (r.arrays() for r in rollouts)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)

@@ -81,7 +81,8 @@ class RemoteEnv:
         self._num_skus = int(info.num_skus)
         self._schema = schema_from_wire(list(info.schema))
         rows = decode_batch(info.rows, what="GetInfo reply")
-        self.sku_id = np.array(rows["sku_id"], dtype=np.int64)
+        # sku_ids: what collectors key per-SKU random draws on (same ids in every mode).
+        self.sku_ids = np.array(rows["sku_id"], dtype=np.int64)
         self.catalog_rows = np.array(rows["catalog_row"], dtype=np.int64)
         self.shard = (int(info.shard_index), int(info.shard_count))
         self.days = int(info.days)

@@ -146,6 +146,20 @@ class MultiShardEnv:
     def envs(self) -> list[Env]:
         return list(self._envs)
 
+    @property
+    def sku_ids(self) -> np.ndarray | None:
+        """SKU ids in catalog row order, when every shard tells its own (RemoteEnv.sku_ids,
+        VectorEnv.catalog.sku_id); collectors key per-SKU random draws on them."""
+        parts = [getattr(e, "sku_ids", None) for e in self._envs]
+        parts = [getattr(getattr(e, "catalog", None), "sku_id", None) if p is None else p
+                 for e, p in zip(self._envs, parts, strict=True)]
+        if any(p is None for p in parts):
+            return None
+        out = np.empty(self._n, np.int64)
+        for sel, ids in zip(self._sel, parts, strict=True):
+            out[sel] = ids
+        return out
+
     def reset(self, seed: int, episode: int = 0) -> Obs:
         self._in_step = True
         shard_obs = self._map(lambda k: self._envs[k].reset(seed, episode))
@@ -185,8 +199,9 @@ class MultiShardEnv:
                           failed=b["failed"])
 
     def info(self) -> dict[str, Any]:
+        shards = self._map(lambda k: self._envs[k].info())
         return {"backend": "multi_shard", "num_skus": self._n, "obs_dim": self._schema.dim,
-                "day": self._day, "shards": self._map(lambda k: self._envs[k].info())}
+                "days": shards[0].get("days"), "day": self._day, "shards": shards}
 
     def close(self) -> None:
         for env in self._envs:
@@ -280,3 +295,12 @@ class MultiShardEnv:
         raw = RawState(on_hand=b["on_hand"], pipeline=b["pipeline"], backlog=b["backlog"],
                        forecast=b["forecast"], day=self._day)
         return Obs(features=b["features"], raw=raw, schema=self._schema)
+
+
+def connect_sim_servers(cfg: Any, env_id: str | None = None, **kwargs: Any) -> MultiShardEnv:
+    """One Env over the sim servers of a config: deploy.sim_addresses, or, when empty,
+    127.0.0.1 on base_port .. base_port + sim_servers - 1 (servers started locally)."""
+    deploy = cfg.deploy
+    addresses = list(deploy.sim_addresses) or [
+        f"127.0.0.1:{deploy.base_port + i}" for i in range(deploy.sim_servers)]
+    return MultiShardEnv.from_addresses(addresses, cfg.rpc, env_id=env_id, **kwargs)
