@@ -127,7 +127,8 @@ def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: floa
         rows.append(("failed SKUs (excluded)", str(result.failed_skus)))
     if tuning:
         rows.append(("tuning", f"{tuning['method']}: {tuning['runs']} runs, {tuning['sku_days']:,} SKU-days, "
-                               f"objective {tuning['objective']:.4f}, {tuning['seconds']:.1f}s, seed {tuning['seed']}"))
+                               f"{tuning['objective_is']} {tuning['objective']:.4f} / SKU-day, {tuning['seconds']:.1f}s, "
+                               f"seed {tuning['seed']}"))
     rows.append(("evaluation time", f"{seconds:.1f}s"))
     for k, v in rows:
         table.add_row(k, v)

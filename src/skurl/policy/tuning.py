@@ -75,12 +75,14 @@ class TuneResult:
     sku_days: int  # simulated SKU-days, all candidates together
     objective: float  # best mean objective per SKU-day on the tuning seeds
     details: dict[str, Any] = field(default_factory=dict)
+    objective_is: str = "cost"  # "cost" or "-profit" (sim.reward=profit): lower is better
 
     def summary(self) -> dict[str, Any]:
         from skurl.policy.baselines import summarize
 
         return {"method": self.method, "seed": self.seed, "days": self.days, "warmup": self.warmup,
                 "runs": self.runs, "sku_days": self.sku_days, "objective": self.objective,
+                "objective_is": self.objective_is,
                 "params": {k: summarize(v) for k, v in self.params.items()}, **self.details}
 
 
@@ -220,5 +222,9 @@ def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, day
         name=name, params=params, method="per-sku-grid", seed=seed, days=days, warmup=warmup,
         runs=scorer.runs, sku_days=scorer.sku_days,
         objective=float(obj[finite].mean()) if finite.any() else float("nan"),
-        details={k: summarize(v) for k, v in details.items()},
+        details={k: summarize(v) for k, v in details.items()}, objective_is=objective_is(sim_cfg),
     )
+
+
+def objective_is(sim_cfg: SimConfig) -> str:
+    return "-profit" if sim_cfg.reward == "profit" else "cost"

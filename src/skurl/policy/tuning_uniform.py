@@ -30,7 +30,7 @@ from skurl.policy.baselines import (
     long_run_mean,
     protection_days,
 )
-from skurl.policy.tuning import CandidateScorer, Progress, TuneResult
+from skurl.policy.tuning import CandidateScorer, Progress, TuneResult, objective_is
 
 Point = tuple[int, ...]
 
@@ -184,4 +184,5 @@ def tune_uniform(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, 
         details={"box": {a.name: [a.value(a.lo), a.value(a.hi)] for a in space.axes},
                  "final_skus": batches * skus, "runner_up": runner_up,
                  "candidates": len({p for p, _ in scores.cache})},
+        objective_is=objective_is(sim_cfg),
     )
