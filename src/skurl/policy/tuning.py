@@ -41,6 +41,7 @@ from skurl.policy.baselines import (
     long_run_mean,
     make_policy,
     static_level,
+    summarize,
 )
 
 TUNE_SEED_OFFSET = 7_777_777
@@ -78,8 +79,6 @@ class TuneResult:
     objective_is: str = "cost"  # "cost" or "-profit" (sim.reward=profit): lower is better
 
     def summary(self) -> dict[str, Any]:
-        from skurl.policy.baselines import summarize
-
         return {"method": self.method, "seed": self.seed, "days": self.days, "warmup": self.warmup,
                 "runs": self.runs, "sku_days": self.sku_days, "objective": self.objective,
                 "objective_is": self.objective_is,
@@ -216,8 +215,6 @@ def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, day
     scorer = CandidateScorer(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup)
     params, obj, details = tune_per_sku(scorer, progress)
     finite = np.isfinite(obj)
-    from skurl.policy.baselines import summarize
-
     return TuneResult(
         name=name, params=params, method="per-sku-grid", seed=seed, days=days, warmup=warmup,
         runs=scorer.runs, sku_days=scorer.sku_days,
