@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -153,3 +154,20 @@ def test_learner_hosted_server_publishes_in_process(server: WeightSyncServer) ->
     with GrpcWeightSubscriber(server.address, RPC) as sub:
         server.servicer.put(to_message(encode_weights(model(7), 7)))
         assert sub.wait_for(7, timeout=WAIT)[0] == 7
+
+
+def test_weights_unlike_the_model_are_dropped(server: WeightSyncServer,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    pub = GrpcWeightPublisher(server.address, RPC)
+    like = model(0)
+    with GrpcWeightSubscriber(server.address, RPC, like=like) as sub:
+        wider = {**model(1), "pi.0.bias": torch.zeros(128)}
+        with caplog.at_level(logging.ERROR, logger="skurl.rpc.weights"):
+            pub.publish(1, wider)
+            _until(lambda: sub.rejected == 1)
+        assert sub.latest() is None
+        assert any("'pi.0.bias' is float32[128], expected float32[256]" in r.getMessage()
+                   for r in caplog.records)
+        pub.publish(2, model(2))
+        assert sub.wait_for(2, timeout=WAIT)[0] == 2
+    pub.close()

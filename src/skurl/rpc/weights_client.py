@@ -70,9 +70,13 @@ class GrpcWeightSubscriber:
     """Follows the WeightSyncService at `address` for `model_key` (a WeightSubscriber)."""
 
     def __init__(self, address: str, cfg: RpcConfig | None = None, model_key: str = "policy",
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, *,
+                 like: Tensors | None = None) -> None:
+        """`like` (the model's state_dict) makes weights of other names/shapes/dtypes
+        rejected, as bad bytes are; without it any valid safetensors is taken."""
         self.address, self.model_key = address, model_key
         self._cfg = cfg or RpcConfig()
+        self._like = None if like is None else _spec(like)
         self._channel = connect(address, self._cfg, connect_timeout_s)
         self._stub = pb_grpc.WeightSyncServiceStub(self._channel)
         self._cond = threading.Condition()
@@ -160,6 +164,8 @@ class GrpcWeightSubscriber:
                 raise WeightIntegrityError(f"weights for key '{blob.model_key}', expected "
                                            f"'{self.model_key}'")
             tensors = decode_weights(blob)
+            if self._like is not None and _spec(tensors) != self._like:
+                raise WeightIntegrityError(_mismatch(_spec(tensors), self._like))
         except WeightIntegrityError as exc:
             self.rejected += 1
             log.error("dropping weights v%d from %s: %s", blob.version, self.address, exc)
@@ -168,6 +174,24 @@ class GrpcWeightSubscriber:
             if self._latest is None or blob.version > self._latest[0]:
                 self._latest = (blob.version, tensors)
                 self._cond.notify_all()
+
+
+Spec = dict[str, tuple[str, tuple[int, ...]]]
+
+
+def _spec(tensors: Tensors) -> Spec:
+    return {name: (str(t.dtype).removeprefix("torch."), tuple(t.shape))
+            for name, t in tensors.items()}
+
+
+def _mismatch(got: Spec, want: Spec) -> str:
+    missing, extra = sorted(want.keys() - got.keys()), sorted(got.keys() - want.keys())
+    if missing or extra:
+        return f"do not match the model: missing {missing}, unexpected {extra}"
+    name = next(n for n in sorted(got) if got[n] != want[n])
+    (dtype, shape), (want_dtype, want_shape) = got[name], want[name]
+    return (f"do not match the model: '{name}' is {dtype}{list(shape)}, "
+            f"expected {want_dtype}{list(want_shape)}")
 
 
 __all__ = ["GrpcWeightPublisher", "GrpcWeightSubscriber", "ServerUnavailableError",
