@@ -3,6 +3,7 @@ and MultiShardEnv over shards whose observation widths differ."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import grpc
@@ -20,6 +21,7 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.multi_shard import MultiShardEnv
 from skurl.rpc.options import channel_options
+from skurl.sim.api import Env
 from skurl.sim.env import VectorEnv
 
 N = 50
@@ -110,6 +112,32 @@ def test_sessions_are_independent(server: EnvServer, setup: tuple[Catalog, SimCo
             ra, rr = a.step(np.ones(N)), ref.step(np.ones(N))
             np.testing.assert_array_equal(ra.reward, rr.reward)
             np.testing.assert_array_equal(ra.obs.features, rr.obs.features)
+
+
+def test_sessions_stepped_concurrently_match_the_in_process_env(
+        server: EnvServer, setup: tuple[Catalog, SimConfig]) -> None:
+    def episode(env: Env, seed: int) -> list[np.ndarray]:
+        obs, rewards = env.reset(seed), []
+        for _ in range(5):
+            result = env.step(np.maximum(np.round(obs.raw.forecast[:, 0] * 2), 0))
+            obs = result.obs
+            rewards.append(result.reward.copy())
+        return rewards
+
+    got: dict[int, list[np.ndarray]] = {}
+    envs = {seed: RemoteEnv(server.address, RPC) for seed in (11, 12, 13)}
+    threads = [threading.Thread(target=lambda s=seed: got.__setitem__(s, episode(envs[s], s)))
+               for seed in envs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=DEADLINE * 5)
+    for seed, env in envs.items():
+        env.close()
+        want = episode(VectorEnv(*setup), seed)
+        assert len(got[seed]) == len(want)
+        for a, b in zip(got[seed], want, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_sessions_are_capped_and_freed_on_close(setup: tuple[Catalog, SimConfig]) -> None:

@@ -78,6 +78,10 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
         self._max_sessions = max_sessions
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+        # One simulator call at a time across sessions: each already uses every core, and
+        # numba's workqueue threading layer (the fallback without OpenMP/TBB) aborts the
+        # process when two threads launch parallel kernels at once.
+        self._sim_lock = threading.Lock()
         # Built and stepped once now, so a bad catalog fails at start-up and the kernels
         # are compiled before the first client waits; handed to the first session.
         self._spare: Env | None = make_env()
@@ -153,7 +157,8 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
         session = self._open(request.env_id)
         with session.lock:
             session.state = "new"  # stays so if reset fails
-            obs = session.env.reset(int(request.seed), int(request.episode))
+            with self._sim_lock:
+                obs = session.env.reset(int(request.seed), int(request.episode))
             session.state, session.day = "running", int(obs.raw.day)
             reply = encode_reply({1: obs_arrays(obs)}, {2: session.day})
         check_reply_size(reply, self._cfg, "Reset")
@@ -172,7 +177,8 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
                                     "call Reset before Step")
             start = time.perf_counter()
             try:
-                result = session.env.step(orders)
+                with self._sim_lock:
+                    result = session.env.step(orders)
             except UserError:
                 raise  # the env refused the orders before simulating: state unchanged
             except Exception:
