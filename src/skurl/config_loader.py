@@ -21,7 +21,7 @@ from skurl.errors import ConfigError
 T = TypeVar("T")
 
 
-def opt(default: Any, help: str) -> Any:  # noqa: A002 - reads like argparse
+def opt(default: Any, help: str) -> Any:
     """A dataclass field with a default and help text (shown by `skurl config keys`)."""
     if isinstance(default, list):
         # Lists are stored as tuples, as loading produces them: configs stay hashable and equal.
@@ -35,7 +35,7 @@ def opt(default: Any, help: str) -> Any:  # noqa: A002 - reads like argparse
     return dataclasses.field(default=default, metadata={"help": help})
 
 
-def section(cls: type, help: str) -> Any:  # noqa: A002
+def section(cls: type, help: str) -> Any:
     """A nested config section with its own defaults."""
     return dataclasses.field(default_factory=cls, metadata={"help": help})
 
@@ -59,9 +59,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     bad = ConfigError(f"config key '{key}': got {value!r}, expected {_expected(tp)}")
     if origin in (typing.Union, types.UnionType):
         args = get_args(tp)
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "")):
-            if type(None) in args:
-                return None
+        is_null = value is None or (isinstance(value, str) and value.lower() in ("null", "none", ""))
+        if is_null and type(None) in args:
+            return None
         for arg in args:
             if arg is type(None):
                 continue
