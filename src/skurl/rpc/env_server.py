@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
@@ -37,6 +38,10 @@ from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.servicer_base import GrpcServer, check_reply_size, rpc_method, to_json
 from skurl.rpc.wire_fast import encode_reply
 from skurl.sim.api import Env, EnvStateError
+
+if TYPE_CHECKING:
+    from skurl.catalog.partition import Method
+    from skurl.catalog.schema import Catalog
 
 _ENV_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 
@@ -60,7 +65,7 @@ class _Session:
     day: int = 0
 
 
-def _step_histogram():  # type: ignore[no-untyped-def]
+def _step_histogram() -> Any:
     """sim_step_duration_seconds when telemetry is installed (imported lazily: optional)."""
     try:
         from skurl.telemetry.metrics import get_metrics
@@ -247,7 +252,7 @@ class EnvServer(GrpcServer):
         self.servicer.close_all()
 
 
-def serve_env(catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, *,  # type: ignore[no-untyped-def]
+def serve_env(catalog: Catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, *,
               shard: tuple[int, int] = (0, 1), catalog_rows: np.ndarray | None = None,
               host: str = "127.0.0.1", port: int = 0, max_sessions: int = 8) -> EnvServer:
     """Start an EnvService over `catalog` (already the shard's rows) with VectorEnvs."""
@@ -262,8 +267,8 @@ def serve_env(catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, *,  # type: ignor
     return EnvServer(servicer, rpc_cfg, host, port)
 
 
-def serve_shards(catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, count: int,  # type: ignore[no-untyped-def]
-                 method: str = "round_robin_cost", *, host: str = "127.0.0.1",
+def serve_shards(catalog: Catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, count: int,
+                 method: Method = "round_robin_cost", *, host: str = "127.0.0.1",
                  base_port: int = 0, max_sessions: int = 8) -> list[EnvServer]:
     """`count` EnvServers in this process, one per shard of `catalog` (groups kept
     together); ports base_port + i, or free ports when base_port is 0. For tests and
@@ -272,7 +277,7 @@ def serve_shards(catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, count: int,  #
 
     servers: list[EnvServer] = []
     try:
-        for i, rows in enumerate(partition(catalog, count, method)):  # type: ignore[arg-type]
+        for i, rows in enumerate(partition(catalog, count, method)):
             port = base_port + i if base_port else 0
             servers.append(serve_env(catalog.subset(rows), sim_cfg, rpc_cfg, shard=(i, count),
                                      catalog_rows=rows, host=host, port=port,

@@ -16,7 +16,8 @@ scalars (Tensor.shape) into one length-delimited field and omits default values.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -107,7 +108,7 @@ class _Reader:
                 return result
             shift += 7
 
-    def fields(self):  # type: ignore[no-untyped-def]
+    def fields(self) -> Iterator[tuple[int, int, Any]]:
         """(field number, wire type, value): varint int, or (start, end) for LEN."""
         while self.pos < self.end:
             key = self.varint()
