@@ -272,7 +272,7 @@ def _is_host_port(address: str) -> bool:
 class RpcConfig:
     max_message_mb: int = opt(
         512, "largest gRPC message in MiB, sent or received; one value sets client and server "
-        "limits (a 100k-SKU step reply is ~40 MiB)"
+        "limits (a 100k-SKU step reply of the synthetic catalog is ~60 MiB)"
     )
     keepalive_s: float = opt(
         30.0, "seconds between keepalive pings on a connection (client and server); 0 = off"
