@@ -23,7 +23,6 @@ from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError, from_
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.options import channel_options
-from skurl.rpc.wire_fast import decode_reply
 from skurl.sim.api import ActionError, EnvStateError, Obs, ObsSchema, StepResult
 
 
@@ -100,8 +99,7 @@ class RemoteEnv:
     def reset(self, seed: int, episode: int = 0) -> Obs:
         reply = self._call("Reset", pb.ResetRequest(env_id=self.env_id, seed=int(seed),
                                                     episode=int(episode)))
-        batches, scalars = decode_reply(reply)
-        return self._decoder.obs(batches.get(1, {}), scalars.get(2, 0))
+        return self._decoder.reset_reply(reply)
 
     def step(self, orders: np.ndarray) -> StepResult:
         arr = np.asarray(orders)
@@ -112,9 +110,7 @@ class RemoteEnv:
             arr = arr.astype(np.float64)  # float16, uint64: the server checks the values
         request = pb.StepRequest(env_id=self.env_id)
         encode_into(request.orders, {"orders": arr})
-        batches, scalars = decode_reply(self._call("Step", request))
-        return self._decoder.step(batches.get(1, {}), batches.get(2, {}), scalars.get(4, 0),
-                                  bool(scalars.get(3, 0)))
+        return self._decoder.step_reply(self._call("Step", request))
 
     def info(self) -> dict[str, Any]:
         reply = self._call("GetInfo", pb.InfoRequest(env_id=self.env_id))

@@ -27,16 +27,15 @@ from skurl.errors import UserError
 from skurl.rpc.codec import decode_batch, encode_into
 from skurl.rpc.env_wire import (
     check_orders,
-    obs_arrays,
+    encode_reset_reply,
+    encode_step_reply,
     orders_spec,
     schema_to_wire,
-    step_arrays,
 )
 from skurl.rpc.errors import CapacityError, WireError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.servicer_base import GrpcServer, check_reply_size, rpc_method, to_json
-from skurl.rpc.wire_fast import encode_reply
 from skurl.sim.api import Env, EnvStateError
 
 if TYPE_CHECKING:
@@ -165,7 +164,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             with self._sim_lock:
                 obs = session.env.reset(int(request.seed), int(request.episode))
             session.state, session.day = "running", int(obs.raw.day)
-            reply = encode_reply({1: obs_arrays(obs)}, {2: session.day})
+            reply = encode_reset_reply(obs)
         check_reply_size(reply, self._cfg, "Reset")
         return reply
 
@@ -192,8 +191,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             seconds = time.perf_counter() - start
             session.day = int(result.obs.raw.day)
             session.state = "done" if result.done else "running"
-            reply = encode_reply({1: obs_arrays(result.obs), 2: step_arrays(result)},
-                                 {3: int(bool(result.done)), 4: session.day})
+            reply = encode_step_reply(result)
         histogram = _step_histogram()
         if histogram is not None:
             histogram.observe(seconds)

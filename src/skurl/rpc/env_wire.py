@@ -18,6 +18,7 @@ import numpy as np
 from skurl.rpc.codec import ALLOWED_DTYPES, TensorSpec, check_spec
 from skurl.rpc.errors import WireError
 from skurl.rpc.gen import skurl_pb2 as pb
+from skurl.rpc.wire_fast import decode_reply, encode_reply
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
 
 OBS_NAMES = ("features", "on_hand", "pipeline", "backlog", "forecast")
@@ -26,6 +27,28 @@ STEP_NAMES = ("reward", "failed", *METRIC_NAMES)
 ORDER_DTYPES = frozenset({"float32", "float64", "int32", "int64", "uint8", "uint16", "uint32",
                           "int8", "int16"})
 _ANY = frozenset(ALLOWED_DTYPES)
+
+
+def _numbers(message: type, names: tuple[str, ...]) -> tuple[int, ...]:
+    fields_by_name = message.DESCRIPTOR.fields_by_name  # type: ignore[attr-defined]
+    return tuple(fields_by_name[name].number for name in names)
+
+
+# Field numbers of the replies written and read by wire_fast, taken from skurl.proto.
+RESET_OBS, RESET_DAY = _numbers(pb.ResetReply, ("obs", "day"))
+STEP_OBS, STEP_RESULT, STEP_DONE, STEP_DAY = _numbers(pb.StepReply,
+                                                      ("obs", "result", "done", "day"))
+
+
+def encode_reset_reply(obs: Obs) -> bytes:
+    """A serialized ResetReply."""
+    return encode_reply({RESET_OBS: obs_arrays(obs)}, {RESET_DAY: int(obs.raw.day)})
+
+
+def encode_step_reply(result: StepResult) -> bytes:
+    """A serialized StepReply."""
+    return encode_reply({STEP_OBS: obs_arrays(result.obs), STEP_RESULT: step_arrays(result)},
+                        {STEP_DONE: int(bool(result.done)), STEP_DAY: int(result.obs.raw.day)})
 
 
 def orders_spec(num_skus: int) -> dict[str, TensorSpec]:
@@ -71,6 +94,15 @@ class ReplyDecoder:
         self._obs_specs = obs_specs(num_skus, schema.dim)
         self._step_specs = step_specs(num_skus)
         self._buffers: dict[str, np.ndarray] = {}
+
+    def reset_reply(self, data: bytes) -> Obs:
+        batches, scalars = decode_reply(data)
+        return self.obs(batches.get(RESET_OBS, {}), scalars.get(RESET_DAY, 0))
+
+    def step_reply(self, data: bytes) -> StepResult:
+        batches, scalars = decode_reply(data)
+        return self.step(batches.get(STEP_OBS, {}), batches.get(STEP_RESULT, {}),
+                         scalars.get(STEP_DAY, 0), bool(scalars.get(STEP_DONE, 0)))
 
     def obs(self, arrays: dict[str, np.ndarray], day: int) -> Obs:
         out = self._fill(_checked(arrays, self._obs_specs, "observation reply"))
