@@ -162,6 +162,10 @@ class PPOConfig:
         "none", "mixed precision of the update: none (fp32) | bf16 (torch.autocast on CPU/GPU)"
     )
     target_kl: float = opt(0.0, "stop an iteration's epochs early once approx KL exceeds this; 0 = never")
+    stats_decay: float = opt(
+        0.9, "weight kept by the history of the observation/reward statistics at each iteration "
+        "(1 = plain running stats; < 1 forgets the early, untrained policy's states)"
+    )
 
     def __post_init__(self) -> None:
         check(self.epochs >= 1, "ppo.epochs", self.epochs, "an integer >= 1")
@@ -173,6 +177,7 @@ class PPOConfig:
         check(self.max_grad_norm > 0, "ppo.max_grad_norm", self.max_grad_norm, "a number > 0")
         check(self.sample_skus >= 0, "ppo.sample_skus", self.sample_skus, "an integer >= 0")
         check(self.target_kl >= 0, "ppo.target_kl", self.target_kl, "a number >= 0")
+        check(0 < self.stats_decay <= 1, "ppo.stats_decay", self.stats_decay, "a number in (0, 1]")
 
 
 @dataclass(frozen=True)

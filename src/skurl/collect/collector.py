@@ -1,0 +1,188 @@
+"""The Collector: drives any Env with the current policy and records a Rollout.
+
+Each day: the env's features are normalized and run through the policy and value nets
+in chunks of SKUs (torch inference mode, optionally bfloat16), an action index is
+sampled per SKU by inverse CDF with counter-based uniforms, indices become units via
+the ActionGrid, and the env steps. Arrays are preallocated and written in place; with
+record=False nothing per step is kept (benchmarks).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from skurl.buffer.rollout import Rollout
+from skurl.policy.actions import ActionGrid
+from skurl.policy.nets import ActionUniforms, ActorCritic, InferenceNets, sample_inverse_cdf
+from skurl.sim.api import Env
+
+
+class Timer(Protocol):
+    def stage(self, name: str) -> AbstractContextManager[None]: ...
+
+
+class _NoTimer:
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        yield
+
+
+def cpu_has_bf16() -> bool:
+    """True when oneDNN reports native bf16 kernels on this CPU (AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_infer_dtype(name: str) -> torch.dtype:
+    """auto | float32 | bfloat16 -> torch dtype (auto: bf16 only where the CPU has it)."""
+    if name == "float32":
+        return torch.float32
+    if name == "bfloat16":
+        return torch.bfloat16
+    if name == "auto":
+        return torch.bfloat16 if cpu_has_bf16() else torch.float32
+    raise ValueError(f"infer_dtype: got {name!r}, expected auto | float32 | bfloat16")
+
+
+@dataclass
+class CollectStats:
+    days: int = 0
+    skus: int = 0
+    reward_sum: float = 0.0
+    seconds: float = 0.0
+    infer_seconds: float = 0.0
+    sim_seconds: float = 0.0
+
+    @property
+    def transitions(self) -> int:
+        return self.days * self.skus
+
+    @property
+    def reward_mean(self) -> float:
+        return self.reward_sum / max(self.transitions, 1)
+
+    def scalars(self) -> dict[str, float]:
+        return {"reward_mean": self.reward_mean, "transitions": float(self.transitions),
+                "transitions_per_s": self.transitions / max(self.seconds, 1e-9)}
+
+
+class Collector:
+    """Runs whole episodes of `env` with the policy held at `version`."""
+
+    def __init__(
+        self,
+        env: Env,
+        model: ActorCritic,
+        grid: ActionGrid,
+        chunk: int = 4096,
+        infer_dtype: str | torch.dtype = "auto",
+        days: int | None = None,
+        sku_ids: np.ndarray | None = None,
+        timer: Timer | None = None,
+    ) -> None:
+        self.env = env
+        self.grid = grid
+        self.chunk = int(chunk)
+        self.dtype = infer_dtype if isinstance(infer_dtype, torch.dtype) else resolve_infer_dtype(infer_dtype)
+        info = env.info()
+        self.days = int(days if days is not None else info["days"])
+        self.sku_ids = np.asarray(sku_ids if sku_ids is not None else _env_sku_ids(env), np.int64)
+        if self.sku_ids.shape != (env.num_skus,):
+            raise ValueError(f"collector: {self.sku_ids.shape[0]} sku_ids for {env.num_skus} SKUs")
+        self.timer: Timer = timer or _NoTimer()
+        self.model = model
+        self.version = 0
+        self.nets = InferenceNets(model, self.dtype)
+        self.stats = CollectStats()
+
+    def set_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
+        """Load published weights (model state_dict) as policy `version`."""
+        self.model.load_state_dict(tensors)
+        self.version = int(version)
+        self.nets = InferenceNets(self.model, self.dtype)
+
+    def collect(self, seed: int, episode: int, version: int | None = None, record: bool = True) -> Rollout | None:
+        """One episode from env.reset(seed, episode); returns the Rollout (None if not record)."""
+        if version is not None and version != self.version:
+            raise ValueError(f"collector holds policy version {self.version}, asked for {version}")
+        n = self.env.num_skus
+        start = time.perf_counter()
+        self.stats = CollectStats(skus=n)
+        with self.timer.stage("simulate"):
+            obs = self.env.reset(seed, episode)
+            t_sim = time.perf_counter()
+        rollout = Rollout.allocate(self.days, self.sku_ids, obs.features.shape[1]) if record else None
+        noise = ActionUniforms(seed, episode, self.sku_ids)
+        actions = np.empty(n, np.int64)
+        logp = np.empty(n, np.float32)
+        values = np.empty(n, np.float32)
+        self.stats.sim_seconds += t_sim - start
+        for day in range(self.days):
+            t0 = time.perf_counter()
+            with self.timer.stage("infer"):
+                self._act(obs.features, noise.day(day), actions, logp, values)
+            t1 = time.perf_counter()
+            if rollout is not None:
+                rollout.obs[day] = obs.features
+                rollout.actions[day] = actions
+                rollout.logp[day] = logp
+                rollout.values[day] = values
+            with self.timer.stage("simulate"):
+                result = self.env.step(self.grid.to_orders(actions, obs.raw.forecast[:, 0]))
+            self.stats.infer_seconds += t1 - t0
+            self.stats.sim_seconds += time.perf_counter() - t1
+            self.stats.reward_sum += float(result.reward.sum(dtype=np.float64))
+            self.stats.days += 1
+            if rollout is not None:
+                rollout.rewards[day] = result.reward
+                rollout.dones[day] = result.done
+            obs = result.obs
+            if result.done:
+                break
+        self.stats.seconds = time.perf_counter() - start
+        if rollout is None:
+            return None
+        if self.stats.days != self.days:
+            raise RuntimeError(f"collector: episode ended after {self.stats.days} days, expected {self.days}")
+        rollout.dones[-1] = True  # the end of the collected episode is a truncation
+        rollout.last_obs[:] = obs.features
+        with self.timer.stage("infer"):
+            self._values(obs.features, rollout.bootstrap)
+        rollout.policy_version, rollout.seed, rollout.episode = self.version, seed, episode
+        return rollout
+
+    @torch.inference_mode()
+    def _act(self, features: np.ndarray, u: np.ndarray, actions: np.ndarray, logp: np.ndarray, values: np.ndarray) -> None:
+        feats = torch.from_numpy(features)
+        uniforms = torch.from_numpy(u)
+        for s in range(0, features.shape[0], self.chunk):
+            e = s + self.chunk
+            logits, value = self.nets(feats[s:e])
+            idx, lp = sample_inverse_cdf(logits, uniforms[s:e])
+            actions[s:e] = idx.numpy()
+            logp[s:e] = lp.numpy()
+            values[s:e] = value.numpy()
+
+    @torch.inference_mode()
+    def _values(self, features: np.ndarray, out: np.ndarray) -> None:
+        feats = torch.from_numpy(features)
+        for s in range(0, features.shape[0], self.chunk):
+            e = s + self.chunk
+            out[s:e] = self.nets.values(feats[s:e]).numpy()
+
+
+def _env_sku_ids(env: Any) -> np.ndarray:
+    """SKU ids of an env that exposes them (sku_ids, or catalog.sku_id); else 0..N-1."""
+    ids = getattr(env, "sku_ids", None)
+    if ids is None and getattr(env, "catalog", None) is not None:
+        ids = env.catalog.sku_id
+    return np.arange(env.num_skus, dtype=np.int64) if ids is None else np.asarray(ids)

@@ -1,0 +1,186 @@
+"""Checkpoints: everything needed to continue a run exactly as if it never stopped.
+
+Layout: RUN_DIR/checkpoints/iter_XXXXXX/{state.safetensors, meta.json}. Tensors
+(weights, optimizer moments, normalizers, RNG states as uint8) go to safetensors; plain
+values (iteration, policy version, optimizer hyper-parameters, RNG scalars) to JSON.
+Never pickle: nothing here can execute code when loaded. A checkpoint is written in a
+temporary directory and renamed into place, so a crash leaves either the old set or
+the new one; only the last `keep` are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from skurl.errors import UserError
+
+FORMAT = "skurl-checkpoint/1"
+STATE_FILE = "state.safetensors"
+META_FILE = "meta.json"
+PREFIX = "iter_"
+
+
+class CheckpointError(UserError):
+    """A checkpoint directory is missing, incomplete or not a skurl checkpoint."""
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / META_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def save_checkpoint(run_dir: str | Path, learner: Any, meta: dict[str, Any] | None = None, keep: int = 3) -> Path:
+    """Write the learner's full state as checkpoints/iter_{learner.iteration:06d}."""
+    tensors, info = learner_state(learner)
+    info.update(meta or {})
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{PREFIX}{learner.iteration:06d}"
+    tmp = root / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file(tensors, str(tmp / STATE_FILE), metadata={"format": FORMAT})
+    (tmp / META_FILE).write_text(json.dumps(info, indent=1, sort_keys=True))
+    for name in (STATE_FILE, META_FILE):
+        _fsync(tmp / name)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync(root)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(tensors, meta) of one checkpoint directory; tensors are loaded without pickle."""
+    path = Path(path)
+    state, meta_file = path / STATE_FILE, path / META_FILE
+    if not state.is_file() or not meta_file.is_file():
+        raise CheckpointError(f"checkpoint '{path}': expected {STATE_FILE} and {META_FILE}")
+    meta = json.loads(meta_file.read_text())
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint '{path}': format {meta.get('format')!r}, expected {FORMAT!r}")
+    return load_file(str(state)), meta
+
+
+def restore_learner(learner: Any, path: str | Path, restore_rng: bool = True) -> dict[str, Any]:
+    """Load weights, optimizer, normalizers, counters (and RNG states) into `learner`."""
+    tensors, meta = load_checkpoint(path)
+    learner.model.load_state_dict(_strip(tensors, "model/"))
+    learner.reward_scaler.load_state_dict(_strip(tensors, "reward_scaler/"))
+    learner.optimizer.load_state_dict(_optimizer_state(tensors, meta["optimizer_param_groups"]))
+    learner.iteration = int(meta["iteration"])
+    learner.version = int(meta["version"])
+    if restore_rng:
+        set_rng_state(tensors, meta["rng"])
+    return meta
+
+
+def model_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Only the model's state_dict (weights + observation normalizer) and the meta."""
+    tensors, meta = load_checkpoint(path)
+    return _strip(tensors, "model/"), meta
+
+
+def learner_state(learner: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    tensors: dict[str, torch.Tensor] = {}
+    for k, v in learner.model.state_dict().items():
+        tensors[f"model/{k}"] = v
+    for k, v in learner.reward_scaler.state_dict().items():
+        tensors[f"reward_scaler/{k}"] = v
+    opt = learner.optimizer.state_dict()
+    for pid, state in opt["state"].items():
+        for k, v in state.items():
+            tensors[f"optim/{pid}/{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+    rng_tensors, rng_meta = get_rng_state()
+    tensors.update(rng_tensors)
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
+    meta = {
+        "format": FORMAT,
+        "iteration": int(learner.iteration),
+        "version": int(learner.version),
+        "optimizer_param_groups": opt["param_groups"],
+        "rng": rng_meta,
+    }
+    return tensors, meta
+
+
+def get_rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Global torch, numpy and python RNG states: bytes as uint8 tensors, scalars as JSON."""
+    np_state = np.random.get_state()
+    py_version, py_internal, py_gauss = random.getstate()
+    tensors = {
+        "rng/torch": torch.get_rng_state(),
+        "rng/numpy": _bytes_tensor(np.asarray(np_state[1], np.uint32).tobytes()),
+        "rng/python": _bytes_tensor(np.asarray(py_internal, np.uint32).tobytes()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng/cuda/{i}"] = s
+    meta = {
+        "numpy": {"kind": np_state[0], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
+                  "cached_gaussian": float(np_state[4])},
+        "python": {"version": py_version, "gauss_next": py_gauss},
+    }
+    return tensors, meta
+
+
+def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["rng/torch"])
+    npm = meta["numpy"]
+    keys = np.frombuffer(tensors["rng/numpy"].numpy().tobytes(), np.uint32)
+    np.random.set_state((npm["kind"], keys, npm["pos"], npm["has_gauss"], npm["cached_gaussian"]))
+    internal = tuple(int(v) for v in np.frombuffer(tensors["rng/python"].numpy().tobytes(), np.uint32))
+    random.setstate((meta["python"]["version"], internal, meta["python"]["gauss_next"]))
+    cuda = sorted(k for k in tensors if k.startswith("rng/cuda/"))
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([tensors[k] for k in cuda])
+
+
+def _optimizer_state(tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]) -> dict[str, Any]:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, v in tensors.items():
+        if name.startswith("optim/"):
+            _, pid, key = name.split("/", 2)
+            state.setdefault(int(pid), {})[key] = v
+    groups = [dict(g, betas=tuple(g["betas"])) if "betas" in g else dict(g) for g in param_groups]
+    return {"state": state, "param_groups": groups}
+
+
+def _strip(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _bytes_tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,195 @@
+"""The PPO learner: pure compute on one device, no processes or networks.
+
+`Learner.update(rollout)` runs one iteration of PPO on a Rollout [T, N]: move the data
+to the device once, update observation statistics, recompute behaviour log-probs and
+values in fp32, scale rewards, GAE, normalize advantages over the global batch, then K
+epochs of shuffled minibatches with the clipped objective and grad-norm clipping.
+Deployment wrappers (co-located loop, DDP, services) call it; it knows none of them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from skurl.buffer.gae import gae
+from skurl.buffer.minibatch import minibatch_indices, seeded_generator
+from skurl.buffer.rollout import Columns, Rollout
+from skurl.config import Config
+from skurl.learn.normalize import RewardScaler
+from skurl.learn.ppo_loss import ppo_loss
+from skurl.policy.nets import ActorCritic
+
+# Rows per no-grad forward pass when recomputing behaviour outputs (bounds memory).
+EVAL_ROWS = 65_536
+# Keys of generators derived from (seed, iteration, key): no state to checkpoint.
+SKU_SAMPLE_KEY = 1
+MINIBATCH_KEY = 2
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def allreduce_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std of x over every rank's data: sums are all-reduced under
+    torch.distributed, so advantage normalization sees the global batch (DESIGN 4).
+    Without a process group this is the plain mean and std."""
+    x64 = x.detach().to(torch.float64)
+    sums = torch.stack([x64.sum(), x64.square().sum(), torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device)])
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(sums)
+    mean = sums[0] / sums[2]
+    var = (sums[1] / sums[2] - mean.square()).clamp_min(0.0)
+    return mean.to(x.dtype), var.sqrt().to(x.dtype)
+
+
+@dataclass
+class PreparedBatch:
+    """An iteration's training data on the device, flattened to [T * N]."""
+
+    obs: torch.Tensor  # normalized float32 [B, D]
+    actions: torch.Tensor  # int64 [B]
+    old_logp: torch.Tensor
+    advantages: torch.Tensor  # normalized
+    returns: torch.Tensor
+    old_values: torch.Tensor
+
+
+class Learner:
+    def __init__(self, cfg: Config, obs_dim: int, n_actions: int, device: str | torch.device | None = None) -> None:
+        self.cfg = cfg
+        self.ppo = cfg.ppo
+        self.device = resolve_device(cfg.train.device) if device is None else torch.device(device)
+        with torch.random.fork_rng(devices=[]):  # init from the run seed, global RNG untouched
+            torch.manual_seed(cfg.train.seed)
+            model = ActorCritic(obs_dim, n_actions, cfg.policy.hidden)
+        self.model = model.to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.ppo.lr, eps=1e-5, fused=True)
+        self.reward_scaler = RewardScaler(self.ppo.gamma, decay=self.ppo.stats_decay).to(self.device)
+        self.iteration = 0  # updates done
+        self.version = 0  # version of the current weights (bumped by each update)
+
+    def lr_at(self, iteration: int) -> float:
+        if self.ppo.lr_schedule == "constant":
+            return self.ppo.lr
+        total = max(self.cfg.train.iterations, 1)
+        return self.ppo.lr * max(1.0 - iteration / total, 1.0 / total)
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """One PPO iteration on `rollout`; bumps iteration and version. Returns stats."""
+        rollout = self._sample_skus(rollout)
+        data = self._to_device(rollout)
+        batch, prep_stats = self._prepare(data, behaviour=rollout.policy_version == self.version)
+        lr = self.lr_at(self.iteration)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        stats = self._epochs(batch)
+        self.iteration += 1
+        self.version += 1
+        return {**prep_stats, **stats, "lr": lr, "transitions": float(batch.actions.numel())}
+
+    def _sample_skus(self, rollout: Rollout) -> Rollout:
+        k = self.ppo.sample_skus
+        if k == 0 or k >= rollout.num_skus:
+            return rollout
+        gen = seeded_generator(self.cfg.train.seed, self.iteration, SKU_SAMPLE_KEY)
+        index = torch.randperm(rollout.num_skus, generator=gen)[:k].sort().values.numpy()
+        return rollout.select_skus(index)
+
+    def _to_device(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        keys = (Columns.OBS, Columns.ACTIONS, Columns.LOGP, Columns.VALUES, Columns.REWARDS,
+                Columns.DONES, Columns.TERMINALS, Columns.LAST_OBS, Columns.BOOTSTRAP)
+        return {k: torch.from_numpy(np.ascontiguousarray(getattr(rollout, k))).to(self.device) for k in keys}
+
+    @torch.no_grad()
+    def _prepare(self, data: dict[str, torch.Tensor], behaviour: bool) -> tuple[PreparedBatch, dict[str, float]]:
+        steps, n, dim = data[Columns.OBS].shape
+        obs = data[Columns.OBS].reshape(steps * n, dim)
+        actions = data[Columns.ACTIONS].reshape(-1).long()
+        if self.ppo.normalize_obs:
+            self.model.obs_norm.update(obs, self.ppo.stats_decay)
+        norm_obs = torch.cat([self.model.normalize(c) for c in obs.split(EVAL_ROWS)])
+        if behaviour:  # fp32 behaviour outputs, so bf16 inference in collectors cannot bias the ratio
+            old_logp, values = self._logp_values(norm_obs, actions)
+            bootstrap = self.model.value(self.model.normalize(data[Columns.LAST_OBS]))
+        else:  # stale rollout: only the recorded behaviour outputs are right
+            old_logp, values = data[Columns.LOGP].reshape(-1).float(), data[Columns.VALUES].reshape(-1).float()
+            bootstrap = data[Columns.BOOTSTRAP].float()
+        rewards = data[Columns.REWARDS].float()
+        if self.ppo.normalize_reward:
+            self.reward_scaler.update(rewards, data[Columns.DONES])
+            rewards = self.reward_scaler.scale(rewards)
+        adv, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
+                           data[Columns.TERMINALS], self.ppo.gamma, self.ppo.gae_lambda)
+        adv, returns = adv.reshape(-1), returns.reshape(-1)
+        mean, std = allreduce_mean_std(adv)
+        batch = PreparedBatch(norm_obs, actions, old_logp, (adv - mean) / (std + 1e-8), returns, values)
+        stats = {
+            "explained_variance": _explained_variance(values, returns),
+            "value_mean": float(values.mean()),
+            "return_mean": float(returns.mean()),
+            "reward_scale": float(self.reward_scaler.stats.std) if self.ppo.normalize_reward else 1.0,
+        }
+        return batch, stats
+
+    def _logp_values(self, norm_obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logps, values = [], []
+        for x, a in zip(norm_obs.split(EVAL_ROWS), actions.split(EVAL_ROWS), strict=True):
+            logp_all = torch.log_softmax(self.model.policy(x), dim=-1)
+            logps.append(logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1))
+            values.append(self.model.value(x))
+        return torch.cat(logps), torch.cat(values)
+
+    def _epochs(self, batch: PreparedBatch) -> dict[str, float]:
+        total = batch.actions.numel()
+        sums: dict[str, torch.Tensor] = {}
+        steps, epochs_run = 0, 0
+        params = list(self.model.parameters())
+        for epoch in range(self.ppo.epochs):
+            gen = seeded_generator(self.cfg.train.seed, self.iteration, MINIBATCH_KEY, epoch)
+            kl_sum, kl_steps = torch.zeros((), device=self.device), 0
+            for idx in minibatch_indices(total, self.ppo.minibatch, gen, self.device):
+                loss, stats = self._minibatch_loss(batch, idx)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
+                self.optimizer.step()
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, torch.zeros((), device=self.device)) + v.detach().float()
+                kl_sum, kl_steps, steps = kl_sum + stats["approx_kl"], kl_steps + 1, steps + 1
+            epochs_run += 1
+            if self.ppo.target_kl > 0 and float(kl_sum) / kl_steps > self.ppo.target_kl:
+                break
+        out = {k: float(v) / max(steps, 1) for k, v in sums.items()}
+        out["epochs"] = float(epochs_run)
+        out["last_epoch_kl"] = float(kl_sum) / max(kl_steps, 1)
+        return out
+
+    def _minibatch_loss(self, batch: PreparedBatch, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x = batch.obs[idx]
+        amp = self.ppo.amp == "bf16"
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=amp):
+            logits = self.model.policy(x)
+            values = self.model.value(x)
+        logp_all = torch.log_softmax(logits.float(), dim=-1)
+        new_logp = logp_all.gather(-1, batch.actions[idx].unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return ppo_loss(new_logp, batch.old_logp[idx], batch.advantages[idx], values.float(),
+                        batch.returns[idx], entropy, self.ppo.clip, self.ppo.vf_coef, self.ppo.ent_coef)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The model's state (weights + normalizer) as contiguous CPU tensors, for publishing."""
+        return {k: v.detach().to("cpu").contiguous().clone() for k, v in self.model.state_dict().items()}
+
+
+def _explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
+    var = float(target.var())
+    if var == 0 or math.isnan(var):
+        return float("nan")
+    return 1.0 - float((target - pred).var()) / var

@@ -1,0 +1,41 @@
+"""The PPO objective as a pure function of tensors (no modules, no state).
+
+Schulman et al. (2017), "Proximal Policy Optimization Algorithms": clipped surrogate
+L^CLIP (eq. 7) + value loss (eq. 9) - entropy bonus. approx_kl is the low-variance
+estimator E[(r - 1) - log r] (Schulman, "Approximating KL Divergence", 2020).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def ppo_loss(
+    new_logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    values: torch.Tensor,
+    returns: torch.Tensor,
+    entropy: torch.Tensor,
+    clip: float,
+    vf_coef: float,
+    ent_coef: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss to minimize and detached stats (policy_loss, value_loss, entropy, approx_kl,
+    clip_frac). All inputs are [B]; adv is already normalized."""
+    log_ratio = new_logp - old_logp
+    ratio = log_ratio.exp()
+    surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv)
+    policy_loss = -surrogate.mean()
+    value_loss = 0.5 * (values - returns).square().mean()
+    entropy_mean = entropy.mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    with torch.no_grad():
+        stats = {
+            "policy_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy": entropy_mean.detach(),
+            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+            "clip_frac": ((ratio - 1.0).abs() > clip).float().mean(),
+        }
+    return loss, stats

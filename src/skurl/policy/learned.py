@@ -1,0 +1,104 @@
+"""A trained policy behind the Policy protocol, so `evaluate()` scores it exactly like
+the baselines (same seeds, same env, common random numbers).
+
+Greedy by default (the most probable action of each SKU); `sample=True` draws by
+inverse CDF with the same counter-based noise as the collectors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from skurl.config import Config
+from skurl.errors import UserError
+from skurl.policy.actions import ActionGrid
+from skurl.policy.nets import ActionUniforms, ActorCritic, InferenceNets, greedy, sample_inverse_cdf
+from skurl.sim.api import Obs
+
+CONFIG_FILE = "config.yaml"
+
+
+class LearnedPolicy:
+    """Orders (units) from an ActorCritic and an ActionGrid."""
+
+    def __init__(
+        self,
+        model: ActorCritic,
+        grid: ActionGrid,
+        *,
+        name: str = "ppo",
+        dtype: torch.dtype = torch.float32,
+        chunk: int = 16_384,
+        sample: bool = False,
+        sku_ids: np.ndarray | None = None,
+        seed: int = 0,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        if model.n_actions != grid.n:
+            raise ValueError(f"model has {model.n_actions} actions, grid {grid.n}")
+        if sample and sku_ids is None:
+            raise ValueError("LearnedPolicy(sample=True) needs the sku_ids of the rows it will see")
+        self.name = name
+        self.grid = grid
+        self.nets = InferenceNets(model, dtype)
+        self.chunk = int(chunk)
+        self.sample = sample
+        self.sku_ids = sku_ids
+        self.seed = int(seed)
+        self.info = dict(info or {})
+        self._episode = -1
+        self._noise: ActionUniforms | None = None
+
+    def reset(self) -> None:
+        """A new episode starts (evaluate() calls this): new sampling noise."""
+        self._episode += 1
+        if self.sample and self.sku_ids is not None:
+            self._noise = ActionUniforms(self.seed, self._episode, self.sku_ids)
+
+    @torch.inference_mode()
+    def action_indices(self, obs: Obs) -> np.ndarray:
+        feats = torch.from_numpy(np.ascontiguousarray(obs.features, np.float32))
+        out = np.empty(feats.shape[0], np.int64)
+        u = None
+        if self.sample:
+            if self._noise is None:
+                self.reset()
+            assert self._noise is not None
+            u = torch.from_numpy(self._noise.day(obs.raw.day))
+        for s in range(0, feats.shape[0], self.chunk):
+            logits = self.nets.logits(feats[s : s + self.chunk])
+            idx = greedy(logits) if u is None else sample_inverse_cdf(logits, u[s : s + self.chunk])[0]
+            out[s : s + self.chunk] = idx.numpy()
+        return out
+
+    def orders(self, obs: Obs) -> np.ndarray:
+        return self.grid.to_orders(self.action_indices(obs), obs.raw.forecast[:, 0])
+
+    def params(self) -> dict[str, Any]:
+        return {"greedy": not self.sample, "actions": self.grid.kind, "n_actions": self.grid.n, **self.info}
+
+    @classmethod
+    def from_run(cls, run_dir: str | Path, checkpoint: str | Path | None = None, **kw: Any) -> LearnedPolicy:
+        """The policy of a training run: RUN_DIR/config.yaml + its latest checkpoint
+        (or `checkpoint`)."""
+        from skurl.config import load_config
+        from skurl.learn.checkpoint import latest_checkpoint, model_state
+
+        run = Path(run_dir)
+        if not (run / CONFIG_FILE).is_file():
+            raise UserError(f"run '{run}': no {CONFIG_FILE}; expected a directory made by `skurl train`")
+        path = Path(checkpoint) if checkpoint else latest_checkpoint(run)
+        if path is None:
+            raise UserError(f"run '{run}': no checkpoints yet (expected {run}/checkpoints/iter_XXXXXX)")
+        cfg = load_config(run / CONFIG_FILE)
+        state, meta = model_state(path)
+        info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"]}
+        return cls(ActorCritic.from_state(state), grid_for(cfg), info=info, **kw)
+
+
+def grid_for(cfg: Config) -> ActionGrid:
+    return ActionGrid.from_config(cfg.policy.actions, cfg.sim.review_days)

@@ -1,0 +1,184 @@
+"""Policy and value networks, the model that carries them, and fast action sampling.
+
+`ActorCritic` holds the observation normalizer (float64 running stats, clip ±10) next
+to two separate MLPs, so one `state_dict` is the whole deployable policy. Collectors
+run `InferenceNets`, a frozen copy in float32 or bfloat16. Actions are sampled by
+inverse CDF with counter-based uniforms u(seed, episode, sku_id, day, STREAM_ACTION),
+so a SKU's action never depends on chunking, worker count or mode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from numba import njit, prange
+from torch import nn
+
+from skurl.learn.normalize import RunningMeanStd
+from skurl.sim import rng
+from skurl.sim.api import STREAM_ACTION
+
+HIDDEN_GAIN = math.sqrt(2.0)  # orthogonal init gain for ReLU layers
+POLICY_HEAD_GAIN = 0.01  # near-uniform initial policy (Andrychowicz et al. 2021, "What matters in on-policy RL")
+VALUE_HEAD_GAIN = 1.0
+_STREAM = np.int64(STREAM_ACTION)
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, head_gain: float) -> nn.Sequential:
+    """Linear-ReLU stack with orthogonal weights and zero biases."""
+    layers: list[nn.Module] = []
+    prev = in_dim
+    for width in hidden:
+        layers += [_orthogonal(nn.Linear(prev, width), HIDDEN_GAIN), nn.ReLU()]
+        prev = width
+    layers.append(_orthogonal(nn.Linear(prev, out_dim), head_gain))
+    return nn.Sequential(*layers)
+
+
+def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain=gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class PolicyNet(nn.Module):
+    """Normalized observation [B, D] -> action logits [B, A]."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, n_actions, POLICY_HEAD_GAIN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ValueNet(nn.Module):
+    """Normalized observation [B, D] -> state value [B]."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, 1, VALUE_HEAD_GAIN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)
+
+
+class ActorCritic(nn.Module):
+    """Observation normalizer + PolicyNet + ValueNet: the unit that is trained,
+    checkpointed, published and exported."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (256, 256)) -> None:
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.n_actions = n_actions
+        self.hidden = tuple(int(h) for h in hidden)
+        self.obs_norm = RunningMeanStd((obs_dim,))
+        self.policy = PolicyNet(obs_dim, n_actions, self.hidden)
+        self.value = ValueNet(obs_dim, self.hidden)
+
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.obs_norm.normalize(obs.to(torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw observation [B, D] -> (logits [B, A], value [B])."""
+        x = self.normalize(obs)
+        return self.policy(x), self.value(x)
+
+    @staticmethod
+    def shapes_from_state(state: dict[str, torch.Tensor]) -> tuple[int, int, tuple[int, ...]]:
+        """(obs_dim, n_actions, hidden) of the model whose state_dict is `state`."""
+        weights = sorted(
+            (k for k in state if k.startswith("policy.net.") and k.endswith(".weight")),
+            key=lambda k: int(k.split(".")[2]),
+        )
+        obs_dim = int(state["obs_norm.mean"].shape[0])
+        hidden = tuple(int(state[k].shape[0]) for k in weights[:-1])
+        n_actions = int(state[weights[-1]].shape[0])
+        return obs_dim, n_actions, hidden
+
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor]) -> ActorCritic:
+        obs_dim, n_actions, hidden = cls.shapes_from_state(state)
+        model = cls(obs_dim, n_actions, hidden)
+        model.load_state_dict(state)
+        return model
+
+
+class InferenceNets:
+    """A frozen copy of an ActorCritic for collectors: normalization constants in fp32,
+    networks in `dtype` (bfloat16 halves the cost on CPUs with native bf16 support).
+    Outputs are float32."""
+
+    def __init__(self, model: ActorCritic, dtype: torch.dtype = torch.float32) -> None:
+        self.dtype = dtype
+        with torch.no_grad():
+            self.mean = model.obs_norm.mean.to(torch.float32).clone()
+            self.inv_std = torch.rsqrt(model.obs_norm.var + model.obs_norm.eps).to(torch.float32)
+            self.clip = model.obs_norm.clip
+            self.policy = _frozen_copy(model.policy, dtype)
+            self.value = _frozen_copy(model.value, dtype)
+
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        return ((obs - self.mean) * self.inv_std).clamp_(-self.clip, self.clip).to(self.dtype)
+
+    def __call__(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw observation [B, D] float32 -> (logits [B, A], value [B]), both float32."""
+        x = self.normalize(obs)
+        return self.policy(x).to(torch.float32), self.value(x).to(torch.float32)
+
+    def logits(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy(self.normalize(obs)).to(torch.float32)
+
+    def values(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value(self.normalize(obs)).to(torch.float32)
+
+
+def _frozen_copy(net: nn.Module, dtype: torch.dtype) -> nn.Module:
+    import copy
+
+    out = copy.deepcopy(net).to(dtype)
+    out.requires_grad_(False)
+    out.eval()
+    return out
+
+
+def sample_inverse_cdf(logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one action per row of logits [B, A] with uniforms u [B] in [0, 1).
+
+    Action k is chosen when cdf[k-1] <= u * cdf[A-1] < cdf[k] (inverse transform
+    sampling); scaling u by the last cdf entry absorbs float rounding of the softmax.
+    Returns (index int64 [B], log-probability float32 [B]).
+    """
+    logp_all = torch.log_softmax(logits, dim=-1)
+    cdf = torch.cumsum(logp_all.exp(), dim=-1)
+    target = (u.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
+    idx = (cdf <= target).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
+    return idx, logp_all.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(dim=-1)
+
+
+class ActionUniforms:
+    """u(seed, episode, sku_id, day, STREAM_ACTION) in (0, 1): the sampling noise of one
+    episode, from the simulator's counter-based generator (sim/rng.py). Per-SKU keys are
+    derived once; `day(d)` draws float64 [N] for every SKU."""
+
+    def __init__(self, seed: int, episode: int, sku_ids: np.ndarray) -> None:
+        self.keys = rng.sku_keys(rng.run_key(seed, episode), np.ascontiguousarray(sku_ids, np.int64))
+        self.out = np.empty(self.keys.shape[0], np.float64)
+
+    def day(self, day: int) -> np.ndarray:
+        """Uniforms of `day` (a buffer overwritten by the next call)."""
+        _fill_uniforms(self.keys, np.int64(day), self.out)
+        return self.out
+
+
+@njit(cache=True, parallel=True)
+def _fill_uniforms(keys: np.ndarray, day: np.int64, out: np.ndarray) -> None:
+    for i in prange(keys.shape[0]):
+        out[i] = rng.uniform(keys[i], day, _STREAM, 0)

@@ -1,0 +1,109 @@
+"""The Learner on hand-built rollouts: stats, determinism, SKU sampling, and that PPO
+actually learns a contextual bandit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from skurl.buffer.rollout import Rollout
+from skurl.config import Config, load_config
+from skurl.learn.learner import Learner, allreduce_mean_std
+
+OBS, ACTIONS, DAYS = 4, 5, 8
+
+
+def cfg(*extra: str) -> Config:
+    return load_config(None, ["policy.hidden=[32,32]", "ppo.minibatch=64", "ppo.epochs=4", "train.iterations=20",
+                              *extra])
+
+
+def bandit_rollout(learner: Learner, skus: int, seed: int) -> Rollout:
+    """obs = (one-hot of the rewarded action among the first 4, noise); reward 1 when the
+    action matches, else 0. Actions are drawn from the learner's current policy."""
+    rng = np.random.default_rng(seed)
+    r = Rollout.allocate(DAYS, np.arange(skus), OBS)
+    target = rng.integers(0, OBS, size=(DAYS, skus))
+    r.obs[:] = np.eye(OBS, dtype=np.float32)[target]
+    with torch.no_grad():
+        logits, values = learner.model(torch.from_numpy(r.obs.reshape(-1, OBS)))
+        gen = torch.Generator().manual_seed(seed)
+        actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
+        logp = torch.log_softmax(logits, -1).gather(1, actions[:, None])[:, 0]
+    r.actions[:] = actions.reshape(DAYS, skus).numpy()
+    r.logp[:] = logp.reshape(DAYS, skus).numpy()
+    r.values[:] = values.reshape(DAYS, skus).numpy()
+    r.rewards[:] = (r.actions == target).astype(np.float32)
+    r.dones[-1] = True
+    r.last_obs[:] = r.obs[-1]
+    r.bootstrap[:] = 0.0
+    r.policy_version = learner.version
+    return r
+
+
+def test_update_returns_stats_and_bumps_versions() -> None:
+    learner = Learner(cfg(), OBS, ACTIONS, "cpu")
+    stats = learner.update(bandit_rollout(learner, 32, 0))
+    for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "grad_norm",
+                "explained_variance", "lr", "epochs", "transitions"):
+        assert key in stats and np.isfinite(stats[key]), key
+    assert stats["transitions"] == DAYS * 32 and stats["epochs"] == 4
+    assert (learner.iteration, learner.version) == (1, 1)
+    assert float(learner.model.obs_norm.count) == DAYS * 32
+
+
+def test_same_seed_same_data_same_weights() -> None:
+    a, b = Learner(cfg(), OBS, ACTIONS, "cpu"), Learner(cfg(), OBS, ACTIONS, "cpu")
+    for it in range(2):
+        a.update(bandit_rollout(a, 16, it))
+        b.update(bandit_rollout(b, 16, it))
+    for (k, va), vb in zip(a.model.state_dict().items(), b.model.state_dict().values(), strict=True):
+        assert torch.equal(va, vb), k
+    c = Learner(cfg("train.seed=1"), OBS, ACTIONS, "cpu")
+    assert not torch.equal(c.model.policy.net[0].weight, a.model.policy.net[0].weight)
+
+
+def test_sample_skus_trains_on_a_subset() -> None:
+    learner = Learner(cfg("ppo.sample_skus=5"), OBS, ACTIONS, "cpu")
+    stats = learner.update(bandit_rollout(learner, 40, 0))
+    assert stats["transitions"] == DAYS * 5
+
+
+def test_stale_rollout_uses_the_recorded_behaviour() -> None:
+    learner = Learner(cfg(), OBS, ACTIONS, "cpu")
+    rollout = bandit_rollout(learner, 16, 0)
+    rollout.policy_version = learner.version - 1  # collected with an older policy
+    rollout.logp[:] -= 0.5  # the old policy was less likely to take these actions
+    stats = learner.update(rollout)
+    assert stats["clip_frac"] > 0.5  # ratios start at e^0.5, beyond the clip range
+
+
+def test_target_kl_stops_epochs_early_and_bf16_amp_runs() -> None:
+    learner = Learner(cfg("ppo.target_kl=1e-9", "ppo.epochs=5", "ppo.amp=bf16"), OBS, ACTIONS, "cpu")
+    stats = learner.update(bandit_rollout(learner, 32, 0))
+    assert stats["epochs"] == 1 and np.isfinite(stats["policy_loss"])
+
+
+def test_linear_learning_rate_schedule() -> None:
+    learner = Learner(cfg("ppo.lr=1e-3"), OBS, ACTIONS, "cpu")
+    assert learner.lr_at(0) == pytest.approx(1e-3)
+    assert learner.lr_at(10) == pytest.approx(5e-4)
+    assert learner.lr_at(25) == pytest.approx(1e-3 / 20)  # floored, never zero
+    assert Learner(cfg("ppo.lr_schedule=constant"), OBS, ACTIONS, "cpu").lr_at(15) == pytest.approx(3e-4)
+
+
+def test_ppo_learns_a_contextual_bandit() -> None:
+    learner = Learner(cfg("ppo.lr=3e-3", "ppo.lr_schedule=constant", "ppo.ent_coef=0"), OBS, ACTIONS, "cpu")
+    first = float(bandit_rollout(learner, 64, 100).rewards.mean())
+    for it in range(12):
+        learner.update(bandit_rollout(learner, 64, it))
+    last = float(bandit_rollout(learner, 64, 200).rewards.mean())
+    assert first < 0.35 and last > 0.9
+
+
+def test_allreduce_mean_std_without_process_group() -> None:
+    x = torch.tensor([1.0, 2.0, 3.0, 6.0])
+    mean, std = allreduce_mean_std(x)
+    assert float(mean) == pytest.approx(3.0)
+    assert float(std) == pytest.approx(float(x.std(unbiased=False)))
