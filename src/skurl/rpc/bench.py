@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -44,17 +45,23 @@ def time_env(env: Env, steps: int, seed: int = 0) -> float:
 def start_servers(overrides: list[str], shards: int) -> tuple[list[subprocess.Popen], list[str]]:
     procs, addresses = [], []
     env = {**os.environ, "GRPC_VERBOSITY": "ERROR"}
-    for i in range(shards):
-        cmd = [sys.executable, "-m", "skurl.cli", "serve-sim", "--port", "0", "--shard",
-               f"{i}/{shards}", *[a for s in overrides for a in ("--set", s)]]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env))
-    for p in procs:
-        line = p.stdout.readline() if p.stdout else ""
-        match = re.search(r" on (\S+:\d+)", line)
-        if not match:
-            stop_servers(procs)
-            raise RuntimeError(f"serve-sim did not start: {line!r}")
-        addresses.append(match.group(1))
+    with tempfile.TemporaryDirectory() as logs:
+        # stderr to files, not pipes: a server never blocks on a full pipe nobody reads.
+        for i in range(shards):
+            cmd = [sys.executable, "-m", "skurl.cli", "serve-sim", "--port", "0", "--shard",
+                   f"{i}/{shards}", *[a for s in overrides for a in ("--set", s)]]
+            with open(os.path.join(logs, f"{i}.err"), "w") as err:
+                procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
+                                              text=True, env=env))
+        for i, p in enumerate(procs):
+            line = p.stdout.readline() if p.stdout else ""
+            match = re.search(r" on (\S+:\d+)", line)
+            if not match:
+                stop_servers(procs)
+                with open(os.path.join(logs, f"{i}.err")) as err:
+                    tail = err.read().strip().splitlines()
+                raise RuntimeError(f"serve-sim did not start: {tail[-1] if tail else line!r}")
+            addresses.append(match.group(1))
     return procs, addresses
 
 
