@@ -144,8 +144,9 @@ def test_sessions_are_capped_and_freed_on_close(setup: tuple[Catalog, SimConfig]
     srv = serve_env(*setup, RPC, max_sessions=2)
     try:
         first, second = RemoteEnv(srv.address, RPC), RemoteEnv(srv.address, RPC)
-        with pytest.raises(RequestRejectedError, match=r"RESOURCE_EXHAUSTED.*2 sessions"):
+        with pytest.raises(RequestRejectedError, match=r"RESOURCE_EXHAUSTED.*2 sessions") as info:
             RemoteEnv(srv.address, RPC)
+        assert "max_message_mb" not in str(info.value)  # no size hint for a session cap
         first.close()
         with RemoteEnv(srv.address, RPC) as third:  # a closed session's place is free again
             assert third.reset(0).raw.day == 0
@@ -191,6 +192,10 @@ def test_over_limit_message_is_rejected_and_the_server_keeps_serving(
         with RemoteEnv(srv.address, small) as env, \
                 pytest.raises(RequestRejectedError, match=r"rpc\.max_message_mb"):
             env.reset(0)
+        # The client's own send limit: the same clear error, before anything is sent.
+        with RemoteEnv(srv.address, small) as env, \
+                pytest.raises(RequestRejectedError, match=r"RESOURCE_EXHAUSTED.*max_message_mb"):
+            env.step(np.zeros(env.num_skus + 2**18))
     finally:
         srv.stop(0)
 

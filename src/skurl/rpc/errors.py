@@ -57,8 +57,9 @@ class RequestRejectedError(RpcError):
 _HINTS = {
     grpc.StatusCode.UNAVAILABLE: "is the server running there (skurl serve-sim)?",
     grpc.StatusCode.DEADLINE_EXCEEDED: "raise rpc.timeout_s if the server is just slow",
-    grpc.StatusCode.RESOURCE_EXHAUSTED: "raise rpc.max_message_mb on both sides, or use more shards",
 }
+# gRPC core's own words for a message over the size limit (sent or received).
+_TOO_LARGE = "message larger than max"
 
 
 def from_rpc_error(exc: grpc.RpcError, address: str, what: str,
@@ -70,6 +71,8 @@ def from_rpc_error(exc: grpc.RpcError, address: str, what: str,
     details = " ".join(details.split())  # one line, whatever the server or core wrote
     name = code.name if code is not None else "UNKNOWN"
     hint = _HINTS.get(code, "") if code is not None else ""
+    if _TOO_LARGE in details.lower():
+        hint = "raise rpc.max_message_mb on both sides, or use more shards"
     message = f"{what} on {address} failed ({name}): {details}" + (f"; {hint}" if hint else "")
     if code == grpc.StatusCode.UNAVAILABLE:
         return ServerUnavailableError(message, address, code)
