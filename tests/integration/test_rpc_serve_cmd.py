@@ -24,7 +24,7 @@ from skurl.rpc.errors import ServerUnavailableError
 from skurl.sim.env import VectorEnv
 
 SETTINGS = ["catalog.skus=300", "catalog.seed=4", "sim.days=4", "sim.threads=1"]
-START_S = 120.0  # first start may compile the simulator's kernels
+START_S = 300.0  # a first start compiles the simulator kernels (minutes on a busy 2-core box)
 RPC = RpcConfig(timeout_s=30.0)
 
 
