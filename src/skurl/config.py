@@ -321,6 +321,48 @@ class DeployConfig:
 
 
 @dataclass(frozen=True)
+class RayConfig:
+    address: str | None = opt(
+        None, "Ray cluster to join (--mode ray), e.g. 10.0.0.5:6379 or auto; null = start a local "
+        "Ray instance (no dashboard)"
+    )
+    num_cpus: int = opt(0, "CPUs of a locally started Ray instance; 0 = this machine's cores")
+    num_workers: int = opt(2, "simulator worker actors; each holds one shard of the SKUs")
+    cpus_per_worker: float = opt(
+        0.5, "Ray CPUs reserved per simulator worker (its numba threads unless sim.threads is set)"
+    )
+    collectors: int = opt(
+        1, "collector actors; each drives num_workers / collectors simulator workers (1 keeps the "
+        "whole catalog in one inference stream, as --mode colocated)"
+    )
+    cpus_per_collector: float = opt(
+        0.5, "Ray CPUs reserved per collector (its torch threads unless train.torch_threads is set)"
+    )
+    rollouts: Literal["object_store", "store"] = opt(
+        "object_store", "how rollouts reach the learner: object_store (Ray's shared memory) | store "
+        "(the rollout store at store.url, one shard per collector)"
+    )
+    get_timeout_s: float = opt(600.0, "longest wait of any ray.get (one simulated day, one episode), seconds")
+    max_restarts: int = opt(
+        3, "restarts of a dead simulator worker before it is replaced by a new actor; its shard is "
+        "rebuilt by replaying the episode's orders"
+    )
+
+    def __post_init__(self) -> None:
+        check(self.address is None or bool(self.address.strip()), "ray.address", self.address,
+              "null or host:port / auto / ray://host:port")
+        check(self.num_cpus >= 0, "ray.num_cpus", self.num_cpus, "an integer >= 0")
+        check(1 <= self.num_workers <= 4096, "ray.num_workers", self.num_workers, "1..4096")
+        check(1 <= self.collectors <= self.num_workers, "ray.collectors", self.collectors,
+              f"1..ray.num_workers ({self.num_workers})")
+        for key in ("cpus_per_worker", "cpus_per_collector"):
+            v = getattr(self, key)
+            check(0 < v <= 1024, f"ray.{key}", v, "a number of CPUs in (0, 1024]")
+        check(self.get_timeout_s > 0, "ray.get_timeout_s", self.get_timeout_s, "a number > 0")
+        check(0 <= self.max_restarts <= 1000, "ray.max_restarts", self.max_restarts, "0..1000")
+
+
+@dataclass(frozen=True)
 class Config:
     catalog: CatalogConfig = section(CatalogConfig, "which SKUs are simulated")
     sim: SimConfig = section(SimConfig, "simulator semantics")
@@ -332,6 +374,7 @@ class Config:
     store: StoreConfig = section(StoreConfig, "rollout store (local directory or S3)")
     rpc: RpcConfig = section(RpcConfig, "gRPC transport: message limits, keepalive, deadlines")
     deploy: DeployConfig = section(DeployConfig, "decoupled deployment: servers, collectors, addresses")
+    ray: RayConfig = section(RayConfig, "--mode ray: simulator and collector actors, resources")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
