@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from skurl.policy.nets import ActionUniforms, ActorCritic, InferenceNets, sample_inverse_cdf
+from skurl.collect.collector import ActionUniforms
+from skurl.policy.nets import ActorCritic, InferenceNets, sample_inverse_cdf
 
 OBS, ACTIONS = 12, 20
 

@@ -17,11 +17,36 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from numba import njit, prange
 
 from skurl.buffer.rollout import Rollout
 from skurl.policy.actions import ActionGrid
-from skurl.policy.nets import ActionUniforms, ActorCritic, InferenceNets, sample_inverse_cdf
-from skurl.sim.api import Env
+from skurl.policy.nets import ActorCritic, InferenceNets, sample_inverse_cdf
+from skurl.sim import rng
+from skurl.sim.api import STREAM_ACTION, Env
+
+_STREAM = np.int64(STREAM_ACTION)
+
+
+class ActionUniforms:
+    """u(seed, episode, sku_id, day, STREAM_ACTION) in (0, 1): the sampling noise of one
+    episode, from the simulator's counter-based generator (sim/rng.py). Per-SKU keys are
+    derived once; `day(d)` draws float64 [N] for every SKU."""
+
+    def __init__(self, seed: int, episode: int, sku_ids: np.ndarray) -> None:
+        self.keys = rng.sku_keys(rng.run_key(seed, episode), np.ascontiguousarray(sku_ids, np.int64))
+        self.out = np.empty(self.keys.shape[0], np.float64)
+
+    def day(self, day: int) -> np.ndarray:
+        """Uniforms of `day` (a buffer overwritten by the next call)."""
+        _fill_uniforms(self.keys, np.int64(day), self.out)
+        return self.out
+
+
+@njit(cache=True, parallel=True)
+def _fill_uniforms(keys: np.ndarray, day: np.int64, out: np.ndarray) -> None:
+    for i in prange(keys.shape[0]):
+        out[i] = rng.uniform(keys[i], day, _STREAM, 0)
 
 
 class Timer(Protocol):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from skurl.catalog import Catalog, load_catalog
@@ -27,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a policy on held-out seeds (cost, fill rate, waste)")
     add_config_flags(p)
     p.add_argument("--policy", metavar="NAME", help=f"baseline policy: {' | '.join(POLICY_NAMES)}")
+    p.add_argument("--run", metavar="RUN_DIR",
+                   help="a trained policy: RUN_DIR of `skurl train` (its config and latest checkpoint)")
     p.add_argument("--tune", action="store_true",
                    help="tune the baseline by simulation on dedicated tuning seeds first")
     p.add_argument("--skus", type=int, help="SKUs evaluated (default eval.skus; 0 = whole catalog)")
@@ -59,6 +62,10 @@ def _log(args: argparse.Namespace) -> Any:
 def resolve_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog,
                    ) -> tuple[Policy, dict[str, Any] | None]:
     """The policy the flags ask for, and its tuning summary (None when not tuned)."""
+    if getattr(args, "run", None):
+        from skurl.policy.learned import LearnedPolicy
+
+        return LearnedPolicy.from_run(args.run), None
     if args.policy is None:
         raise UserError(f"skurl eval: --policy is required (one of: {', '.join(POLICY_NAMES)})")
     name = check_policy_name(args.policy)
@@ -80,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"skurl eval: --episodes {args.episodes}, expected an integer >= 1")
     if args.policy is not None:
         check_policy_name(args.policy)  # fail before building the catalog
+    if getattr(args, "run", None) and not args.config:  # a run is scored on its own catalog
+        args.config = str(Path(args.run) / "config.yaml")
     cfg = config_from_args(args, _eval_overrides(args))
     catalog = load_catalog(cfg.catalog, skus=cfg.eval.skus or None)
     policy, tuning = resolve_policy(args, cfg, catalog)

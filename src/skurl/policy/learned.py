@@ -16,7 +16,7 @@ import torch
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.policy.actions import ActionGrid
-from skurl.policy.nets import ActionUniforms, ActorCritic, InferenceNets, greedy, sample_inverse_cdf
+from skurl.policy.nets import ActorCritic, InferenceNets, greedy, sample_inverse_cdf
 from skurl.sim.api import Obs
 
 CONFIG_FILE = "config.yaml"
@@ -51,12 +51,14 @@ class LearnedPolicy:
         self.seed = int(seed)
         self.info = dict(info or {})
         self._episode = -1
-        self._noise: ActionUniforms | None = None
+        self._noise: Any = None  # collect.collector.ActionUniforms when sampling
 
     def reset(self) -> None:
         """A new episode starts (evaluate() calls this): new sampling noise."""
         self._episode += 1
         if self.sample and self.sku_ids is not None:
+            from skurl.collect.collector import ActionUniforms
+
             self._noise = ActionUniforms(self.seed, self._episode, self.sku_ids)
 
     @torch.inference_mode()

@@ -4,7 +4,8 @@
 to two separate MLPs, so one `state_dict` is the whole deployable policy. Collectors
 run `InferenceNets`, a frozen copy in float32 or bfloat16. Actions are sampled by
 inverse CDF with counter-based uniforms u(seed, episode, sku_id, day, STREAM_ACTION),
-so a SKU's action never depends on chunking, worker count or mode.
+so a SKU's action never depends on chunking, worker count or mode (the noise itself,
+`ActionUniforms`, lives with the collector: it needs the simulator's generator).
 """
 
 from __future__ import annotations
@@ -12,19 +13,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import torch
-from numba import njit, prange
 from torch import nn
 
 from skurl.learn.normalize import RunningMeanStd
-from skurl.sim import rng
-from skurl.sim.api import STREAM_ACTION
 
 HIDDEN_GAIN = math.sqrt(2.0)  # orthogonal init gain for ReLU layers
 POLICY_HEAD_GAIN = 0.01  # near-uniform initial policy (Andrychowicz et al. 2021, "What matters in on-policy RL")
 VALUE_HEAD_GAIN = 1.0
-_STREAM = np.int64(STREAM_ACTION)
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, head_gain: float) -> nn.Sequential:
@@ -161,24 +157,3 @@ def sample_inverse_cdf(logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Ten
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
-
-
-class ActionUniforms:
-    """u(seed, episode, sku_id, day, STREAM_ACTION) in (0, 1): the sampling noise of one
-    episode, from the simulator's counter-based generator (sim/rng.py). Per-SKU keys are
-    derived once; `day(d)` draws float64 [N] for every SKU."""
-
-    def __init__(self, seed: int, episode: int, sku_ids: np.ndarray) -> None:
-        self.keys = rng.sku_keys(rng.run_key(seed, episode), np.ascontiguousarray(sku_ids, np.int64))
-        self.out = np.empty(self.keys.shape[0], np.float64)
-
-    def day(self, day: int) -> np.ndarray:
-        """Uniforms of `day` (a buffer overwritten by the next call)."""
-        _fill_uniforms(self.keys, np.int64(day), self.out)
-        return self.out
-
-
-@njit(cache=True, parallel=True)
-def _fill_uniforms(keys: np.ndarray, day: np.int64, out: np.ndarray) -> None:
-    for i in prange(keys.shape[0]):
-        out[i] = rng.uniform(keys[i], day, _STREAM, 0)

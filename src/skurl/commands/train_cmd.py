@@ -1,0 +1,65 @@
+"""`skurl train`: co-located PPO training on embedded defaults (no servers, no files).
+
+    skurl train                                  # synthetic catalog, defaults
+    skurl train --config configs/lost_sales.yaml --set catalog.lead_time=4
+    skurl train --resume runs/20250101-120000    # continue exactly where it stopped
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from skurl.commands.common import add_config_flags, config_from_args, print_json
+from skurl.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a PPO replenishment policy (co-located: one process)")
+    add_config_flags(p)
+    p.add_argument("--run-dir", help="where checkpoints, logs and the report go (default runs/TIMESTAMP)")
+    p.add_argument("--iterations", type=int, help="total training iterations (sets train.iterations)")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a run from its latest checkpoint with its own config (--set may extend it)")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="skip tuning and scoring the forecast-base-stock baseline")
+    p.add_argument("--json", action="store_true", help="print the final evaluation as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from skurl.deploy import colocated
+
+    extra = []
+    if args.iterations is not None:
+        if args.iterations < 0:
+            raise UserError(f"skurl train: --iterations {args.iterations}, expected an integer >= 0")
+        extra.append(f"train.iterations={args.iterations}")
+    if args.resume:
+        if args.config or args.run_dir:
+            raise UserError("skurl train: --resume RUN_DIR takes the run's own config and directory; "
+                            "drop --config/--run-dir (use --set to change keys)")
+        result = colocated.resume(args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
+    else:
+        cfg = config_from_args(args, extra)
+        run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+        result = colocated.train(cfg, run_dir, baseline=not args.no_baseline)
+    summary = {
+        "run_dir": str(result.run_dir),
+        "iterations": result.iterations,
+        "eval_cost": (result.eval or {}).get("avg_cost_per_sku_day"),
+        "baseline_cost": (result.baseline or {}).get("avg_cost_per_sku_day"),
+    }
+    if args.json:
+        print_json({**summary, "eval": result.eval, "baseline": result.baseline})
+    else:
+        cost, base = summary["eval_cost"], summary["baseline_cost"]
+        line = f"run {result.run_dir}: {result.iterations} iterations"
+        if cost is not None:
+            line += f", cost/SKU-day {cost:.4f}"
+        if cost is not None and base:
+            line += f" vs {colocated.BASELINE} {base:.4f} ({100 * (cost / base - 1):+.1f}%)"
+        print(line)
+        print(f"report: {result.run_dir / 'report.md'}")
+    return 0

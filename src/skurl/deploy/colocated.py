@@ -1,0 +1,254 @@
+"""Co-located training: simulator, collector and learner in one process (DESIGN 6).
+
+Wiring only, like Sample Factory's serial runner: each iteration the collector takes the
+published weights (the sync barrier), collects one episode of the training SKUs, the
+learner runs PPO on it and publishes the next version; every `train.eval_every`
+iterations the greedy policy is scored on held-out seeds against the tuned baseline.
+Stage timings (simulate / infer / learn / sync / eval), metrics.jsonl + TensorBoard,
+checkpoints, eval.json and report.md land in the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import torch
+import yaml
+
+from skurl.catalog import Catalog, load_catalog
+from skurl.collect.collector import Collector
+from skurl.collect.evaluate import EvalResult, evaluate, make_env
+from skurl.config import Config, config_to_dict, load_config
+from skurl.errors import UserError
+from skurl.learn.checkpoint import latest_checkpoint, restore_learner, save_checkpoint
+from skurl.learn.learner import Learner
+from skurl.policy.learned import CONFIG_FILE, LearnedPolicy, grid_for
+from skurl.policy.nets import ActorCritic
+from skurl.sync.inproc import InProcWeights
+from skurl.telemetry.logger import RunLogger
+from skurl.telemetry.progress import Progress
+from skurl.telemetry.report import write_eval, write_report
+from skurl.telemetry.stages import StageTimer
+
+BASELINE = "forecast-base-stock"  # the planner's policy the trained one must beat (tuned)
+BASELINE_FILE = "baseline.json"
+TRAINED = "ppo"
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    iterations: int
+    eval: dict[str, Any] | None  # trained policy's last evaluation (EvalResult.to_json())
+    baseline: dict[str, Any] | None
+
+
+def set_threads(cfg: Config) -> int:
+    threads = cfg.train.torch_threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    return threads
+
+
+def training_shards(catalog: Catalog, collect_skus: int) -> list[np.ndarray]:
+    """Row indices of the SKU sets collected in turn (one per iteration, round robin):
+    the whole catalog, or group-closed shards of about `collect_skus` SKUs."""
+    n = len(catalog)
+    if collect_skus == 0 or collect_skus >= n:
+        return [np.arange(n, dtype=np.int64)]
+    from skurl.catalog.partition import partition
+
+    shards = partition(catalog, -(-n // collect_skus), "equal")
+    return [s for s in shards if s.size]
+
+
+def eval_catalog(cfg: Config, catalog: Catalog) -> Catalog:
+    k = cfg.eval.skus
+    return catalog if k == 0 or k >= len(catalog) else catalog.subset(np.arange(k))
+
+
+class ColocatedRun:
+    """The components of one run and the loop over iterations."""
+
+    def __init__(self, cfg: Config, run_dir: str | Path, *, resume: bool = False,
+                 stream: IO[str] | None = None, baseline: bool = True) -> None:
+        self.cfg, self.run_dir, self.stream = cfg, Path(run_dir), stream
+        self.threads = set_threads(cfg)
+        self.timer = StageTimer()
+        self.catalog = load_catalog(cfg.catalog)
+        self.shards = training_shards(self.catalog, cfg.train.collect_skus)
+        self._envs: dict[int, Any] = {}
+        self.grid = grid_for(cfg)
+        env0 = self._env(0)
+        self.learner = Learner(cfg, env0.schema.dim, self.grid.n)
+        self.meta: dict[str, Any] = {}
+        if resume:
+            path = latest_checkpoint(self.run_dir)
+            if path is None:
+                raise UserError(f"--resume {self.run_dir}: no checkpoint to resume from")
+            self.meta = restore_learner(self.learner, path)
+        self.weights = InProcWeights(TRAINED)
+        self.weights.publish(self.learner.version, self.learner.weights())
+        self.model = ActorCritic.from_state(self.learner.weights())
+        self.eval_catalog = eval_catalog(cfg, self.catalog)
+        self.eval_env: Any = None
+        self.want_baseline = baseline
+        self.baseline: dict[str, Any] | None = None
+        self.last_eval: dict[str, Any] | None = None
+
+    def _env(self, shard: int) -> Any:
+        if shard not in self._envs:
+            rows = self.shards[shard]
+            cat = self.catalog if rows.size == len(self.catalog) else self.catalog.subset(rows)
+            self._envs[shard] = make_env(cat, self.cfg.sim)
+        return self._envs[shard]
+
+    def collector(self, iteration: int) -> Collector:
+        env = self._env(iteration % len(self.shards))
+        return Collector(env, self.model, self.grid, chunk=self.cfg.train.chunk,
+                         infer_dtype=self.cfg.train.infer_dtype, timer=self.timer)
+
+    def run(self, stop_after: int | None = None) -> TrainResult:
+        """Iterate from the restored iteration to train.iterations (or stop after
+        `stop_after` iterations in total, as an interruption would)."""
+        cfg, start = self.cfg, self.learner.iteration
+        end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / CONFIG_FILE).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        logger = RunLogger(self.run_dir)
+        if start > 0:
+            logger.truncate_after(start - 1)
+        try:
+            if self.want_baseline:
+                self.baseline = self._baseline()
+            with Progress(cfg.train.iterations, initial=start, stream=self.stream) as progress:
+                for it in range(start, end):
+                    scalars = self.iteration(it)
+                    if self._due(it, cfg.train.eval_every, end):
+                        scalars.update(self.evaluate(it))
+                    logger.log(it, scalars)
+                    progress.update(it, **{k: scalars.get(k) for k in
+                                           ("transitions_per_s", "reward_mean", "eval_cost", "baseline_cost")})
+        finally:
+            logger.close()
+        if end == cfg.train.iterations:
+            write_report(self.run_dir)
+        return TrainResult(self.run_dir, end, self.last_eval, self.baseline)
+
+    @staticmethod
+    def _due(it: int, every: int, end: int) -> bool:
+        return (every > 0 and (it + 1) % every == 0) or it + 1 == end
+
+    def iteration(self, it: int) -> dict[str, Any]:
+        """collect -> learn -> publish (-> checkpoint); the iteration's scalars."""
+        cfg, timer = self.cfg, self.timer
+        timer.reset()
+        start = time.perf_counter()
+        collector = self.collector(it)
+        with timer.stage("sync"):
+            version, tensors = self.weights.wait_for(self.learner.version, timeout=60.0)
+            collector.set_weights(version, tensors)
+        rollout = collector.collect(cfg.train.seed, it, version)
+        assert rollout is not None
+        with timer.stage("learn"):
+            stats = self.learner.update(rollout)
+        with timer.stage("sync"):
+            self.weights.publish(self.learner.version, self.learner.weights())
+        if self._due(it, cfg.train.checkpoint_every, cfg.train.iterations):
+            with timer.stage("checkpoint"):
+                save_checkpoint(self.run_dir, self.learner, keep=cfg.train.keep_checkpoints)
+        per_sku = rollout.rewards.mean(axis=0, dtype=np.float64)
+        p5, p50, p95 = np.percentile(per_sku, [5, 50, 95])
+        return {
+            **collector.stats.scalars(), **stats,
+            "reward_p5": p5, "reward_p50": p50, "reward_p95": p95,
+            "policy_version": self.learner.version,
+            "iteration_seconds": time.perf_counter() - start,
+            **timer.as_scalars(exclusive=True),
+        }
+
+    def evaluate(self, it: int) -> dict[str, Any]:
+        """Score the greedy policy on held-out seeds; write eval.json; scalars to log."""
+        with self.timer.stage("eval"):
+            policy = LearnedPolicy(self.model, self.grid, name=TRAINED, dtype=_eval_dtype(self.cfg),
+                                   info={"iteration": it + 1, "version": self.learner.version})
+            result = self._score(policy)
+        self.last_eval = _policy_result(result, self.eval_catalog)
+        results = {TRAINED: self.last_eval}
+        if self.baseline is not None:
+            results[BASELINE] = self.baseline
+        write_eval(self.run_dir, it, results, trained=TRAINED)
+        out = {"eval_cost": result.avg_cost_per_sku_day, "eval_profit": result.avg_profit_per_sku_day,
+               "eval_fill_rate": result.fill_rate}
+        if self.baseline is not None:
+            out["baseline_cost"] = self.baseline["avg_cost_per_sku_day"]
+        return out
+
+    def _score(self, policy: Any) -> EvalResult:
+        cfg = self.cfg
+        if self.eval_env is None:
+            sim = dataclasses.replace(cfg.sim, days=cfg.eval.warmup + cfg.eval.days)
+            self.eval_env = make_env(self.eval_catalog, sim)
+        return evaluate(self.eval_catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
+                        seed=cfg.eval.seed, env=self.eval_env)
+
+    def _baseline(self) -> dict[str, Any]:
+        """The tuned baseline's evaluation, computed once per run dir and cached."""
+        path = self.run_dir / BASELINE_FILE
+        if path.is_file():
+            return json.loads(path.read_text())
+        from skurl.policy.baselines import make_policy
+        from skurl.policy.tuning import tune
+
+        cfg = self.cfg
+        with self.timer.stage("baseline"):
+            tuned = tune(BASELINE, self.eval_catalog, cfg.sim, eval_seed=cfg.eval.seed,
+                         days=cfg.eval.days, warmup=cfg.eval.warmup)
+            policy = make_policy(BASELINE, self.eval_catalog, cfg.sim, tuned.params)
+            result = _policy_result(self._score(policy), self.eval_catalog)
+        path.write_text(json.dumps(result, indent=1))
+        return result
+
+
+def _eval_dtype(cfg: Config) -> torch.dtype:
+    from skurl.collect.collector import resolve_infer_dtype
+
+    return resolve_infer_dtype(cfg.train.infer_dtype)
+
+
+def _policy_result(result: EvalResult, catalog: Catalog) -> dict[str, Any]:
+    """EvalResult as eval.json's PolicyResult, with per-segment costs."""
+    from skurl.catalog.synthetic import segments
+
+    out = result.to_json()
+    seg = {}
+    for name, mask in segments(catalog).items():
+        if mask.any():
+            seg[name] = {"skus": int(mask.sum()), "avg_cost_per_sku_day": float(result.per_sku_cost[mask].mean())}
+    out["segments"] = seg
+    return out
+
+
+def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,
+          stop_after: int | None = None, baseline: bool = True) -> TrainResult:
+    """A new run in `run_dir` (refuses a directory that already holds checkpoints)."""
+    if latest_checkpoint(run_dir) is not None:
+        raise UserError(f"run dir '{run_dir}' already holds checkpoints; use --resume {run_dir} or another --run-dir")
+    return ColocatedRun(cfg, run_dir, stream=stream, baseline=baseline).run(stop_after)
+
+
+def resume(run_dir: str | Path, overrides: list[str] | None = None, *, stream: IO[str] | None = None,
+           stop_after: int | None = None, baseline: bool = True) -> TrainResult:
+    """Continue the run in `run_dir` from its latest checkpoint, with its own config
+    (plus `overrides`, e.g. train.iterations=N to extend it)."""
+    cfg_file = Path(run_dir) / CONFIG_FILE
+    if not cfg_file.is_file():
+        raise UserError(f"--resume {run_dir}: no {CONFIG_FILE}; expected a directory made by `skurl train`")
+    cfg = load_config(cfg_file, overrides)
+    return ColocatedRun(cfg, run_dir, resume=True, stream=stream, baseline=baseline).run(stop_after)

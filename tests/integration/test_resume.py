@@ -1,0 +1,117 @@
+"""Checkpoints and exact resume: stopping after iteration k and resuming gives the very
+same weights at iteration n as a run that never stopped."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from skurl.config import Config, load_config
+from skurl.deploy.colocated import resume, train
+from skurl.learn.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    restore_learner,
+    save_checkpoint,
+)
+from skurl.learn.learner import Learner
+
+TINY = [
+    "catalog.kind=uniform", "catalog.skus=48", "catalog.lead_time=2", "sim.days=12", "sim.reward=cost",
+    "sim.substitution=false", "policy.actions.kind=units", "policy.actions.n=8", "policy.hidden=[16,16]",
+    "ppo.epochs=2", "ppo.minibatch=100", "train.iterations=4", "train.checkpoint_every=2",
+    "train.eval_every=0", "train.torch_threads=1", "eval.days=6", "eval.warmup=2", "eval.skus=16",
+]
+
+
+def tiny(*extra: str) -> Config:
+    return load_config(None, TINY + list(extra))
+
+
+def trained_tensors(run_dir: Path, iteration: int) -> dict[str, torch.Tensor]:
+    tensors, meta = load_checkpoint(run_dir / "checkpoints" / f"iter_{iteration:06d}")
+    assert meta["iteration"] == iteration
+    return {k: v for k, v in tensors.items() if not k.startswith("rng/")}
+
+
+def test_resume_continues_bit_exactly(tmp_path: Path) -> None:
+    cfg = tiny()
+    straight = train(cfg, tmp_path / "straight", baseline=False)
+    assert straight.iterations == 4
+    stopped = train(cfg, tmp_path / "stopped", stop_after=2, baseline=False)
+    assert stopped.iterations == 2
+    assert [p.name for p in list_checkpoints(tmp_path / "stopped")] == ["iter_000002"]
+    resumed = resume(tmp_path / "stopped", baseline=False)
+    assert resumed.iterations == 4
+    a, b = trained_tensors(tmp_path / "straight", 4), trained_tensors(tmp_path / "stopped", 4)
+    assert set(a) == set(b) and any(k.startswith("optim/") for k in a)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    logs = [(tmp_path / d / "metrics.jsonl").read_text().splitlines() for d in ("straight", "stopped")]
+    assert [json.loads(x)["iteration"] for x in logs[1]] == [0, 1, 2, 3]
+    for x, y in zip(logs[0], logs[1], strict=True):
+        assert json.loads(x)["reward_mean"] == json.loads(y)["reward_mean"]
+    assert (tmp_path / "stopped" / "report.md").is_file()
+
+
+def test_a_run_dir_with_checkpoints_is_not_overwritten(tmp_path: Path) -> None:
+    train(tiny("train.iterations=2"), tmp_path / "run", baseline=False)
+    with pytest.raises(Exception, match="already holds checkpoints"):
+        train(tiny(), tmp_path / "run", baseline=False)
+
+
+def test_checkpoint_round_trip_restores_everything(tmp_path: Path) -> None:
+    cfg = tiny()
+    learner = Learner(cfg, 6, 8, "cpu")
+    learner.model.obs_norm.update(torch.randn(50, 6))
+    learner.reward_scaler.update(torch.randn(4, 3), torch.zeros(4, 3, dtype=torch.bool))
+    loss = learner.model(torch.randn(10, 6))[0].sum()
+    loss.backward()
+    learner.optimizer.step()  # Adam moments and step count exist now
+    learner.iteration, learner.version = 7, 9
+    torch.manual_seed(123)
+    np.random.seed(5)
+    random.seed(6)
+    path = save_checkpoint(tmp_path, learner, meta={"note": "x"})
+    expected = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)])
+    other = Learner(tiny("train.seed=1"), 6, 8, "cpu")
+    meta = restore_learner(other, path)
+    assert meta["note"] == "x" and (other.iteration, other.version) == (7, 9)
+    got = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)])
+    assert torch.equal(expected[0], got[0]) and np.array_equal(expected[1], got[1]) and expected[2] == got[2]
+    for (k, v), w in zip(learner.model.state_dict().items(), other.model.state_dict().values(), strict=True):
+        assert torch.equal(v, w), k
+    for k, v in learner.reward_scaler.state_dict().items():
+        assert torch.equal(v, other.reward_scaler.state_dict()[k])
+    sa, sb = learner.optimizer.state_dict()["state"], other.optimizer.state_dict()["state"]
+    for pid in sa:
+        for key in sa[pid]:
+            assert torch.equal(sa[pid][key], sb[pid][key]), (pid, key)
+
+
+def test_only_the_last_checkpoints_are_kept_and_no_temporaries_remain(tmp_path: Path) -> None:
+    learner = Learner(tiny(), 6, 8, "cpu")
+    for it in range(1, 6):
+        learner.iteration = it
+        save_checkpoint(tmp_path, learner, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["iter_000004", "iter_000005"]
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "iter_000005"
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["iter_000004", "iter_000005"]
+
+
+def test_broken_checkpoints_are_rejected(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"expected state\.safetensors"):
+        load_checkpoint(tmp_path)
+    learner = Learner(tiny(), 6, 8, "cpu")
+    path = save_checkpoint(tmp_path, learner)
+    meta = json.loads((path / "meta.json").read_text())
+    (path / "meta.json").write_text(json.dumps({**meta, "format": "other"}))
+    with pytest.raises(CheckpointError, match="format"):
+        load_checkpoint(path)

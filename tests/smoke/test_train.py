@@ -1,0 +1,63 @@
+"""`skurl train` end to end on a tiny config (seconds): checkpoints, metrics, TensorBoard
+events, eval.json against the tuned baseline, report.md; then `skurl eval --run`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skurl.cli import main
+
+TINY = [
+    "catalog.kind=uniform", "catalog.skus=40", "sim.days=10", "sim.reward=cost", "sim.substitution=false",
+    "policy.actions.kind=units", "policy.actions.n=10", "policy.hidden=[16,16]", "ppo.epochs=2",
+    "ppo.minibatch=128", "train.checkpoint_every=2", "train.eval_every=2", "train.torch_threads=1",
+    "eval.days=8", "eval.warmup=2", "eval.skus=20",
+]
+
+
+def sets(items: list[str]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def test_train_then_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "--run-dir", str(run), "--iterations", "3", "--json", *sets(TINY)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["iterations"] == 3 and summary["eval_cost"] > 0 and summary["baseline_cost"] > 0
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_000002", "iter_000003"]
+    for name in ("config.yaml", "metrics.jsonl", "eval.json", "report.md", "baseline.json"):
+        assert (run / name).is_file(), name
+    assert any((run / "tb").iterdir())
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1, 2]
+    for key in ("reward_mean", "policy_loss", "approx_kl", "explained_variance", "time_simulate",
+                "time_infer", "time_learn", "time_sync", "transitions_per_s"):
+        assert key in records[-1], key
+    evaluation = json.loads((run / "eval.json").read_text())
+    assert set(evaluation["policies"]) == {"ppo", "forecast-base-stock"}
+    assert [h["iteration"] for h in evaluation["history"]] == [1, 2]
+    assert "ppo" in (run / "report.md").read_text()
+
+    assert main(["eval", "--run", str(run), "--days", "5", "--warmup", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["policy"] == "ppo" and result["params"]["iteration"] == 3 and result["skus"] == 20
+
+
+def test_resume_extends_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "--run-dir", str(run), "--iterations", "2", "--no-baseline", *sets(TINY)]) == 0
+    assert main(["train", "--resume", str(run), "--iterations", "4", "--no-baseline"]) == 0
+    out = capsys.readouterr().out
+    assert "4 iterations" in out
+    assert (run / "checkpoints" / "iter_000004").is_dir()
+
+
+def test_user_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--resume", str(tmp_path / "nope")]) == 2
+    assert main(["train", "--iterations", "-1"]) == 2
+    assert main(["eval", "--run", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
