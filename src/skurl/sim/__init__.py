@@ -1,1 +1,7 @@
-"""sim."""
+"""The vectorized inventory simulator (DESIGN section 3): `VectorEnv` over a Catalog shard,
+its counter-based random numbers (rng), demand samplers (demand), and a slow scalar
+reference (reference) that the tests step side by side with it."""
+
+from skurl.sim.env import VectorEnv
+
+__all__ = ["VectorEnv"]

@@ -18,6 +18,17 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from skurl.errors import UserError
+
+
+class ActionError(UserError):
+    """Orders passed to `step` are malformed (shape, dtype, NaN, negative, too large)."""
+
+
+class EnvStateError(UserError):
+    """`step` called before `reset` or after the episode's last day."""
+
+
 # Random-number streams: a draw is a pure function of (seed, episode, sku_id, day, stream, k).
 STREAM_DEMAND = 0
 STREAM_SUBSTITUTION = 1

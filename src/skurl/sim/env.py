@@ -1,0 +1,212 @@
+"""VectorEnv: the in-process batch simulator of one shard of SKUs (sim/api.Env).
+
+Usage:
+    env = VectorEnv(catalog, cfg.sim)
+    obs = env.reset(seed=0, episode=0)
+    while True:
+        res = env.step(orders_in_units)   # float or int [N], >= 0
+        if res.done: break
+
+All returned arrays (features, raw state, reward, metrics, failed mask) are views of
+buffers allocated once and overwritten by the next reset/step: copy what you keep. The raw
+state views are read-only (they are the simulator's own state).
+
+A shard must be group-closed: all members of a substitution group in the same env (the
+env cannot see the rest of the catalog; catalog.partition guarantees it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from skurl.catalog.schema import Catalog
+from skurl.config import SimConfig
+from skurl.errors import CatalogError
+from skurl.sim.api import (
+    ActionError,
+    DayMetrics,
+    EnvStateError,
+    Obs,
+    ObsSchema,
+    RawState,
+    StepResult,
+)
+from skurl.sim.kernel import first_bad_order, reset_kernel, step_kernel
+from skurl.sim.layout import Layout, layout_for
+from skurl.sim.rng import MAX_DAY, run_key
+from skurl.sim.state import (
+    FAIL_REASONS,
+    METRIC_FIELDS,
+    S_BACKLOG,
+    S_FAIL,
+    S_ON_HAND,
+    S_PIPE,
+    T0,
+    TOTAL_FIELDS,
+    make_outputs,
+    make_params,
+    make_state,
+)
+
+MAX_ORDER = 1e9  # units per SKU per day; larger orders are surely a unit/scale bug
+
+
+def check_structure(catalog: Catalog) -> None:
+    """The fields that size or index the state arrays must be sane, else CatalogError (the
+    kernel would index out of bounds). Other bad values isolate the SKU at run time."""
+    n = len(catalog)
+    if n == 0:
+        raise CatalogError("catalog: no SKUs (expected at least one row)")
+    for name, lo, hi in (("lead_time", 1, 60), ("delay_max", 0, 30), ("shelf_life", 0, 365),
+                         ("demand_dist", 0, 2), ("promo_period", 0, 10_000)):
+        arr = getattr(catalog, name)
+        if arr.shape[0] != n:
+            raise CatalogError(f"catalog field '{name}': {arr.shape[0]} rows, expected {n}")
+        bad = (arr < lo) | (arr > hi)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise CatalogError(f"catalog SKU {int(catalog.sku_id[i])}: field '{name}' = {arr[i]!r}, "
+                               f"expected an integer in [{lo}, {hi}]")
+
+
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    view = arr.view()
+    view.flags.writeable = False
+    return view
+
+
+class VectorEnv:
+    """N SKUs simulated in lock step by numba kernels; see the module docstring."""
+
+    def __init__(self, catalog: Catalog, sim_cfg: SimConfig | None = None) -> None:
+        check_structure(catalog)
+        self.cfg = sim_cfg or SimConfig()
+        self.catalog = catalog
+        self.layout: Layout = layout_for(catalog, self.cfg.review_days)
+        self._params = make_params(catalog, self.cfg.substitution)
+        self._state = make_state(catalog, self.layout)
+        self._out = make_outputs(len(catalog), self.layout)
+        self.threads = self._thread_count(self.cfg.threads)
+        st = self._state.st
+        npipe = self.layout.pipeline
+        self._raw_views = (_read_only(st[:, S_ON_HAND]), _read_only(st[:, S_PIPE:S_PIPE + npipe]),
+                           _read_only(st[:, S_BACKLOG]), _read_only(self._state.forecast))
+        acc = self._out.acc
+        self._metrics = DayMetrics(**{name: _read_only(acc[:, k])
+                                      for k, name in enumerate(METRIC_FIELDS)})
+        self._failed_view = _read_only(self._state.failed)
+        self._day = -1
+        self._seed: int | None = None
+        self._episode = 0
+
+    @staticmethod
+    def _thread_count(threads: int) -> int:
+        available = int(numba.config.NUMBA_NUM_THREADS)
+        return available if threads <= 0 else min(threads, available)
+
+    @property
+    def num_skus(self) -> int:
+        return len(self.catalog)
+
+    @property
+    def schema(self) -> ObsSchema:
+        return self.layout.schema
+
+    @property
+    def day(self) -> int:
+        """Day of the current observation (-1 before reset)."""
+        return self._day
+
+    @property
+    def done(self) -> bool:
+        return self._day >= self.cfg.days
+
+    def _obs(self) -> Obs:
+        on_hand, pipeline, backlog, forecast = self._raw_views
+        raw = RawState(on_hand, pipeline, backlog, forecast, self._day)
+        return Obs(self._out.features, raw, self.layout.schema)
+
+    def reset(self, seed: int, episode: int = 0) -> Obs:
+        """Day 0 of episode `episode` under run seed `seed` (ints >= 0)."""
+        for name, v in (("seed", seed), ("episode", episode)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise EnvStateError(f"reset: {name} = {v!r}, expected an integer >= 0")
+        if self.cfg.days + self.layout.horizon >= MAX_DAY:
+            raise EnvStateError(f"sim.days = {self.cfg.days}: too many days for the day counter")
+        self._seed, self._episode = int(seed), int(episode)
+        numba.set_num_threads(self.threads)
+        init_days = float(self.cfg.initial_stock_days)
+        reset_kernel(self._params, self._state, self._out, run_key(self._seed, self._episode),
+                     init_days, np.int64(self.layout.pipeline))
+        self._day = 0
+        return self._obs()
+
+    def _check_orders(self, orders: Any) -> np.ndarray:
+        arr = np.asarray(orders)
+        n = self.num_skus
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise ActionError(f"orders: shape {arr.shape}, expected ({n},) (one order per SKU)")
+        if arr.dtype.kind not in "iuf":
+            raise ActionError(f"orders: dtype {arr.dtype}, expected a numeric (int or float) array")
+        arr = np.ascontiguousarray(arr, dtype=np.float64)
+        i = int(first_bad_order(arr, MAX_ORDER))
+        if i >= 0:
+            raise ActionError(
+                f"orders: SKU {int(self.catalog.sku_id[i])} (row {i}) = {arr[i]!r}, "
+                f"expected a finite number of units in [0, {MAX_ORDER:g}]"
+            )
+        return arr
+
+    def step(self, orders: np.ndarray) -> StepResult:
+        """Simulate today with these orders (units, >= 0, rounded half up); next day's obs."""
+        if self._day < 0:
+            raise EnvStateError("step: call reset() first")
+        if self.done:
+            raise EnvStateError(f"step: the episode ended after day {self.cfg.days - 1}; call reset()")
+        arr = self._check_orders(orders)
+        numba.set_num_threads(self.threads)
+        cfg = self.cfg
+        step_kernel(self._params, self._state, self._out, arr, np.int64(self.layout.pipeline),
+                    np.int64(self._day), cfg.backorders, cfg.issuing == "lifo", cfg.reward == "cost")
+        self._day += 1
+        return StepResult(self._obs(), self._out.reward, self.done, self._metrics, self._failed_view)
+
+    def totals(self) -> dict[str, np.ndarray]:
+        """Per-SKU float64 sums of every DayMetrics field (and reward) since reset or
+        reset_totals() (copies)."""
+        acc = self._out.acc
+        return {name: acc[:, T0 + k].copy() for k, name in enumerate(TOTAL_FIELDS)}
+
+    def reset_totals(self) -> None:
+        """Start the sums again (e.g. after an evaluation warm-up)."""
+        self._out.acc[:, T0:] = 0.0
+
+    def failed_ids(self) -> np.ndarray:
+        return self.catalog.sku_id[self._state.failed].copy()
+
+    def info(self) -> dict[str, Any]:
+        failed = np.flatnonzero(self._state.failed)
+        reasons = self._state.st[failed, S_FAIL]
+        return {
+            "backend": "vector",
+            "num_skus": self.num_skus,
+            "obs_dim": self.layout.dim,
+            "schema": [[name, width] for name, width in self.layout.schema.fields],
+            "pipeline_days": self.layout.pipeline,
+            "expiring_days": self.layout.expiring,
+            "forecast_days": self.layout.horizon,
+            "days": self.cfg.days,
+            "day": self._day,
+            "seed": self._seed,
+            "episode": self._episode,
+            "threads": self.threads,
+            "failed_sku_ids": [int(x) for x in self.catalog.sku_id[failed]],
+            "failed_reasons": {FAIL_REASONS[int(r)]: int((reasons == r).sum()) for r in np.unique(reasons)},
+        }
+
+    def close(self) -> None:
+        """Nothing to release beyond memory; present for the Env protocol."""
+        self._day = -1

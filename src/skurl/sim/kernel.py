@@ -1,0 +1,166 @@
+"""The vectorized step: numba kernels over all SKUs of a shard (DESIGN section 3).
+
+Work is split into chunks of consecutive rows (chunks.py), run in parallel (prange); a
+chunk's rows are simulated serially by one `sku_jit` function with all per-SKU code
+(day.py, sku_ops.py) inlined. One day:
+  for each chunk, in parallel: every row places its order, draws and serves its own demand;
+    rows outside substitution groups settle the day, move to tomorrow and write their
+    features; then the chunk's local groups pool their spill and settle their members;
+  then, in parallel, the global groups (rows spread over chunks) do the same.
+Every SKU (and every group) is processed by one thread from its own rows and counter-based
+random numbers, so results do not depend on thread count, shard or row order.
+`npipe` is the pipeline width P (state rows are padded beyond it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from skurl.sim.day import init_sku, own_demand, serve_group, settle
+from skurl.sim.jit import sku_jit
+from skurl.sim.rng import sku_key
+from skurl.sim.sku_ops import advance, write_features
+from skurl.sim.state import (
+    FAIL_FORECAST,
+    NM,
+    P_GROUPED,
+    P_SLOTS,
+    S_FAIL,
+    S_KEY,
+    S_SLOT_OFF,
+    W_SPILL,
+    Outputs,
+    Params,
+    State,
+)
+
+GROUPS_PER_ITEM = 128  # global groups per parallel work item
+
+
+@njit(cache=True, inline="always")
+def _clear_day(out: Outputs, i: np.int64) -> None:
+    out.reward[i] = 0.0
+    for k in range(NM):
+        out.acc[i, k] = 0.0
+
+
+@njit(cache=True, inline="always")
+def _isolate(s: State, out: Outputs, i: np.int64, reason: np.int64, clear_day: bool) -> None:
+    """Mask SKU i from now on: zero its features (and today's outputs when `clear_day`)."""
+    if s.st[i, S_FAIL] == 0:
+        s.st[i, S_FAIL] = reason
+    s.failed[i] = True
+    out.features[i, :] = 0.0
+    if clear_day:
+        _clear_day(out, i)
+
+
+@sku_jit
+def _reset_range(p: Params, s: State, out: Outputs, key: np.uint64, init_days: float,
+                 npipe: np.int64, lo: np.int64, hi: np.int64) -> None:
+    par, st, stock, forecast = p.par, s.st, s.stock, s.forecast
+    for i in range(lo, hi):
+        base = st[i, S_SLOT_OFF]
+        for j in range(base, base + np.int64(par[i, P_SLOTS])):
+            stock[j] = 0
+        st[i, :] = 0
+        st[i, S_SLOT_OFF] = base
+        st[i, S_KEY] = np.int64(sku_key(key, p.sku_id[i]))
+        forecast[i, :] = 0.0
+        s.failed[i] = False
+        out.reward[i] = 0.0
+        out.acc[i, :] = 0.0
+        reason = init_sku(par, st, stock, forecast, init_days, i)
+        if reason != 0:
+            _isolate(s, out, i, reason, True)
+            continue
+        write_features(par, st, stock, forecast, out.features, npipe, i, np.int64(0))
+
+
+@njit(cache=True, parallel=True)
+def reset_kernel(p: Params, s: State, out: Outputs, key: np.uint64, init_days: float,
+                 npipe: np.int64) -> None:
+    """Day 0: empty pipeline and backlog, initial stock at age 0, forecasts, features."""
+    for c in prange(p.chunks.shape[0] - 1):
+        _reset_range(p, s, out, key, init_days, npipe, p.chunks[c], p.chunks[c + 1])
+
+
+@njit(cache=True, inline="always")
+def _close_day(p: Params, s: State, out: Outputs, npipe: np.int64, i: np.int64, day: np.int64,
+               backorders: bool, cost_mode: bool) -> None:
+    """Settle today, move SKU i to tomorrow and write its features."""
+    settle(p.par, s.st, s.stock, out.reward, out.acc, i, day, backorders, cost_mode)
+    if advance(p.par, s.st, s.stock, s.forecast, i, day):
+        write_features(p.par, s.st, s.stock, s.forecast, out.features, npipe, i, day + 1)
+    else:
+        _isolate(s, out, i, FAIL_FORECAST, False)
+
+
+@sku_jit
+def _sku_range(p: Params, s: State, out: Outputs, orders: np.ndarray, npipe: np.int64,
+               lo: np.int64, hi: np.int64, day: np.int64, backorders: bool, lifo: bool,
+               cost_mode: bool) -> None:
+    """Own demand of rows lo..hi-1; rows outside substitution groups finish the day."""
+    par, st = p.par, s.st
+    for i in range(lo, hi):
+        if st[i, S_FAIL] != 0:
+            _clear_day(out, i)
+            st[i, W_SPILL] = 0
+            continue
+        reason = own_demand(par, st, s.stock, i, day, orders[i], backorders, lifo)
+        if reason != 0:
+            _isolate(s, out, i, reason, True)
+            st[i, W_SPILL] = 0
+        elif par[i, P_GROUPED] == 0.0:
+            _close_day(p, s, out, npipe, i, day, backorders, cost_mode)
+
+
+@sku_jit
+def _group_range(p: Params, s: State, out: Outputs, groups: np.ndarray, npipe: np.int64,
+                 lo: np.int64, hi: np.int64, day: np.int64, backorders: bool, lifo: bool,
+                 cost_mode: bool) -> None:
+    """Substitution within groups[lo:hi], then their members finish the day."""
+    starts, rows = p.group_start, p.group_rows
+    for k in range(lo, hi):
+        g = groups[k]
+        serve_group(p.par, s.st, s.stock, rows, starts[g], starts[g + 1], day, lifo)
+        for r in range(starts[g], starts[g + 1]):
+            i = rows[r]
+            if s.st[i, S_FAIL] == 0:
+                _close_day(p, s, out, npipe, i, day, backorders, cost_mode)
+
+
+@njit(cache=True, parallel=True)
+def step_kernel(p: Params, s: State, out: Outputs, orders: np.ndarray, npipe: np.int64,
+                day: np.int64, backorders: bool, lifo: bool, cost_mode: bool) -> None:
+    """One day for every SKU (see the module docstring)."""
+    for c in prange(p.chunks.shape[0] - 1):
+        _sku_range(p, s, out, orders, npipe, p.chunks[c], p.chunks[c + 1], day, backorders,
+                   lifo, cost_mode)
+        _group_range(p, s, out, p.local_groups, npipe, p.chunk_groups[c],
+                     p.chunk_groups[c + 1], day, backorders, lifo, cost_mode)
+    n_global = p.global_groups.shape[0]
+    for c in prange((n_global + GROUPS_PER_ITEM - 1) // GROUPS_PER_ITEM):
+        lo = np.int64(c) * GROUPS_PER_ITEM
+        _group_range(p, s, out, p.global_groups, npipe, lo, min(lo + GROUPS_PER_ITEM, n_global),
+                     day, backorders, lifo, cost_mode)
+
+
+@njit(cache=True, parallel=True)
+def first_bad_order(orders: np.ndarray, cap: float) -> np.int64:
+    """Index of the first order that is NaN, < 0 or > cap, or -1 (one parallel pass)."""
+    n = orders.shape[0]
+    block = 65536
+    items = (n + block - 1) // block
+    firsts = np.full(items, n, np.int64)
+    for c in prange(items):
+        for i in range(c * block, min((c + 1) * block, n)):
+            x = orders[i]
+            if not (x >= 0.0 and x <= cap):
+                firsts[c] = i
+                break
+    first = n
+    for c in range(items):
+        first = min(first, firsts[c])
+    return first if first < n else -1

@@ -1,0 +1,100 @@
+"""Widths of the state arrays and the observation schema, derived from a catalog.
+
+A = longest shelf life (expiring-by-day columns; 0 without perishables),
+P = longest lead time + longest supplier delay (pipeline slots),
+H = P + review days (forecast days in the raw state).
+The feature order is the contract of sim/api.ObsSchema (DESIGN section 3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from skurl.catalog.schema import Catalog
+from skurl.sim.api import ObsSchema
+
+WEEK = 7
+N_ECONOMICS = 6
+# Columns of the per-SKU block of features that never change (filled once per env).
+STATIC_FIELDS = ("lead_time", "shelf_life", "log_demand", "economics")
+
+
+@dataclass(frozen=True)
+class Layout:
+    expiring: int  # A
+    pipeline: int  # P
+    horizon: int  # H
+    schema: ObsSchema
+
+    @property
+    def dim(self) -> int:
+        return self.schema.dim
+
+
+def schema_for(expiring: int, pipeline: int) -> ObsSchema:
+    return ObsSchema(fields=(
+        ("on_hand", 1),
+        ("expiring", expiring),
+        ("backlog", 1),
+        ("pipeline", pipeline),
+        ("forecast_today", 1),
+        ("forecast_protection", 1),
+        ("sales_yesterday", 1),
+        ("sales_week", 1),
+        ("lost_yesterday", 1),
+        ("lead_time", 1),
+        ("shelf_life", 1),
+        ("promo_today", 1),
+        ("promo_ahead", 1),
+        ("day_of_week", WEEK),
+        ("log_demand", 1),
+        ("economics", N_ECONOMICS),
+    ))
+
+
+def layout_for(catalog: Catalog, review_days: int) -> Layout:
+    expiring = catalog.max_shelf_life
+    pipeline = catalog.max_lead_time + catalog.max_delay
+    return Layout(expiring, pipeline, pipeline + review_days, schema_for(expiring, pipeline))
+
+
+def feature_scale(demand_mean: np.ndarray) -> np.ndarray:
+    """scale_i = max(demand_mean_i, 0.1) (float64): quantities are shown in days of demand."""
+    return np.maximum(demand_mean.astype(np.float64), 0.1)
+
+
+def economics_features(catalog: Catalog) -> np.ndarray:
+    """float32 [N, 6]: holding, lost-sale, unit, waste cost, price, order_cost / scale, each
+    divided by v_i = max(price, lost_sale_cost + holding_cost, 1e-6) (a unit's value)."""
+    h = catalog.holding_cost.astype(np.float64)
+    p = catalog.lost_sale_cost.astype(np.float64)
+    price = catalog.price.astype(np.float64)
+    v = np.maximum(np.maximum(price, p + h), 1e-6)
+    cols = (h, p, catalog.unit_cost.astype(np.float64), catalog.waste_cost.astype(np.float64),
+            price, catalog.order_cost.astype(np.float64) / feature_scale(catalog.demand_mean))
+    return np.stack([c / v for c in cols], axis=1).astype(np.float32)
+
+
+@njit(cache=True)
+def _log_demand(demand_mean: np.ndarray) -> np.ndarray:
+    # math.log (the C library's), not np.log (numpy's own SIMD code may differ in the last
+    # bit), so the scalar reference computes the very same feature.
+    out = np.empty(demand_mean.shape[0], np.float64)
+    for i in range(demand_mean.shape[0]):
+        x = np.float64(demand_mean[i]) + 1e-3
+        out[i] = math.log(x) if x > 0.0 else np.nan
+    return out
+
+
+def static_features(catalog: Catalog) -> np.ndarray:
+    """float32 [N, 9]: lead_time, shelf_life, log_demand, economics[6] (constant per SKU)."""
+    out = np.empty((len(catalog), 3 + N_ECONOMICS), np.float32)
+    out[:, 0] = catalog.lead_time
+    out[:, 1] = catalog.shelf_life
+    out[:, 2] = _log_demand(catalog.demand_mean)
+    out[:, 3:] = economics_features(catalog)
+    return out

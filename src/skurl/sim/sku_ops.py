@@ -1,0 +1,240 @@
+"""Per-SKU building blocks of the kernels (numba, inlined into the chunk loops).
+
+Each function touches row i only, so the kernels can run them for all SKUs in parallel
+with results independent of thread count and row order. Blocks and columns: state.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from skurl.sim.api import STREAM_DELAY, STREAM_FORECAST
+from skurl.sim.demand import daily_mean, is_promo_day, normal
+from skurl.sim.jit import sku_jit
+from skurl.sim.rng import uniform
+from skurl.sim.state import (
+    P_DELAY_MAX,
+    P_DELAY_PROB,
+    P_DEMAND_MEAN,
+    P_DISPERSION,
+    P_DIST,
+    P_FORECAST_NOISE,
+    P_LEAD,
+    P_PROMO_LENGTH,
+    P_PROMO_OFFSET,
+    P_PROMO_PERIOD,
+    P_PROMO_UPLIFT,
+    P_SEASON,
+    P_SHELF,
+    P_SLOTS,
+    P_STATIC,
+    P_TREND,
+    S_ARRIVED,
+    S_BACKLOG,
+    S_KEY,
+    S_LOST_YDAY,
+    S_ON_HAND,
+    S_PIPE,
+    S_SALES_WEEK,
+    S_SALES_YDAY,
+    S_SLOT_OFF,
+)
+
+# A day's demand mean beyond this is treated as an impossible state (the SKU is isolated):
+# it keeps every count, with a day's demand and a backlog, far below 2^63.
+MAX_MEAN = 2.0**50
+F32_MAX = 3.4028234663852886e38
+N_FIXED_FEATURES = 25  # feature columns besides the expiring (A) and pipeline (P) blocks
+
+
+@njit(cache=True, inline="always")
+def ipar(par: np.ndarray, i: np.int64, col: int) -> np.int64:
+    """An integer parameter (stored exactly in the float32 parameter block)."""
+    return np.int64(par[i, col])
+
+
+@njit(cache=True, inline="always")
+def key_of(st: np.ndarray, i: np.int64) -> np.uint64:
+    return np.uint64(st[i, S_KEY])
+
+
+@njit(cache=True, inline="always")
+def promo_on(par: np.ndarray, i: np.int64, day: np.int64) -> bool:
+    return is_promo_day(day, ipar(par, i, P_PROMO_PERIOD), ipar(par, i, P_PROMO_LENGTH),
+                        ipar(par, i, P_PROMO_OFFSET))
+
+
+@njit(cache=True, inline="always")
+def mean_on(par: np.ndarray, i: np.int64, day: np.int64) -> float:
+    return daily_mean(np.float64(par[i, P_DEMAND_MEAN]), np.float64(par[i, P_SEASON + day % 7]),
+                      np.float64(par[i, P_TREND]), np.float64(par[i, P_PROMO_UPLIFT]),
+                      promo_on(par, i, day), day)
+
+
+@njit(cache=True, inline="always")
+def forecast_of(par: np.ndarray, i: np.int64, key: np.uint64, day: np.int64) -> float:
+    """Forecast of `day`: mean(day) * exp(sigma z - sigma^2 / 2), a mean-preserving
+    lognormal error with z drawn at (sku, day, STREAM_FORECAST), so every ask for one day
+    agrees. The trend's and the error's exponentials share one exp(), in the order of
+    daily_mean, so with sigma = 0 the forecast is the mean exactly."""
+    sigma = np.float64(par[i, P_FORECAST_NOISE])
+    exponent = np.float64(par[i, P_TREND]) * day
+    if sigma > 0.0:
+        z, _ = normal(key, day, np.int64(STREAM_FORECAST), np.int64(0))
+        exponent = exponent + (sigma * z - 0.5 * (sigma * sigma))
+    m = np.float64(par[i, P_DEMAND_MEAN]) * np.float64(par[i, P_SEASON + day % 7])
+    if exponent != 0.0:  # exp(0) = 1: skipping it changes nothing
+        m = m * math.exp(exponent)
+    if promo_on(par, i, day):
+        m = m * (1.0 + np.float64(par[i, P_PROMO_UPLIFT]))
+    return m
+
+
+@njit(cache=True, inline="always")
+def delay_days(par: np.ndarray, i: np.int64, key: np.uint64, day: np.int64) -> np.int64:
+    """Extra days of an order placed today: 1..delay_max with prob delay_prob, else 0."""
+    dmax = ipar(par, i, P_DELAY_MAX)
+    prob = np.float64(par[i, P_DELAY_PROB])
+    if dmax <= 0 or prob <= 0.0:
+        return np.int64(0)
+    if uniform(key, day, np.int64(STREAM_DELAY), np.int64(0)) >= prob:
+        return np.int64(0)
+    extra = 1 + np.int64(math.floor(uniform(key, day, np.int64(STREAM_DELAY), np.int64(1)) * dmax))
+    return min(extra, dmax)
+
+
+@sku_jit
+def issue(stock: np.ndarray, base: np.int64, slots: np.int64, day: np.int64,
+          amount: np.int64, left_before: np.int64, lifo: bool) -> None:
+    """Take `amount` (<= units on hand) from the slots, oldest first (fifo) or newest first.
+    Slot (day + 1) % slots holds the oldest units (they expire tonight), day % slots the
+    newest (arrived today)."""
+    if amount <= 0:
+        return
+    if amount >= left_before:
+        for j in range(slots):
+            stock[base + j] = 0
+        return
+    if slots == 1:
+        stock[base] -= amount
+        return
+    j = day % slots if lifo else (day + 1) % slots
+    step = slots - 1 if lifo else 1  # (j + step) % slots walks newer->older or older->newer
+    for _ in range(slots):
+        take = min(stock[base + j], amount)
+        stock[base + j] -= take
+        amount -= take
+        if amount == 0:
+            return
+        j = (j + step) % slots
+
+
+@njit(cache=True, inline="always")
+def advance(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.ndarray,
+            i: np.int64, day: np.int64) -> bool:
+    """Move SKU i from the end of `day` to the start of day + 1: today's arrivals join stock
+    at age 0, the pipeline and the forecast window shift by one day. False when the new
+    forecast is not a finite float32 (the caller isolates the SKU)."""
+    span = ipar(par, i, P_LEAD) + ipar(par, i, P_DELAY_MAX)  # pipeline slots it can use
+    arrival = st[i, S_PIPE]
+    for k in range(S_PIPE, S_PIPE + span - 1):
+        st[i, k] = st[i, k + 1]
+    st[i, S_PIPE + span - 1] = 0
+    tomorrow = day + 1
+    stock[st[i, S_SLOT_OFF] + tomorrow % ipar(par, i, P_SLOTS)] += arrival
+    st[i, S_ON_HAND] += arrival
+    st[i, S_ARRIVED] = arrival
+    h = forecast.shape[1]
+    for k in range(h - 1):
+        forecast[i, k] = forecast[i, k + 1]
+    f = forecast_of(par, i, key_of(st, i), tomorrow + h - 1)
+    ok = abs(f) <= F32_MAX
+    forecast[i, h - 1] = f if ok else 0.0
+    return ok
+
+
+@njit(cache=True, inline="always")
+def promo_within(par: np.ndarray, i: np.int64, first: np.int64, days: np.int64) -> bool:
+    """Any promo day in first..first+days-1: the window covers the residues r..r+days-1
+    (mod period) of day - offset, r = (first - offset) mod period; promo residues are
+    0..length-1, so it hits one iff it starts in them or wraps past period - 1."""
+    period = ipar(par, i, P_PROMO_PERIOD)
+    length = ipar(par, i, P_PROMO_LENGTH)
+    if period <= 0 or length <= 0 or days <= 0:
+        return False
+    r = (first - ipar(par, i, P_PROMO_OFFSET)) % period
+    return r < length or r + days - 1 >= period
+
+
+@njit(cache=True, inline="always")
+def put_scaled(row: np.ndarray, start: np.int64, src: np.ndarray, n: np.int64, inv: float) -> None:
+    """row[start + k] = src[k] * inv for k < n. Unsigned indices: numba wraps negative
+    signed indices per element, which turns this loop into slow scatter stores."""
+    at = np.uint64(start)
+    for k in range(np.uint64(n)):
+        row[at + k] = src[k] * inv
+
+
+@njit(cache=True, inline="always")
+def write_features(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.ndarray,
+                   feats: np.ndarray, npipe: np.int64, i: np.int64, day: np.int64) -> None:
+    """Row i of the feature matrix for the start of `day` (after its arrivals); column order
+    of layout.schema_for. Quantities are multiplied by 1 / scale_i, scale_i =
+    max(demand_mean_i, 0.1) (days of demand)."""
+    row = feats[i]
+    s = st[i]
+    nexp = row.shape[0] - N_FIXED_FEATURES - npipe
+    inv = 1.0 / max(np.float64(par[i, P_DEMAND_MEAN]), 0.1)
+    row[0] = s[S_ON_HAND] * inv
+    for k in range(np.uint64(nexp)):
+        row[k + np.uint64(1)] = 0.0
+    life = ipar(par, i, P_SHELF)
+    if life > 0:
+        # Units expiring at the end of day + k arrived on day + k + 1 - life, so sit in slot
+        # (day + k + 1) % life: the slots from (day + 1) % life on, wrapping once.
+        base = s[S_SLOT_OFF]
+        first = (day + 1) % life
+        n = min(life, nexp)
+        head = min(life - first, n)
+        put_scaled(row, np.int64(1), stock[base + first:base + first + head], head, inv)
+        put_scaled(row, 1 + head, stock[base:base + n - head], n - head, inv)
+    c = 1 + nexp
+    row[c] = s[S_BACKLOG] * inv
+    put_scaled(row, c + 1, s[S_PIPE:S_PIPE + npipe], npipe, inv)
+    c += 1 + npipe
+    lead = ipar(par, i, P_LEAD)
+    row[c] = np.float64(forecast[i, 0]) * inv
+    protection = 0.0
+    for k in range(lead + 1):
+        protection += np.float64(forecast[i, k])
+    row[c + 1] = protection * inv
+    row[c + 2] = s[S_SALES_YDAY] * inv
+    row[c + 3] = s[S_SALES_WEEK] / max(min(day, 7), 1) * inv
+    row[c + 4] = s[S_LOST_YDAY] * inv
+    row[c + 5] = par[i, P_STATIC]  # lead_time
+    row[c + 6] = par[i, P_STATIC + 1]  # shelf_life
+    row[c + 7] = 1.0 if promo_on(par, i, day) else 0.0
+    row[c + 8] = 1.0 if promo_within(par, i, day + 1, lead) else 0.0
+    c += 9
+    for k in range(7):
+        row[c + k] = 0.0
+    row[c + day % 7] = 1.0
+    put_scaled(row, c + 7, par[i, P_STATIC + 2:P_STATIC + 9], np.int64(7), 1.0)
+
+
+@njit(cache=True, inline="always")
+def params_ok(par: np.ndarray, i: np.int64) -> bool:
+    """Finite and non-negative where the kernel needs counts or rates (unvalidated input)."""
+    for k in range(P_STATIC):
+        if not math.isfinite(par[i, k]):
+            return False
+    if not (par[i, P_DEMAND_MEAN] >= 0.0 and par[i, P_PROMO_UPLIFT] >= 0.0
+            and par[i, P_FORECAST_NOISE] >= 0.0):
+        return False
+    for d in range(7):
+        if not par[i, P_SEASON + d] >= 0.0:
+            return False
+    return ipar(par, i, P_DIST) != 2 or par[i, P_DISPERSION] > 0.0
