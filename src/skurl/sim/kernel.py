@@ -9,7 +9,7 @@ chunk's rows are simulated serially by one `sku_jit` function with all per-SKU c
   then, in parallel, the global groups (rows spread over chunks) do the same.
 Every SKU (and every group) is processed by one thread from its own rows and counter-based
 random numbers, so results do not depend on thread count, shard or row order.
-`npipe` is the pipeline width P (state rows are padded beyond it).
+`npipe` is the pipeline width P (columns S_PIPE.. of the state rows).
 """
 
 from __future__ import annotations

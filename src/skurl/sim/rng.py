@@ -61,8 +61,8 @@ def run_key(seed: int, episode: int) -> np.uint64:
 
 @njit(cache=True, inline="always")
 def sku_key(key: np.uint64, sku_id: np.int64) -> np.uint64:
-    """The key of one SKU within a run/episode key."""
-    x = key ^ (np.uint64(sku_id) * _GOLDEN)
+    """The key of one SKU within a run/episode key (pass keys as np.uint64 from Python)."""
+    x = np.uint64(key) ^ (np.uint64(sku_id) * _GOLDEN)
     return fmix64(fmix64(x) + _GOLDEN)
 
 
@@ -79,7 +79,8 @@ def sku_keys(key: np.uint64, sku_ids: np.ndarray) -> np.ndarray:
 def draw_u64(skey: np.uint64, day: np.int64, stream: np.int64, k: np.int64) -> np.uint64:
     """64 random bits for draw k of (sku, day, stream); day < 2^31, stream < 256, k < 2^24."""
     ctr = (np.uint64(day) << _S32) | (np.uint64(stream) << _S24) | np.uint64(k)
-    x = skey ^ (ctr * _GOLDEN)
+    # np.uint64(skey): an int64-typed key would otherwise promote the xor to float64.
+    x = np.uint64(skey) ^ (ctr * _GOLDEN)
     return fmix64(fmix64(x) + _GOLDEN)
 
 

@@ -65,7 +65,7 @@ P_SLOTS = 20  # stock slots (max(shelf_life, 1))
 P_GROUPED = 21  # 1 if the SKU takes part in substitution
 P_SEASON = 22  # 7 columns, day-of-week factors
 P_STATIC = 29  # 9 columns, layout.static_features (lead, shelf, log demand, economics)
-NPAR = 40  # 38 used, padded to whole cache lines
+NPAR = 38
 
 # Columns of st (int64).
 (S_ON_HAND, S_BACKLOG, S_SALES_WEEK, S_SALES_YDAY, S_LOST_YDAY, S_ARRIVED, S_FAIL, S_KEY,
@@ -101,14 +101,6 @@ class Outputs(NamedTuple):
     acc: np.ndarray  # float64 [N, NACC]
 
 
-def aligned(shape: tuple[int, int], dtype: type) -> np.ndarray:
-    """Zeros whose rows start on 64-byte boundaries when a row is a multiple of 64 bytes."""
-    itemsize = np.dtype(dtype).itemsize
-    raw = np.zeros(shape[0] * shape[1] + 64 // itemsize, dtype)
-    skip = (-raw.ctypes.data % 64) // itemsize
-    return raw[skip:skip + shape[0] * shape[1]].reshape(shape)
-
-
 def substitution_groups(catalog: Catalog, enabled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(grouped mask, CSR starts, rows): members of each group in ascending sku_id order."""
     n = len(catalog)
@@ -127,7 +119,7 @@ def substitution_groups(catalog: Catalog, enabled: bool) -> tuple[np.ndarray, np
 
 def make_params(catalog: Catalog, substitution: bool) -> Params:
     n = len(catalog)
-    par = aligned((n, NPAR), np.float32)
+    par = np.zeros((n, NPAR), np.float32)
     for k, name in enumerate(FLOAT_COLUMNS):
         par[:, k] = getattr(catalog, name)
     for k, name in enumerate(INT_COLUMNS):
@@ -143,13 +135,13 @@ def make_params(catalog: Catalog, substitution: bool) -> Params:
 
 
 def state_width(layout: Layout) -> int:
-    return (S_PIPE + layout.pipeline + 7) // 8 * 8  # whole cache lines per row
+    return S_PIPE + layout.pipeline
 
 
 def make_state(catalog: Catalog, layout: Layout) -> State:
     n = len(catalog)
     slots = np.maximum(catalog.shelf_life.astype(np.int64), 1)
-    st = aligned((n, state_width(layout)), np.int64)
+    st = np.zeros((n, state_width(layout)), np.int64)
     st[:, S_SLOT_OFF] = np.cumsum(slots) - slots
     return State(st, np.zeros(int(slots.sum()), np.int64),
                  np.zeros((n, layout.horizon), np.float32), np.zeros(n, bool))

@@ -1,0 +1,113 @@
+"""`skurl bench ...`: throughput benchmarks of the loop's parts, one subcommand each.
+
+    skurl bench sim --skus 1000000 --steps 100 [--threads K] [--json]
+
+`bench sim` lives here; other parts add theirs by listing a module in BENCH_MODULES that
+defines `register_bench(subparsers)` (e.g. skurl.commands.bench_train adds collect/learn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import resource
+import time
+from typing import Any
+
+import numpy as np
+
+from skurl.commands.common import add_config_flags, config_from_args, print_json
+from skurl.errors import UserError
+
+# Modules adding `skurl bench` subcommands (skipped while they do not exist).
+BENCH_MODULES = ("skurl.commands.bench_train",)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="throughput benchmarks (sim, collect, learn)")
+    cmds = bench.add_subparsers(dest="bench_command", required=True, parser_class=type(bench))
+    sim = cmds.add_parser("sim", help="simulator throughput in SKU-steps per second")
+    add_config_flags(sim)
+    sim.add_argument("--skus", type=int, default=1_000_000, help="SKUs (catalog from the config; synthetic by default)")
+    sim.add_argument("--steps", type=int, default=100, help="days simulated (timed)")
+    sim.add_argument("--threads", type=int, default=None, help="simulator threads (default sim.threads; 0 = all cores)")
+    sim.add_argument("--json", action="store_true", help="print one JSON object")
+    sim.set_defaults(func=run_sim)
+    for name in BENCH_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register_bench(cmds)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    from skurl.catalog import load_catalog
+    from skurl.sim import VectorEnv
+    from skurl.sim.testing import order_up_to
+
+    if args.skus < 1 or args.steps < 1:
+        raise UserError(f"bench sim: --skus {args.skus} and --steps {args.steps} must be >= 1")
+    extra = [f"sim.days={args.steps}"]
+    if args.threads is not None:
+        if args.threads < 0:
+            raise UserError(f"bench sim: --threads {args.threads}, expected >= 0 (0 = all cores)")
+        extra.append(f"sim.threads={args.threads}")
+    cfg = config_from_args(args, extra)
+    t0 = time.perf_counter()
+    catalog = load_catalog(cfg.catalog, args.skus)
+    t_catalog = time.perf_counter() - t0
+    env = VectorEnv(catalog, cfg.sim)
+    t0 = time.perf_counter()
+    obs = env.reset(seed=0)  # compiles on the first run ever (numba caches to disk)
+    t_reset = time.perf_counter() - t0
+    orders = np.zeros(len(catalog))
+    lead = catalog.lead_time.astype(np.float64)
+    t_sim = t_policy = 0.0
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        raw = obs.raw
+        order_up_to(raw.on_hand, raw.pipeline, raw.backlog, raw.forecast, lead, orders)
+        t1 = time.perf_counter()
+        obs = env.step(orders).obs
+        t_sim += time.perf_counter() - t1
+        t_policy += t1 - t0
+    out = _sim_report(args, env, t_sim, t_policy, t_catalog, t_reset)
+    if args.json:
+        print_json(out)
+    else:
+        print(f"bench sim: {out['skus']} SKUs x {out['steps']} steps, {out['threads']} threads, "
+              f"obs_dim {out['obs_dim']}: {out['sku_steps_per_s'] / 1e6:.2f}M SKU-steps/s "
+              f"({out['ms_per_step']:.1f} ms/step incl. observation build), "
+              f"policy {out['policy_ms_per_step']:.1f} ms/step, peak RSS {out['peak_rss_mb']:.0f} MB, "
+              f"failed SKUs {out['failed_skus']}")
+    return 0
+
+
+def _sim_report(args: argparse.Namespace, env: Any, t_sim: float, t_policy: float,
+                t_catalog: float, t_reset: float) -> dict[str, Any]:
+    info = env.info()
+    steps, skus = args.steps, env.num_skus
+    return {
+        "bench": "sim",
+        "skus": skus,
+        "steps": steps,
+        "threads": env.threads,
+        "obs_dim": info["obs_dim"],
+        "sku_steps_per_s": skus * steps / t_sim,
+        "ms_per_step": t_sim / steps * 1e3,
+        "policy_ms_per_step": t_policy / steps * 1e3,
+        "loop_sku_steps_per_s": skus * steps / (t_sim + t_policy),
+        "catalog_s": t_catalog,
+        "reset_s": t_reset,
+        "peak_rss_mb": peak_rss_mb(),
+        "failed_skus": len(info["failed_sku_ids"]),
+        "config": args.config or "embedded defaults",
+    }

@@ -1,0 +1,98 @@
+"""Demand samplers: moments within statistical tolerance, the Poisson pmf, day means."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from skurl.sim.demand import (
+    DIST_GEOMETRIC,
+    DIST_NEGBIN,
+    DIST_POISSON,
+    daily_mean,
+    gamma,
+    is_promo_day,
+    normal,
+    sample_many,
+)
+from skurl.sim.rng import run_key, sku_key
+
+N = 200_000
+KEY = np.uint64(sku_key(run_key(2024, 0), 17))
+
+
+def _check_moments(x: np.ndarray, mean: float, var: float) -> None:
+    """Sample mean within 5 standard errors; sample variance within 5 of its own (approx.,
+    using the sample fourth moment)."""
+    se_mean = math.sqrt(var / x.size)
+    assert abs(x.mean() - mean) < 5 * se_mean + 1e-12, (x.mean(), mean)
+    m4 = float(np.mean((x - x.mean()) ** 4))
+    se_var = math.sqrt(max(m4 - var**2, 1e-12) / x.size)
+    assert abs(x.var() - var) < 5 * se_var + 1e-12, (x.var(), var)
+
+
+@pytest.mark.parametrize("mean", [0.05, 3.0, 9.99, 10.0, 40.0, 5000.0])
+def test_poisson_moments(mean: float) -> None:
+    x = sample_many(DIST_POISSON, mean, 1.0, KEY, N, 0)
+    assert np.all(x == np.floor(x)) and x.min() >= 0
+    _check_moments(x, mean, mean)
+
+
+@pytest.mark.parametrize("mean", [0.3, 4.0, 50.0])
+def test_geometric_moments(mean: float) -> None:
+    x = sample_many(DIST_GEOMETRIC, mean, 1.0, KEY, N, 0)
+    _check_moments(x, mean, mean + mean * mean)
+
+
+@pytest.mark.parametrize(("mean", "size"), [(5.0, 0.5), (5.0, 2.0), (20.0, 10.0), (100.0, 1.0),
+                                            (3.0, 1e4), (0.2, 0.3)])
+def test_negative_binomial_moments(mean: float, size: float) -> None:
+    x = sample_many(DIST_NEGBIN, mean, size, KEY, N, 0)
+    _check_moments(x, mean, mean + mean * mean / size)
+
+
+def test_poisson_pmf_small_mean_chi_square() -> None:
+    mean = 0.7
+    x = sample_many(DIST_POISSON, mean, 1.0, KEY, N, 1).astype(int)
+    top = 6  # counts 0..5 and a tail bin
+    observed = np.bincount(np.minimum(x, top), minlength=top + 1)
+    pmf = stats.poisson.pmf(np.arange(top), mean)
+    expected = N * np.append(pmf, 1 - pmf.sum())
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+def test_large_mean_poisson_distribution_ks() -> None:
+    x = sample_many(DIST_POISSON, 400.0, 1.0, KEY, 50_000, 2)
+    # Continuity-corrected normal approximation is tight at this mean; a KS test on the
+    # randomized (jittered) values compares the whole shape, not only two moments.
+    jitter = (x + np.random.default_rng(0).random(x.size) - 0.5 - 400.0) / 20.0
+    assert stats.kstest(jitter, "norm").pvalue > 1e-4
+
+
+def test_zero_mean_gives_zero_demand() -> None:
+    for dist in (DIST_POISSON, DIST_GEOMETRIC, DIST_NEGBIN):
+        assert sample_many(dist, 0.0, 2.0, KEY, 100, 0).max() == 0.0
+
+
+@pytest.mark.parametrize("shape", [0.3, 1.0, 5.0, 1000.0])
+def test_gamma_moments(shape: float) -> None:
+    x = np.array([gamma(shape, KEY, d, 5, 0)[0] for d in range(20_000)])
+    _check_moments(x, shape, shape)
+
+
+def test_normal_is_standard() -> None:
+    z = np.array([normal(KEY, d, 3, 0)[0] for d in range(50_000)])
+    assert stats.kstest(z, "norm").pvalue > 1e-4
+
+
+def test_promo_days_and_daily_mean() -> None:
+    # period 7, length 2, offset 3: days 3, 4, 10, 11, ...; negative residues wrap (Python mod)
+    promo = [d for d in range(15) if is_promo_day(d, 7, 2, 3)]
+    assert promo == [3, 4, 10, 11]
+    assert is_promo_day(0, 3, 1, 6) and not is_promo_day(5, 0, 5, 0)
+    assert daily_mean(2.0, 1.5, 0.0, 1.0, False, 9) == 3.0
+    assert daily_mean(2.0, 1.5, 0.0, 1.0, True, 9) == 6.0
+    assert daily_mean(2.0, 1.0, 0.01, 0.0, False, 10) == pytest.approx(2.0 * math.exp(0.1))
