@@ -1,0 +1,330 @@
+"""The Ray actors of `--mode ray` and the Env / weight-sync adapters that reach them.
+
+- `SimWorker`: holds VectorEnv shards (by key) and simulates one day per call.
+- `RayShardEnv`: one worker's shard behind the Env protocol, for MultiShardEnv to merge.
+  It records the episode's orders; when the worker dies mid-episode (Ray restarts it up
+  to ray.max_restarts times, then `WorkerSlot` starts a replacement), it rebuilds the
+  shard and replays the episode from day 0 with the same orders. Every random draw is a
+  pure function of (seed, episode, SKU, day, stream), so the replayed state is exactly
+  the lost one and the episode goes on with no transition lost or duplicated.
+- `CollectorWorker`: a Collector over a MultiShardEnv of RayShardEnvs; takes weights
+  through the weight-sync interface and returns rollouts through Ray's object store or
+  writes them to the rollout store.
+- `WeightSlot` + `RayWeights`: the sync/api.py WeightPublisher/Subscriber over a Ray
+  actor (safetensors + sha256 blobs of sync/codec.py, versions only grow).
+
+Every ray.get has a timeout (ray.get_timeout_s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from skurl.catalog.schema import Catalog
+from skurl.config import Config, SimConfig
+from skurl.errors import UserError
+from skurl.sim.api import Obs, ObsSchema, StepResult
+from skurl.sync.api import Tensors, WeightSyncTimeout
+from skurl.sync.codec import WeightBlob, decode_weights, encode_weights
+
+
+class RayTimeoutError(UserError):
+    """A Ray actor did not answer within ray.get_timeout_s."""
+
+
+def get(ref: Any, timeout_s: float, what: str) -> Any:
+    """ray.get with a deadline; a timeout becomes one line naming the call and the key."""
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except GetTimeoutError:
+        raise RayTimeoutError(f"{what}: no answer within {timeout_s:g} s (ray.get_timeout_s)") from None
+
+
+def threads_for(cpus: float, configured: int) -> int:
+    """Threads of an actor: the configured count, else its reserved CPUs rounded up."""
+    return configured if configured > 0 else max(1, math.ceil(cpus))
+
+
+class SimWorker:
+    """Simulator shards in one Ray worker process (a Ray actor class: see `WorkerSlot`)."""
+
+    def __init__(self, worker_id: int, threads: int) -> None:
+        self.worker_id = worker_id
+        self.threads = threads
+        self.envs: dict[str, Any] = {}
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def add_env(self, key: str, catalog: Catalog, sim: SimConfig) -> ObsSchema:
+        from skurl.sim.env import VectorEnv
+
+        sim = dataclasses.replace(sim, threads=sim.threads or self.threads)
+        self.envs[key] = VectorEnv(catalog, sim)
+        return self.envs[key].schema
+
+    def reset(self, key: str, seed: int, episode: int) -> Obs:
+        return self.envs[key].reset(seed, episode)
+
+    def step(self, key: str, orders: np.ndarray) -> StepResult:
+        return self.envs[key].step(orders)
+
+    def replay(self, key: str, seed: int, episode: int, orders: list[np.ndarray]) -> int:
+        """Rebuild an episode's state: reset, then step through the recorded orders."""
+        env = self.envs[key]
+        env.reset(seed, episode)
+        for day_orders in orders:
+            env.step(day_orders)
+        return int(env.day)
+
+    def info(self, key: str) -> dict[str, Any]:
+        return self.envs[key].info()
+
+    def drop_env(self, key: str) -> None:
+        env = self.envs.pop(key, None)
+        if env is not None:
+            env.close()
+
+
+class WorkerSlot:
+    """A SimWorker actor and the means to replace it once Ray stops restarting it."""
+
+    def __init__(self, worker_id: int, cpus: float, threads: int, max_restarts: int, timeout_s: float) -> None:
+        self.worker_id, self.cpus, self.threads = worker_id, cpus, threads
+        self.max_restarts, self.timeout_s = max_restarts, timeout_s
+        self.handle = self._spawn()
+        self.replacements = 0
+
+    def _spawn(self) -> Any:
+        cls = ray.remote(SimWorker).options(num_cpus=self.cpus, max_restarts=self.max_restarts,
+                                            max_task_retries=0, name=None)
+        return cls.remote(self.worker_id, self.threads)
+
+    def alive(self) -> Any:
+        """The worker's handle once it answers: Ray's restart of it, or a new actor."""
+        try:
+            get(self.handle.ping.remote(), self.timeout_s, f"ray sim worker {self.worker_id}: ping")
+        except RayActorError:  # restarts used up: a new actor takes the shard
+            self.handle = self._spawn()
+            self.replacements += 1
+            get(self.handle.ping.remote(), self.timeout_s, f"ray sim worker {self.worker_id}: ping")
+        return self.handle
+
+    def kill(self) -> None:
+        ray.kill(self.handle, no_restart=True)
+
+
+class RayShardEnv:
+    """One SimWorker shard behind the Env protocol, rebuilt by replay if the worker dies."""
+
+    def __init__(self, slot: WorkerSlot, key: str, catalog_ref: Any, sku_ids: np.ndarray,
+                 schema: ObsSchema, sim: SimConfig, timeout_s: float) -> None:
+        self.slot, self.key, self.catalog_ref = slot, key, catalog_ref
+        self.sku_ids = np.asarray(sku_ids, np.int64)
+        self._schema, self.sim, self.timeout_s = schema, sim, timeout_s
+        self._episode: tuple[int, int] | None = None
+        self._orders: list[np.ndarray] = []
+        self.recoveries = 0
+
+    @property
+    def num_skus(self) -> int:
+        return int(self.sku_ids.shape[0])
+
+    @property
+    def schema(self) -> ObsSchema:
+        return self._schema
+
+    def reset(self, seed: int, episode: int = 0) -> Obs:
+        self._episode, self._orders = (int(seed), int(episode)), []
+        return self._call("reset", seed, episode)
+
+    def step(self, orders: np.ndarray) -> StepResult:
+        # A copy: the caller may reuse its buffer, and a replay needs every day's orders.
+        arr = np.array(orders, copy=True)
+        result = self._call("step", arr)
+        self._orders.append(arr)
+        return result
+
+    def info(self) -> dict[str, Any]:
+        return self._call("info")
+
+    def close(self) -> None:
+        self._episode, self._orders = None, []
+
+    def _call(self, method: str, *args: Any) -> Any:
+        what = f"ray sim worker {self.slot.worker_id}: {method} of shard '{self.key}'"
+        try:
+            return get(getattr(self.slot.handle, method).remote(self.key, *args), self.timeout_s, what)
+        except RayActorError:
+            self._recover()
+            return get(getattr(self.slot.handle, method).remote(self.key, *args), self.timeout_s, what)
+
+    def _recover(self) -> None:
+        """The worker died: on its restart (or replacement) rebuild the shard and replay
+        the episode up to the last completed day."""
+        handle = self.slot.alive()
+        what = f"ray sim worker {self.slot.worker_id}: rebuilding shard '{self.key}'"
+        get(handle.add_env.remote(self.key, self.catalog_ref, self.sim), self.timeout_s, what)
+        if self._episode is not None:
+            seed, episode = self._episode
+            get(handle.replay.remote(self.key, seed, episode, self._orders), self.timeout_s, what)
+        self.recoveries += 1
+
+
+@dataclasses.dataclass
+class ShardSpec:
+    """What a collector needs to reach one worker's shard of a SKU set."""
+
+    slot: WorkerSlot
+    catalog_ref: Any  # ObjectRef of the shard's Catalog (owned by the driver)
+    sku_ids: np.ndarray
+    schema: ObsSchema
+    rows: np.ndarray  # the shard's rows within the collector's SKUs (index map)
+
+
+class WeightSlot:
+    """The newest WeightBlob, held by a threaded Ray actor so that waiters do not block
+    the publisher."""
+
+    def __init__(self) -> None:
+        self._blob: WeightBlob | None = None
+        self._cond = threading.Condition()
+
+    def publish(self, blob: WeightBlob) -> int:
+        with self._cond:
+            if self._blob is not None and blob.version <= self._blob.version:
+                raise ValueError(f"publish: version {blob.version} is not newer than {self._blob.version}")
+            self._blob = blob
+            self._cond.notify_all()
+            return blob.version
+
+    def latest(self) -> WeightBlob | None:
+        with self._cond:
+            return self._blob
+
+    def latest_version(self) -> int | None:
+        with self._cond:
+            return None if self._blob is None else self._blob.version
+
+    def wait_for(self, version: int, timeout_s: float) -> WeightBlob | None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._blob is None or self._blob.version < version:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+            return self._blob
+
+
+def start_weight_slot() -> Any:
+    return ray.remote(WeightSlot).options(num_cpus=0, max_concurrency=64).remote()
+
+
+class RayWeights:
+    """WeightPublisher and WeightSubscriber over a WeightSlot actor."""
+
+    def __init__(self, slot: Any, model_key: str, timeout_s: float) -> None:
+        self.slot, self.model_key, self.timeout_s = slot, model_key, timeout_s
+
+    def publish(self, version: int, tensors: Tensors) -> None:
+        blob = encode_weights(tensors, version, self.model_key)
+        get(self.slot.publish.remote(blob), self.timeout_s, f"weights '{self.model_key}': publish")
+
+    def latest_version(self) -> int | None:
+        return get(self.slot.latest_version.remote(), self.timeout_s, "weights: latest_version")
+
+    def latest(self) -> tuple[int, Tensors] | None:
+        blob = get(self.slot.latest.remote(), self.timeout_s, "weights: latest")
+        return None if blob is None else (blob.version, decode_weights(blob))
+
+    def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, Tensors]:
+        wait = self.timeout_s if timeout is None else timeout
+        blob = get(self.slot.wait_for.remote(version, wait), wait + self.timeout_s, "weights: wait_for")
+        if blob is None:
+            raise WeightSyncTimeout(f"weights '{self.model_key}': version {version} not published within {wait:g}s")
+        return blob.version, decode_weights(blob)
+
+
+class CollectorWorker:
+    """Collectors over merged Ray shards, one per SKU set (a Ray actor class)."""
+
+    def __init__(self, collector_id: str, cfg: Config, weights_slot: Any) -> None:
+        torch.set_num_threads(threads_for(cfg.ray.cpus_per_collector, cfg.train.torch_threads))
+        self.collector_id, self.cfg = collector_id, cfg
+        self.weights = RayWeights(weights_slot, "ppo", cfg.ray.get_timeout_s)
+        self.slots: dict[int, WorkerSlot] = {}  # one per worker, shared by its SKU sets
+        self.shards: dict[str, list[RayShardEnv]] = {}
+        self.envs: dict[str, Any] = {}
+        self.collectors: dict[str, Any] = {}
+        self.model: Any = None
+        self._store: Any = None
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def add_env(self, key: str, specs: list[ShardSpec]) -> int:
+        """SKU set `key`: one Env over these worker shards (its Collector comes with the
+        first weights, which give the model's shapes)."""
+        from skurl.rpc.multi_shard import MultiShardEnv
+
+        timeout = self.cfg.ray.get_timeout_s
+        slots = [self.slots.setdefault(s.slot.worker_id, s.slot) for s in specs]
+        envs = [RayShardEnv(slot, key, s.catalog_ref, s.sku_ids, s.schema, self.cfg.sim, timeout)
+                for slot, s in zip(slots, specs, strict=True)]
+        self.shards[key] = envs
+        self.envs[key] = MultiShardEnv(envs, [s.rows for s in specs])
+        return self.envs[key].num_skus
+
+    def _collector(self, key: str, tensors: Tensors) -> Any:
+        from skurl.collect.collector import Collector
+        from skurl.policy.learned import grid_for
+        from skurl.policy.nets import ActorCritic
+
+        if self.model is None:
+            self.model = ActorCritic.from_state(tensors)
+        if key not in self.collectors:
+            self.collectors[key] = Collector(self.envs[key], self.model, grid_for(self.cfg),
+                                             chunk=self.cfg.train.chunk, infer_dtype=self.cfg.train.infer_dtype)
+        return self.collectors[key]
+
+    def collect(self, key: str, seed: int, episode: int, version: int) -> dict[str, Any]:
+        """Wait for weights >= version (the sync barrier), run one episode of SKU set
+        `key`, and return the rollout's arrays (object store) or its shard manifest."""
+        got, tensors = self.weights.wait_for(version, self.cfg.sync.timeout_s)
+        collector = self._collector(key, tensors)
+        collector.set_weights(got, tensors)
+        rollout = collector.collect(seed, episode, got)
+        failed = [i for info in collector.env.info()["shards"] for i in info.get("failed_sku_ids", [])]
+        reply = {"stats": dataclasses.asdict(collector.stats), "failed_sku_ids": failed,
+                 "recoveries": sum(s.recoveries for s in self.shards[key]),
+                 "replacements": sum(s.replacements for s in self.slots.values()), "version": got}
+        meta = {"policy_version": got, "seed": seed, "episode": episode}
+        if self.cfg.ray.rollouts == "store":
+            reply["manifest"] = self._put_shard(episode, rollout, meta).to_json()
+        else:
+            reply["arrays"], reply["meta"] = rollout.arrays(), meta
+        return reply
+
+    def _put_shard(self, iteration: int, rollout: Any, meta: dict[str, Any]) -> Any:
+        from skurl.store import open_store
+
+        if self._store is None:
+            self._store = open_store(self.cfg.store)
+        meta = {**meta, "sku_count": rollout.num_skus, "rows": rollout.transitions}
+        return self._store.put_shard(iteration, self.collector_id, rollout.arrays(), meta)
+
+
+def start_collector(collector_id: str, cfg: Config, weights_slot: Any) -> Any:
+    cls = ray.remote(CollectorWorker).options(num_cpus=cfg.ray.cpus_per_collector, max_restarts=0)
+    return cls.remote(collector_id, cfg, weights_slot)

@@ -1,0 +1,322 @@
+"""`skurl train --mode ray`: the co-located loop with its simulator and collectors as Ray actors.
+
+Wiring only. `RayRun` is `ColocatedRun` (same learner, evaluation, checkpoints, logs and
+report, in the driver) with two parts swapped: each SKU set is partitioned over
+ray.num_workers `SimWorker` actors (substitution groups together, round robin by cost;
+deploy.partition), driven by ray.collectors `CollectorWorker` actors that each see their
+workers' shards as one Env (MultiShardEnv), take weights from a Ray weight slot (the
+sync interface) and hand rollouts back through the object store or the rollout store.
+With ray.collectors = 1 the collector runs the whole SKU set in catalog order, so the
+same config and seed give bit-identical weights to --mode colocated (DESIGN 6).
+
+Hook for `skurl train` (commands/train_cmd.py): `ray_mode.add_flags(parser)` in register,
+and in run: `if args.mode == "ray": result = ray_mode.run(cfg, args)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from skurl.buffer.rollout import Columns, Rollout
+from skurl.collect.collector import CollectStats
+from skurl.config import Config, RayConfig, load_config
+from skurl.deploy.colocated import TRAINED, ColocatedRun, TrainResult
+from skurl.errors import ConfigError, UserError
+from skurl.learn.checkpoint import latest_checkpoint
+from skurl.policy.learned import CONFIG_FILE
+from skurl.sim.api import ObsSchema
+
+MODES = ("colocated", "ray")
+PER_SKU = (Columns.LAST_OBS, Columns.BOOTSTRAP, Columns.SKU_IDS)  # [N, ...]; the rest are [T, N, ...]
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=MODES, default="colocated",
+                        help="colocated: one process (default) | ray: simulator and collector actors on Ray")
+    parser.add_argument("--address", help="--mode ray: Ray cluster address (sets ray.address); "
+                                          "default: start a local Ray instance")
+
+
+def start_ray(rc: RayConfig) -> bool:
+    """Join ray.address, or start a local instance without the dashboard. False when Ray
+    was already initialized in this process (then it is left running)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    common: dict[str, Any] = {"include_dashboard": False, "configure_logging": False}
+    if rc.address:
+        ray.init(address=rc.address, **common)
+    else:
+        ray.init(num_cpus=rc.num_cpus or os.cpu_count() or 1, **common)
+    return True
+
+
+def check_resources(rc: RayConfig) -> None:
+    """Actors reserve CPUs; more than the cluster has would leave some never scheduled."""
+    import ray
+
+    need = rc.num_workers * rc.cpus_per_worker + rc.collectors * rc.cpus_per_collector
+    have = float(ray.cluster_resources().get("CPU", 0.0))
+    if need > have:
+        raise ConfigError(f"config key 'ray.cpus_per_worker': {rc.num_workers} workers x {rc.cpus_per_worker:g} "
+                          f"+ {rc.collectors} collectors x {rc.cpus_per_collector:g} CPUs = {need:g}, "
+                          f"expected at most the {have:g} CPUs of the Ray cluster")
+
+
+def merged_schema(schemas: list[ObsSchema]) -> ObsSchema:
+    """The schema MultiShardEnv shows for these shards: each field at its widest."""
+    names = [name for name, _ in schemas[0].fields]
+    widths = [max(s.fields[j][1] for s in schemas) for j in range(len(names))]
+    return ObsSchema(fields=tuple(zip(names, widths, strict=True)))
+
+
+@dataclasses.dataclass
+class Placement:
+    """One SKU set (a training shard) laid out over workers and collectors."""
+
+    key: str
+    num_skus: int
+    schema: ObsSchema
+    collectors: list[tuple[Any, np.ndarray]]  # (collector actor, its rows within the SKU set)
+    catalog_refs: list[Any]  # kept alive here: workers rebuild shards from them
+
+
+class RayCollectors:
+    """What ColocatedRun.iteration asks of a collector, fanned out to collector actors."""
+
+    def __init__(self, run: RayRun, placement: Placement) -> None:
+        self.run, self.placement = run, placement
+        self.stats = CollectStats(skus=placement.num_skus)
+        self.version = 0
+        self.failed_sku_ids: list[int] = []
+        self.recoveries = 0
+
+    def set_weights(self, version: int, tensors: Any) -> None:
+        # The actors take these weights from the slot themselves; the driver's model
+        # (evaluated by ColocatedRun) follows them as a local collector's would.
+        self.version = version
+        self.run.model.load_state_dict(tensors)
+
+    def collect(self, seed: int, episode: int, version: int | None = None) -> Rollout:
+        from skurl.deploy.ray_actors import get
+
+        p, rc = self.placement, self.run.cfg.ray
+        want = self.version if version is None else version
+        start = time.perf_counter()
+        with self.run.timer.stage("collect"):
+            refs = [actor.collect.remote(p.key, seed, episode, want) for actor, _ in p.collectors]
+            replies = get(refs, rc.get_timeout_s, f"ray collectors: episode {episode} of '{p.key}'")
+            parts = [self._rollout(r) for r in replies]
+        self.stats = _merge_stats([r["stats"] for r in replies], time.perf_counter() - start)
+        self.failed_sku_ids = sorted(i for r in replies for i in r["failed_sku_ids"])
+        self.recoveries = sum(r["recoveries"] for r in replies)
+        return _assemble(parts, [rows for _, rows in p.collectors], p.num_skus)
+
+    def _rollout(self, reply: dict[str, Any]) -> Rollout:
+        if "manifest" in reply:
+            from skurl.store import ShardManifest
+
+            manifest = ShardManifest.from_json(reply["manifest"], "ray collector")
+            arrays, meta = self.run.store().get_shard(manifest), manifest.meta
+            version = manifest.policy_version
+        else:
+            arrays, meta = reply["arrays"], reply["meta"]
+            version = meta["policy_version"]
+        fields = {k: arrays[k] for k in Rollout.__dataclass_fields__ if k in arrays}
+        return Rollout(**fields, policy_version=version, seed=meta["seed"], episode=meta["episode"])
+
+
+class RayRun(ColocatedRun):
+    """ColocatedRun whose SKU sets are simulated and collected by Ray actors."""
+
+    def __init__(self, cfg: Config, run_dir: str | Path, *, resume: bool = False,
+                 stream: IO[str] | None = None, baseline: bool = True) -> None:
+        from skurl.deploy.ray_actors import RayWeights, start_weight_slot
+
+        if cfg.sync.backend != "inproc":
+            raise ConfigError(f"config key 'sync.backend': got {cfg.sync.backend!r}, expected 'inproc' "
+                              "under --mode ray (weights travel through a Ray weight slot)")
+        self.owns_ray = start_ray(cfg.ray)
+        self.placements: dict[int, Placement] = {}
+        self._store: Any = None
+        try:
+            check_resources(cfg.ray)
+            self.slot = start_weight_slot()
+            self.sim_workers: list[Any] = []
+            self.collector_actors: list[Any] = []
+            super().__init__(cfg, run_dir, resume=resume, stream=stream, baseline=baseline)
+            self.weights = RayWeights(self.slot, TRAINED, cfg.ray.get_timeout_s)
+            self.weights.publish(self.learner.version, self.learner.weights())
+        except BaseException:
+            self.close()
+            raise
+
+    # ColocatedRun asks for SKU set 0's env (for its schema) before anything else.
+    def _env(self, shard: int) -> Any:
+        return self._placement(shard)
+
+    def collector(self, iteration: int) -> Any:
+        self._current = RayCollectors(self, self._placement(iteration % len(self.shards)))
+        return self._current
+
+    def iteration(self, it: int) -> dict[str, Any]:
+        with warnings.catch_warnings():
+            # Object-store arrays are read-only views; the learner only reads them.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            scalars = super().iteration(it)
+        collectors = self._current
+        scalars.update(failed_skus=len(collectors.failed_sku_ids), worker_recoveries=collectors.recoveries)
+        if collectors.failed_sku_ids:
+            ids = collectors.failed_sku_ids
+            print(f"skurl: iteration {it}: {len(ids)} SKUs isolated by the simulator (ids "
+                  f"{', '.join(map(str, ids[:10]))}{' ...' if len(ids) > 10 else ''})", file=sys.stderr)
+        return scalars
+
+    def store(self) -> Any:
+        if self._store is None:
+            from skurl.store import open_store
+
+            self._store = open_store(self.cfg.store)
+        return self._store
+
+    def _placement(self, shard: int) -> Placement:
+        if shard not in self.placements:
+            self.placements[shard] = self._place(shard)
+        return self.placements[shard]
+
+    def _place(self, shard: int) -> Placement:
+        """Partition SKU set `shard` over the workers, add the shards, hand them to collectors."""
+        import ray
+
+        from skurl.catalog.partition import partition
+        from skurl.deploy.ray_actors import ShardSpec, get
+
+        cfg, rc = self.cfg, self.cfg.ray
+        self._start_actors()
+        rows = self.shards[shard]
+        catalog = self.catalog if rows.size == len(self.catalog) else self.catalog.subset(rows)
+        key = f"skus{shard}"
+        parts = partition(catalog, rc.num_workers, cfg.deploy.partition)
+        refs, schemas, specs_by_collector = [], [], [[] for _ in range(rc.collectors)]
+        for w, part in enumerate(parts):
+            if part.size == 0:  # more workers than substitution units
+                continue
+            sub = catalog.subset(part)
+            ref = ray.put(sub)
+            slot = self.sim_workers[w]
+            schema = get(slot.handle.add_env.remote(key, ref, cfg.sim), rc.get_timeout_s,
+                         f"ray sim worker {w}: add shard '{key}'")
+            refs.append(ref)
+            schemas.append(schema)
+            specs_by_collector[w % rc.collectors].append(ShardSpec(slot, ref, sub.sku_id, schema, part))
+        collectors = []
+        for c, specs in enumerate(specs_by_collector):
+            if not specs:
+                continue
+            mine = np.sort(np.concatenate([s.rows for s in specs]))
+            for s in specs:  # index maps relative to the collector's own SKUs
+                s.rows = np.searchsorted(mine, s.rows)
+            actor = self.collector_actors[c]
+            get(actor.add_env.remote(key, specs), rc.get_timeout_s, f"ray collector {c}: add '{key}'")
+            collectors.append((actor, mine))
+        return Placement(key, len(catalog), merged_schema(schemas), collectors, refs)
+
+    def _start_actors(self) -> None:
+        from skurl.deploy.ray_actors import WorkerSlot, get, start_collector, threads_for
+
+        if self.sim_workers:
+            return
+        rc = self.cfg.ray
+        threads = threads_for(rc.cpus_per_worker, self.cfg.sim.threads)
+        self.sim_workers = [WorkerSlot(w, rc.cpus_per_worker, threads, rc.max_restarts, rc.get_timeout_s)
+                            for w in range(rc.num_workers)]
+        self.collector_actors = [start_collector(f"ray-collector-{c}", self.cfg, self.slot)
+                                 for c in range(rc.collectors)]
+        get([s.handle.ping.remote() for s in self.sim_workers], rc.get_timeout_s, "ray sim workers: start")
+
+    def close(self) -> None:
+        import ray
+
+        for slot in getattr(self, "sim_workers", []):
+            ray.kill(slot.handle, no_restart=True)
+        for actor in getattr(self, "collector_actors", []):
+            ray.kill(actor, no_restart=True)
+        self.sim_workers, self.collector_actors = [], []
+        if self.owns_ray and ray.is_initialized():
+            ray.shutdown()
+
+
+def _merge_stats(stats: list[dict[str, Any]], seconds: float) -> CollectStats:
+    out = CollectStats(days=max(s["days"] for s in stats), skus=sum(s["skus"] for s in stats),
+                       reward_sum=sum(s["reward_sum"] for s in stats), seconds=seconds)
+    out.infer_seconds = max(s["infer_seconds"] for s in stats)
+    out.sim_seconds = max(s["sim_seconds"] for s in stats)
+    return out
+
+
+def _assemble(parts: list[Rollout], rows: list[np.ndarray], n: int) -> Rollout:
+    """The collectors' rollouts as one, SKU columns in the SKU set's row order."""
+    if len(parts) == 1 and rows[0].size == n and np.array_equal(rows[0], np.arange(n)):
+        return parts[0]
+    first = parts[0]
+    out = Rollout.allocate(first.days, np.zeros(n, np.int64), first.obs.shape[2])
+    for part, r in zip(parts, rows, strict=True):
+        for name, arr in part.arrays().items():
+            if name in PER_SKU:
+                getattr(out, name)[r] = arr
+            else:  # [T, N, ...]
+                getattr(out, name)[:, r] = arr
+    out.policy_version, out.seed, out.episode = first.policy_version, first.seed, first.episode
+    return out
+
+
+def with_address(cfg: Config, address: str | None) -> Config:
+    return cfg if not address else dataclasses.replace(cfg, ray=dataclasses.replace(cfg.ray, address=address))
+
+
+def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,
+          stop_after: int | None = None, baseline: bool = True) -> TrainResult:
+    """A new --mode ray run in `run_dir` (refuses one that already holds checkpoints)."""
+    if latest_checkpoint(run_dir) is not None:
+        raise UserError(f"run dir '{run_dir}' already holds checkpoints; use --resume {run_dir} or another --run-dir")
+    return _run(RayRun(cfg, run_dir, stream=stream, baseline=baseline), stop_after)
+
+
+def resume(run_dir: str | Path, overrides: list[str] | None = None, *, address: str | None = None,
+           stream: IO[str] | None = None, stop_after: int | None = None, baseline: bool = True) -> TrainResult:
+    """Continue a run from its latest checkpoint with its own config (+ overrides)."""
+    cfg_file = Path(run_dir) / CONFIG_FILE
+    if not cfg_file.is_file():
+        raise UserError(f"--resume {run_dir}: no {CONFIG_FILE}; expected a directory made by `skurl train`")
+    cfg = with_address(load_config(cfg_file, overrides), address)
+    return _run(RayRun(cfg, run_dir, resume=True, stream=stream, baseline=baseline), stop_after)
+
+
+def _run(run: RayRun, stop_after: int | None) -> TrainResult:
+    try:
+        return run.run(stop_after)
+    finally:
+        run.close()
+
+
+def run(cfg: Config | None, args: argparse.Namespace) -> TrainResult:
+    """`skurl train --mode ray`: `cfg` from --config/--set (None with --resume RUN_DIR)."""
+    address = getattr(args, "address", None)
+    baseline = not getattr(args, "no_baseline", False)
+    if getattr(args, "resume", None):
+        extra = [f"train.iterations={args.iterations}"] if getattr(args, "iterations", None) is not None else []
+        return resume(args.resume, list(getattr(args, "overrides", [])) + extra, address=address, baseline=baseline)
+    if cfg is None:
+        raise UserError("skurl train --mode ray: no config given")
+    run_dir = Path(getattr(args, "run_dir", None) or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    return train(with_address(cfg, address), run_dir, baseline=baseline)
