@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "skurl.commands.bench_cmd",
     "skurl.commands.train_cmd",
     "skurl.commands.serve_cmd",
+    "skurl.commands.roles_cmd",
 )
 
 

@@ -306,6 +306,35 @@ class DeployConfig:
         "round_robin_cost", "how SKUs are split across sim servers (substitution groups stay "
         "together): round_robin_cost | equal | lpt"
     )
+    collector_addresses: list[str] = opt(
+        [], "host:port of each running collector (`skurl collector`) for `skurl learner`; "
+        "--mode decoupled starts its own on free loopback ports"
+    )
+    weights_address: str = opt(
+        "", "host:port of the learner's WeightSyncService (sync.backend=grpc), for collectors "
+        "started alone"
+    )
+    weights_port: int = opt(
+        0, "port of the WeightSyncService the learner hosts (sync.backend=grpc); 0 = a free port"
+    )
+    metrics_base_port: int = opt(
+        0, "Prometheus /metrics ports: learner on it, sim servers on the next ones, then "
+        "collectors; 0 = a free port for each process"
+    )
+    start_timeout_s: float = opt(
+        180.0, "longest wait for a locally started sim server or collector to be ready, seconds"
+    )
+    reconnect_timeout_s: float = opt(
+        60.0, "how long a collector waits for a lost sim server to come back (then it replays "
+        "the episode's orders from day 0), and the learner for a lost collector, seconds"
+    )
+    max_restarts: int = opt(
+        3, "restarts of each locally started sim server or collector that dies, before the run fails"
+    )
+    collect_retries: int = opt(
+        2, "per iteration: re-collections of a collector's share whose shard is corrupt or "
+        "missing, and re-publications of weights no collector could load"
+    )
 
     def __post_init__(self) -> None:
         check(1 <= self.sim_servers <= 4096, "deploy.sim_servers", self.sim_servers, "1..4096")
@@ -318,6 +347,20 @@ class DeployConfig:
                   "host:port, e.g. 10.0.0.5:50051")
         check(len(self.sim_addresses) in (0, self.sim_servers), "deploy.sim_addresses",
               list(self.sim_addresses), f"empty or {self.sim_servers} addresses (deploy.sim_servers)")
+        for i, address in enumerate(self.collector_addresses):
+            check(_is_host_port(address), f"deploy.collector_addresses[{i}]", address,
+                  "host:port, e.g. 10.0.0.6:50061")
+        check(not self.weights_address or _is_host_port(self.weights_address),
+              "deploy.weights_address", self.weights_address, "empty or host:port")
+        for key in ("weights_port", "metrics_base_port"):
+            v = getattr(self, key)
+            check(0 <= v <= 65535, f"deploy.{key}", v, "a port in 0..65535 (0 = any free port)")
+        check(self.start_timeout_s > 0, "deploy.start_timeout_s", self.start_timeout_s, "a number > 0")
+        check(self.reconnect_timeout_s > 0, "deploy.reconnect_timeout_s", self.reconnect_timeout_s,
+              "a number > 0")
+        check(0 <= self.max_restarts <= 1000, "deploy.max_restarts", self.max_restarts, "0..1000")
+        check(0 <= self.collect_retries <= 100, "deploy.collect_retries", self.collect_retries,
+              "0..100")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip tuning and scoring the forecast-base-stock baseline")
     p.add_argument("--json", action="store_true", help="print the final evaluation as one JSON object")
+    p.add_argument("--mode", choices=("colocated", "decoupled", "ray"), default="colocated",
+                   help="colocated: one process | decoupled: sim servers, collectors and learner as "
+                   "processes (gRPC, Redis or gRPC weights, rollout store) | ray: Ray actors")
+    p.add_argument("--address", help="--mode ray: Ray cluster address (sets ray.address); "
+                   "default: start a local Ray instance")
     p.set_defaults(func=run)
 
 
@@ -36,15 +41,24 @@ def run(args: argparse.Namespace) -> int:
         if args.iterations < 0:
             raise UserError(f"skurl train: --iterations {args.iterations}, expected an integer >= 0")
         extra.append(f"train.iterations={args.iterations}")
-    if args.resume:
+    mode = getattr(args, "mode", "colocated")
+    if mode == "decoupled":
+        from skurl.deploy import decoupled as runner
+    else:
+        runner = colocated
+    if mode == "ray":
+        from skurl.deploy import ray_mode
+
+        result = ray_mode.run(None if args.resume else config_from_args(args, extra), args)
+    elif args.resume:
         if args.config or args.run_dir:
             raise UserError("skurl train: --resume RUN_DIR takes the run's own config and directory; "
                             "drop --config/--run-dir (use --set to change keys)")
-        result = colocated.resume(args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
+        result = runner.resume(args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
     else:
         cfg = config_from_args(args, extra)
         run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-        result = colocated.train(cfg, run_dir, baseline=not args.no_baseline)
+        result = runner.train(cfg, run_dir, baseline=not args.no_baseline)
     summary = {
         "run_dir": str(result.run_dir),
         "iterations": result.iterations,

@@ -1,0 +1,365 @@
+"""`skurl train --mode decoupled`: sim servers, collectors and the learner as processes.
+
+Wiring only, like Sample Factory's parallel runner: on this machine start
+deploy.sim_servers `skurl serve-sim` processes (catalog shards, groups kept together) and
+deploy.collectors `skurl collector` processes on free loopback ports, connect them by
+gRPC, the weight sync backend (Redis at sync.redis_url, or a WeightSyncService hosted
+here) and the rollout store (store.url; by default RUN_DIR/rollouts), and run the
+learner loop (deploy/decoupled_run.py) in this process. A supervisor thread restarts a
+process that dies on its own port (collectors replay a lost sim server's episode). Every
+process serves Prometheus /metrics; RUN_DIR/decoupled/cluster.json lists the addresses.
+For several machines start the roles alone: skurl serve-sim / collector / learner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from skurl.config import Config, StoreConfig, config_to_dict, load_config
+from skurl.deploy.colocated import TrainResult
+from skurl.deploy.decoupled_run import DecoupledRun
+from skurl.deploy.roles import READY, check_decoupled
+from skurl.errors import UserError
+from skurl.learn.checkpoint import latest_checkpoint
+from skurl.policy.learned import CONFIG_FILE
+
+log = logging.getLogger("skurl.deploy")
+CLUSTER_DIR = "decoupled"
+_SIM_READY = re.compile(r"serving shard \d+/\d+ \(\d+ SKUs\) on (\S+?)(?:; metrics on (\S+))?$")
+_POLL_S = 0.2
+
+
+# ---------------------------------------------------------------------- weights backends
+class RedisWeights:
+    """The learner's side of sync.backend=redis."""
+
+    def __init__(self, cfg: Config) -> None:
+        from skurl.sync.redis_sync import RedisWeightPublisher
+
+        self._pub = RedisWeightPublisher.from_config(cfg.sync, cfg.store)  # one line if unreachable
+        self.address: str | None = None
+
+    def publish(self, version: int, tensors: dict[str, Any]) -> None:
+        self._pub.publish(version, tensors)
+
+    def published_version(self) -> int | None:
+        from skurl.sync.redis_sync import version_key
+
+        raw = self._pub.client.get(version_key(self._pub.model_key))
+        return None if raw is None else int(raw)
+
+    def close(self) -> None:
+        self._pub.close()
+
+
+class HostedWeights:
+    """sync.backend=grpc: a WeightSyncService in the learner's process; publishing puts
+    the encoded weights straight into it, collectors follow its Subscribe stream."""
+
+    def __init__(self, cfg: Config, host: str = "127.0.0.1") -> None:
+        from skurl.rpc.weights_server import WeightSyncServer
+
+        self._server = WeightSyncServer(cfg.rpc, host, cfg.deploy.weights_port)
+        self._key = cfg.sync.key
+        self.address: str | None = self._server.address
+
+    def publish(self, version: int, tensors: dict[str, Any]) -> None:
+        from skurl.rpc.weights_client import to_message
+        from skurl.sync.codec import encode_weights
+
+        self._server.servicer.put(to_message(encode_weights(tensors, version, self._key)))
+
+    def published_version(self) -> int | None:
+        held = self._server.servicer.held(self._key)
+        return None if held is None else int(held.version)
+
+    def close(self) -> None:
+        self._server.stop()
+
+
+def open_weights(cfg: Config, host: str = "127.0.0.1") -> RedisWeights | HostedWeights:
+    check_decoupled(cfg)
+    return RedisWeights(cfg) if cfg.sync.backend == "redis" else HostedWeights(cfg, host)
+
+
+# ---------------------------------------------------------------------- local processes
+@dataclass
+class Child:
+    """One role process: its `skurl` arguments, port (kept over restarts), log, info."""
+
+    name: str
+    args: list[str]
+    log_path: Path
+    port: int = 0
+    metrics_port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    restarts: int = 0
+
+
+class LocalCluster:
+    """deploy.sim_servers sim servers and deploy.collectors collectors on this machine."""
+
+    def __init__(self, cfg: Config, run_dir: Path, weights_address: str | None) -> None:
+        self.cfg = cfg
+        self.dir = run_dir / CLUSTER_DIR
+        self.run_name = run_dir.name
+        self.weights_address = weights_address
+        self.sims: list[Child] = []
+        self.collectors: list[Child] = []
+        self.failed: str | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def collector_addresses(self) -> list[str]:
+        return [c.info["address"] for c in self.collectors]
+
+    def start(self) -> None:
+        cfg, d = self.cfg, self.cfg.deploy
+        self.dir.mkdir(parents=True, exist_ok=True)
+        sim_cfg = self._write_config("sim.yaml", cfg)
+        n, k = d.sim_servers, d.collectors
+
+        def metrics(offset: int) -> int:  # learner on the base port, then sims, then collectors
+            return d.metrics_base_port + offset if d.metrics_base_port else 0
+
+        self.sims = [Child(f"sim-{i}", ["serve-sim", "--config", str(sim_cfg), "--shard", f"{i}/{n}"],
+                           self.dir / f"sim-{i}.log", metrics_port=metrics(1 + i)) for i in range(n)]
+        self._start_all(self.sims)
+        roles = dataclasses.replace(cfg, deploy=dataclasses.replace(
+            d, sim_addresses=[s.info["address"] for s in self.sims],
+            weights_address=self.weights_address or ""))
+        role_cfg = self._write_config("roles.yaml", roles)
+        self.collectors = [Child(f"c{j}", ["collector", "--config", str(role_cfg), "--index", f"{j}/{k}",
+                                           "--id", f"c{j}", "--run", self.run_name],
+                                 self.dir / f"c{j}.log", metrics_port=metrics(1 + n + j)) for j in range(k)]
+        self._start_all(self.collectors)
+        self._thread = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
+        self._thread.start()
+
+    def describe(self) -> dict[str, Any]:
+        return {"weights": self.weights_address,
+                "sims": [dict(c.info, name=c.name, pid=c.proc.pid if c.proc else None) for c in self.sims],
+                "collectors": [dict(c.info, name=c.name, pid=c.proc.pid if c.proc else None)
+                               for c in self.collectors]}
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        children = [c for c in (*self.collectors, *self.sims) if c.proc is not None]
+        for c in children:
+            if c.proc is not None and c.proc.poll() is None:
+                c.proc.terminate()
+        deadline = time.monotonic() + 10
+        for c in children:
+            assert c.proc is not None
+            try:
+                c.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                c.proc.kill()
+                c.proc.wait()
+
+    # -------------------------------------------------------------------- internals
+    def _write_config(self, name: str, cfg: Config) -> Path:
+        path = self.dir / name
+        path.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        return path
+
+    def _spawn(self, child: Child) -> None:
+        cmd = [sys.executable, "-m", "skurl.cli", *child.args, "--host", "127.0.0.1",
+               "--port", str(child.port), "--metrics-port", str(child.metrics_port)]
+        env = {**os.environ, "GRPC_VERBOSITY": "ERROR", "PYTHONUNBUFFERED": "1"}
+        with child.log_path.open("ab") as out:  # the child keeps its own descriptor
+            child.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                          stdin=subprocess.DEVNULL)
+        child.info["log"] = str(child.log_path)
+
+    def _start_all(self, children: list[Child]) -> None:
+        offsets = {}
+        for c in children:
+            offsets[c.name] = c.log_path.stat().st_size if c.log_path.exists() else 0
+            self._spawn(c)
+        deadline = time.monotonic() + self.cfg.deploy.start_timeout_s
+        for c in children:
+            c.info.update(self._wait_ready(c, offsets[c.name], deadline))
+            c.port = int(c.info["address"].rsplit(":", 1)[1])
+            c.metrics_port = int(c.info["metrics"].rsplit(":", 1)[1].split("/")[0])
+
+    def _wait_ready(self, child: Child, offset: int, deadline: float) -> dict[str, Any]:
+        """The child's READY information, read from its log (UserError if it exits or
+        does not get ready by the deadline, with its last log line)."""
+        assert child.proc is not None
+        while True:
+            with child.log_path.open("rb") as f:
+                f.seek(offset)
+                lines = f.read().decode(errors="replace").splitlines()
+            for line in lines:
+                info = _parse_ready(line)
+                if info is not None:
+                    return info
+            if child.proc.poll() is not None:
+                last = next((x for x in reversed(lines) if x.strip()), "(no output)")
+                raise UserError(f"{child.name} exited with code {child.proc.returncode} before "
+                                f"it was ready: {last.strip()} (log: {child.log_path})")
+            if time.monotonic() > deadline:
+                raise UserError(f"{child.name} was not ready within deploy.start_timeout_s="
+                                f"{self.cfg.deploy.start_timeout_s:g} s (log: {child.log_path})")
+            time.sleep(_POLL_S)
+
+    def _supervise(self) -> None:
+        """Restart a dead child on its own port, up to deploy.max_restarts times."""
+        while not self._stopping.wait(_POLL_S):
+            for c in (*self.sims, *self.collectors):
+                if c.proc is None or c.proc.poll() is None or self._stopping.is_set():
+                    continue
+                if c.restarts >= self.cfg.deploy.max_restarts:
+                    if self.failed is None:
+                        self.failed = (f"{c.name} died {c.restarts + 1} times (code "
+                                       f"{c.proc.returncode}); see {c.log_path}")
+                        log.error("%s", self.failed)
+                    continue
+                c.restarts += 1
+                log.warning("%s exited with code %s; restarting it on port %d (restart %d of %d)",
+                            c.name, c.proc.returncode, c.port, c.restarts, self.cfg.deploy.max_restarts)
+                self._spawn(c)
+
+
+def _parse_ready(line: str) -> dict[str, Any] | None:
+    if line.startswith(READY):
+        info: dict[str, Any] = json.loads(line[len(READY):])
+        return info
+    m = _SIM_READY.search(line.strip())
+    if m:
+        metrics = m.group(2) or ""
+        return {"role": "sim", "address": m.group(1),
+                "metrics": f"http://{metrics}" if metrics and "://" not in metrics else metrics}
+    return None
+
+
+class InProcessRoles:
+    """Sim servers and collectors as servers inside this process (tests, debugging): the
+    same servicers and clients as the processes above, without their start-up cost."""
+
+    def __init__(self, cfg: Config, weights_address: str | None = None) -> None:
+        from skurl.catalog import load_catalog
+        from skurl.deploy.roles import CollectorProcess
+        from skurl.rpc.env_server import serve_shards
+
+        d = cfg.deploy
+        self.sims = serve_shards(load_catalog(cfg.catalog), cfg.sim, cfg.rpc, d.sim_servers,
+                                 d.partition)
+        self.collectors: list[Any] = []
+        try:
+            self.cfg = dataclasses.replace(cfg, deploy=dataclasses.replace(
+                d, sim_addresses=[s.address for s in self.sims],
+                weights_address=weights_address or ""))
+            for j in range(d.collectors):
+                self.collectors.append(CollectorProcess(self.cfg, f"c{j}", j, d.collectors))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def collector_addresses(self) -> list[str]:
+        return [c.info["address"] for c in self.collectors]
+
+    def close(self) -> None:
+        for c in self.collectors:
+            c.close()
+        for s in self.sims:
+            s.stop(0)
+
+
+# ---------------------------------------------------------------------- entry points
+def with_run_store(cfg: Config, run_dir: Path) -> Config:
+    """store.url left at its default means a directory inside the run dir (absolute, so
+    every process finds the same one)."""
+    if cfg.store.url != StoreConfig().url:
+        return cfg
+    url = str((run_dir / "rollouts").resolve())
+    return dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, url=url))
+
+
+def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str], *,
+                        weights: Any = None, resume: bool = False, stream: IO[str] | None = None,
+                        stop_after: int | None = None, baseline: bool = True,
+                        metrics_port: int | None = None, run_cls: type[DecoupledRun] = DecoupledRun,
+                        host: str = "127.0.0.1") -> TrainResult:
+    """The learner over running collectors (`skurl learner`, and the launcher below);
+    `host` is the interface of a hosted WeightSyncService and of /metrics."""
+    from skurl.telemetry.metrics import serve_metrics
+
+    run_dir = Path(run_dir)
+    own_weights = weights is None
+    weights = open_weights(cfg, host) if own_weights else weights
+    port = cfg.deploy.metrics_base_port if metrics_port is None else metrics_port
+    metrics = serve_metrics(port, addr=host)
+    try:
+        run = run_cls(cfg, run_dir, collectors, weights, resume=resume, stream=stream,
+                      baseline=baseline)
+        run.metrics_url = metrics.url
+        try:
+            log.info("learner metrics on %s", metrics.url)
+            return run.run(stop_after)
+        finally:
+            run.close()
+    finally:
+        metrics.close()
+        if own_weights:
+            weights.close()
+
+
+def _launch(cfg: Config, run_dir: Path, *, resume: bool, stream: IO[str] | None,
+            stop_after: int | None, baseline: bool, run_cls: type[DecoupledRun]) -> TrainResult:
+    check_decoupled(cfg)
+    cfg = with_run_store(cfg, run_dir)
+    weights = open_weights(cfg)  # an unreachable Redis is one line here, before any process
+    cluster = LocalCluster(cfg, run_dir, weights.address)
+    try:
+        cluster.start()
+        (cluster.dir / "cluster.json").write_text(json.dumps(cluster.describe(), indent=1))
+        return run_with_collectors(cfg, run_dir, cluster.collector_addresses, weights=weights,
+                                   resume=resume, stream=stream, stop_after=stop_after,
+                                   baseline=baseline, run_cls=run_cls)
+    finally:
+        cluster.stop()
+        weights.close()
+
+
+def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,
+          stop_after: int | None = None, baseline: bool = True,
+          run_cls: type[DecoupledRun] = DecoupledRun) -> TrainResult:
+    """A new decoupled run in `run_dir` (refuses a directory that already holds checkpoints)."""
+    if latest_checkpoint(run_dir) is not None:
+        raise UserError(f"run dir '{run_dir}' already holds checkpoints; use --resume {run_dir} "
+                        "or another --run-dir")
+    return _launch(cfg, Path(run_dir), resume=False, stream=stream, stop_after=stop_after,
+                   baseline=baseline, run_cls=run_cls)
+
+
+def resume(run_dir: str | Path, overrides: list[str] | None = None, *,
+           stream: IO[str] | None = None, stop_after: int | None = None, baseline: bool = True,
+           run_cls: type[DecoupledRun] = DecoupledRun) -> TrainResult:
+    """Continue the decoupled run in `run_dir` from its latest checkpoint, reading back the
+    interrupted iteration's stored shards."""
+    cfg_file = Path(run_dir) / CONFIG_FILE
+    if not cfg_file.is_file():
+        raise UserError(f"--resume {run_dir}: no {CONFIG_FILE}; expected a directory made by `skurl train`")
+    cfg = load_config(cfg_file, overrides)
+    return _launch(cfg, Path(run_dir), resume=True, stream=stream, stop_after=stop_after,
+                   baseline=baseline, run_cls=run_cls)

@@ -1,0 +1,297 @@
+"""The env a decoupled collector drives: some sim servers' shards as one Env (DESIGN 5, 6).
+
+- `assign_shards`: which sim servers (catalog shards) each collector drives; a
+  collector's SKUs are the union of whole shards, so substitution groups stay together.
+- `ReplayingRemoteEnv`: one shard over gRPC that survives its server dying. It records the
+  episode's orders; when the server is lost (killed, restarted) it reconnects to the
+  same address, resets with the episode's (seed, episode) and replays the orders from day
+  0. Every draw is a pure function of (seed, episode, SKU, day, stream), so the replay
+  rebuilds the exact state and the collector sees no transition lost or repeated.
+- `CatalogSchemaEnv`: shows the collector's shards with the whole catalog's observation
+  schema (a shard sizes some fields from its own SKUs: sim/layout.py), so one network
+  serves every collector and a transition's features are the ones the co-located env
+  shows; it also sums the business totals of the episode (fill rate, lost, waste, stock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+
+from skurl.config import RpcConfig
+from skurl.errors import UserError
+from skurl.rpc.env_client import RemoteEnv
+from skurl.rpc.env_wire import schema_from_wire
+from skurl.rpc.errors import (
+    RequestRejectedError,
+    RpcTimeoutError,
+    ServerUnavailableError,
+    from_rpc_error,
+)
+from skurl.rpc.gen import skurl_pb2 as pb
+from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+from skurl.rpc.multi_shard import MultiShardEnv
+from skurl.rpc.options import channel_options
+from skurl.sim.api import Obs, ObsSchema, StepResult
+
+log = logging.getLogger("skurl.deploy")
+T = TypeVar("T")
+_RETRY_PAUSE_S = 0.2
+_PROBE_TIMEOUT_S = 5.0
+
+
+def assign_shards(n_shards: int, n_collectors: int) -> list[list[int]]:
+    """Contiguous blocks of shard indices, one block per collector, sizes differing by <= 1."""
+    if not 1 <= n_collectors <= n_shards:
+        raise UserError(f"deploy.collectors = {n_collectors}: expected 1..{n_shards} (each "
+                        "collector drives at least one of deploy.sim_servers)")
+    return [list(map(int, b)) for b in np.array_split(np.arange(n_shards), n_collectors)]
+
+
+def catalog_schema(addresses: Sequence[str], cfg: RpcConfig, timeout_s: float) -> ObsSchema:
+    """The whole catalog's observation schema, from every sim server's GetInfo (no session is
+    opened): each field as wide as its widest shard, which is the width the whole-catalog
+    env has (sim/layout.py takes maxima over SKUs)."""
+    schemas = []
+    for address in addresses:
+        channel = grpc.insecure_channel(address, options=channel_options(cfg))
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout_s)
+            info = pb_grpc.EnvServiceStub(channel).GetInfo(pb.InfoRequest(), timeout=cfg.timeout_s)
+        except grpc.FutureTimeoutError:
+            raise ServerUnavailableError(f"no sim server answers at {address} within "
+                                         f"{timeout_s:g} s", address, None) from None
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, address, "GetInfo") from None
+        finally:
+            channel.close()
+        schemas.append(schema_from_wire(list(info.schema)))
+    names = [n for n, _ in schemas[0].fields]
+    for address, s in zip(addresses, schemas, strict=True):
+        if [n for n, _ in s.fields] != names:
+            raise UserError(f"sim server {address}: observation fields differ from "
+                            f"{addresses[0]}'s; are they serving the same config?")
+    widths = [max(s.fields[j][1] for s in schemas) for j in range(len(names))]
+    return ObsSchema(fields=tuple(zip(names, widths, strict=True)))
+
+
+class ReplayingRemoteEnv:
+    """A RemoteEnv that, when its server is lost, reconnects and replays the episode."""
+
+    def __init__(self, address: str, cfg: RpcConfig, reconnect_timeout_s: float = 60.0,
+                 connect_timeout_s: float = 30.0) -> None:
+        self.address = address
+        self._cfg = cfg
+        self.reconnect_timeout_s = reconnect_timeout_s
+        self._env = RemoteEnv(address, cfg, connect_timeout_s=connect_timeout_s)
+        self.sku_ids = self._env.sku_ids
+        self.catalog_rows = self._env.catalog_rows
+        self.shard = self._env.shard
+        self.days = self._env.days
+        self._episode: tuple[int, int] | None = None
+        self._orders: list[np.ndarray] = []  # orders of each day stepped since the reset
+        self.recoveries = 0
+
+    @property
+    def num_skus(self) -> int:
+        return self._env.num_skus
+
+    @property
+    def schema(self) -> ObsSchema:
+        return self._env.schema
+
+    def reset(self, seed: int, episode: int = 0) -> Obs:
+        self._episode, self._orders = (int(seed), int(episode)), []
+        return self._attempt(lambda env: env.reset(seed, episode))
+
+    def step(self, orders: np.ndarray) -> StepResult:
+        arr = np.array(orders, copy=True)  # kept for a replay; the caller may reuse its buffer
+        result = self._attempt(lambda env: env.step(arr))
+        self._orders.append(arr)
+        return result
+
+    def info(self) -> dict[str, Any]:
+        return self._attempt(lambda env: env.info())
+
+    def close(self) -> None:
+        self._env.close()
+
+    def _attempt(self, call: Callable[[RemoteEnv], T]) -> T:
+        """`call` on the current session; after a lost server, once more on a rebuilt one."""
+        try:
+            return call(self._env)
+        except (ServerUnavailableError, RpcTimeoutError) as exc:
+            self._recover(exc)
+        except RequestRejectedError as exc:
+            # A server restarted between two calls answers our old session id with
+            # INVALID_ARGUMENT; a real refusal leaves the session in place.
+            if self._session_alive():
+                raise
+            self._recover(exc)
+        return call(self._env)
+
+    def _session_alive(self) -> bool:
+        try:
+            self._env.info()
+            return True
+        except (RequestRejectedError, ServerUnavailableError, RpcTimeoutError):
+            return False
+
+    def _recover(self, cause: Exception) -> None:
+        log.warning("sim server %s (shard %d/%d) lost (%s); reconnecting and replaying %d days",
+                    self.address, *self.shard, cause, len(self._orders))
+        with contextlib.suppress(Exception):
+            self._env.close()
+        deadline = time.monotonic() + self.reconnect_timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerUnavailableError(
+                    f"sim server {self.address} (shard {self.shard[0]}/{self.shard[1]}) did not "
+                    f"come back within deploy.reconnect_timeout_s={self.reconnect_timeout_s:g} s "
+                    f"({cause})", self.address, grpc.StatusCode.UNAVAILABLE) from None
+            try:
+                self._env = self._rebuilt(min(left, _PROBE_TIMEOUT_S))
+                break
+            except (ServerUnavailableError, RpcTimeoutError):
+                time.sleep(min(_RETRY_PAUSE_S, max(deadline - time.monotonic(), 0)))
+        self.recoveries += 1
+        log.warning("sim server %s is back; replayed %d days", self.address, len(self._orders))
+
+    def _rebuilt(self, connect_timeout_s: float) -> RemoteEnv:
+        env = RemoteEnv(self.address, self._cfg, connect_timeout_s=connect_timeout_s)
+        try:
+            if env.shard != self.shard or not np.array_equal(env.catalog_rows, self.catalog_rows):
+                raise UserError(f"sim server {self.address} came back as shard "
+                                f"{env.shard[0]}/{env.shard[1]} with other SKUs, expected shard "
+                                f"{self.shard[0]}/{self.shard[1]}")
+            if self._episode is not None:
+                env.reset(*self._episode)
+                for orders in self._orders:
+                    env.step(orders)
+        except BaseException:
+            env.close()
+            raise
+        return env
+
+
+def column_map(inner: ObsSchema, outer: ObsSchema) -> list[tuple[int, int, int]] | None:
+    """(dst start, src start, width) per field to widen `inner` features to `outer`; None
+    when they are equal. Same field names in the same order, each no wider than outer."""
+    if inner == outer:
+        return None
+    if [n for n, _ in inner.fields] != [n for n, _ in outer.fields]:
+        raise UserError(f"observation fields {[n for n, _ in inner.fields]} differ from the "
+                        f"catalog's {[n for n, _ in outer.fields]}")
+    cols, dst, src = [], 0, 0
+    for (name, w), (_, wide) in zip(inner.fields, outer.fields, strict=True):
+        if w > wide:
+            raise UserError(f"observation field '{name}' is {w} wide, wider than the "
+                            f"catalog's {wide}")
+        if w:
+            cols.append((dst, src, w))
+        dst, src = dst + wide, src + w
+    return cols
+
+
+BUSINESS_SUMS = ("demand", "sales", "lost", "waste", "on_hand_end")
+
+
+def business_from_totals(totals: dict[str, float], sku_days: int) -> dict[str, float]:
+    """Fill rate, lost and waste units, mean on-hand per SKU-day from summed day metrics
+    (the keys of report.PolicyResult that telemetry.metrics.record_business reads)."""
+    demand = totals.get("demand", 0.0)
+    return {"fill_rate": totals.get("sales", 0.0) / demand if demand > 0 else 1.0,
+            "lost_units": totals.get("lost", 0.0), "waste_units": totals.get("waste", 0.0),
+            "mean_on_hand": totals.get("on_hand_end", 0.0) / max(sku_days, 1)}
+
+
+class CatalogSchemaEnv:
+    """`env` with features widened to the catalog's `schema` (zeros in the extra columns,
+    exactly what the whole-catalog env shows there) and the episode's business totals."""
+
+    def __init__(self, env: Any, schema: ObsSchema) -> None:
+        self.env = env
+        self._schema = schema
+        self._cols = column_map(env.schema, schema)
+        self._features: np.ndarray | None = None
+        self.totals: dict[str, float] = {}
+        self.days = 0
+
+    @property
+    def num_skus(self) -> int:
+        return int(self.env.num_skus)
+
+    @property
+    def schema(self) -> ObsSchema:
+        return self._schema
+
+    @property
+    def sku_ids(self) -> np.ndarray | None:
+        return getattr(self.env, "sku_ids", None)
+
+    def reset(self, seed: int, episode: int = 0) -> Obs:
+        self.totals = dict.fromkeys(BUSINESS_SUMS, 0.0)
+        self.days = 0
+        return self._widen(self.env.reset(seed, episode))
+
+    def step(self, orders: np.ndarray) -> StepResult:
+        result = self.env.step(orders)
+        for name in BUSINESS_SUMS:
+            self.totals[name] += float(getattr(result.metrics, name).sum(dtype=np.float64))
+        self.days += 1
+        return StepResult(obs=self._widen(result.obs), reward=result.reward, done=result.done,
+                          metrics=result.metrics, failed=result.failed)
+
+    def business(self) -> dict[str, float]:
+        """The episode so far as report.PolicyResult-like keys (record_business)."""
+        return business_from_totals(self.totals, self.num_skus * self.days)
+
+    def info(self) -> dict[str, Any]:
+        return dict(self.env.info(), obs_dim=self._schema.dim)
+
+    def close(self) -> None:
+        self.env.close()
+
+    def _widen(self, obs: Obs) -> Obs:
+        if self._cols is None:
+            return obs
+        if self._features is None or self._features.shape[0] != obs.features.shape[0]:
+            self._features = np.zeros((obs.features.shape[0], self._schema.dim), np.float32)
+        out = self._features
+        for dst, src, w in self._cols:
+            out[:, dst:dst + w] = obs.features[:, src:src + w]
+        return Obs(features=out, raw=obs.raw, schema=self._schema)
+
+
+def collector_env(addresses: Sequence[str], shards: Sequence[int], cfg: RpcConfig,
+                  reconnect_timeout_s: float,
+                  connect_timeout_s: float = 30.0) -> tuple[CatalogSchemaEnv, list[ReplayingRemoteEnv]]:
+    """The env of a collector driving sim servers `shards` of `addresses` (shard order):
+    its SKUs in catalog row order, with the catalog's schema; and the shard envs."""
+    schema = catalog_schema(addresses, cfg, connect_timeout_s)
+    envs: list[ReplayingRemoteEnv] = []
+    try:
+        for k in shards:
+            env = ReplayingRemoteEnv(addresses[k], cfg, reconnect_timeout_s, connect_timeout_s)
+            envs.append(env)
+            if env.shard != (k, len(addresses)):
+                raise UserError(f"sim server {addresses[k]} serves shard {env.shard[0]}/"
+                                f"{env.shard[1]}, expected {k}/{len(addresses)} (deploy.sim_addresses "
+                                "lists the servers in shard order)")
+        rows = np.sort(np.concatenate([e.catalog_rows for e in envs]))
+        # Local positions in catalog row order: the collector's rollout columns follow the
+        # catalog, so the learner only scatters them into place.
+        local = [np.searchsorted(rows, e.catalog_rows) for e in envs]
+        merged = MultiShardEnv(envs, local)
+        return CatalogSchemaEnv(merged, schema), envs
+    except BaseException:
+        for e in envs:
+            e.close()
+        raise

@@ -1,0 +1,171 @@
+"""`--mode decoupled` end to end: sim servers and collectors as real processes on loopback,
+the learner here. Same config and seed as `--mode colocated` -> bit-identical weights;
+every process serves /metrics; bad settings are one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from skurl.cli import main
+from skurl.config import Config, load_config
+from skurl.deploy import colocated, decoupled
+from skurl.deploy.decoupled_run import DecoupledRun
+from skurl.deploy.shard_envs import CatalogSchemaEnv, assign_shards, column_map
+from skurl.errors import ConfigError, UserError
+from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
+from skurl.sim.api import ObsSchema
+from skurl.telemetry.logger import read_metrics
+
+# A synthetic catalog (groups, perishables, mixed lead times: shards differ in schema width).
+TINY = [
+    "catalog.skus=240", "sim.days=8", "policy.hidden=[16,16]", "ppo.epochs=2", "ppo.minibatch=256",
+    "train.iterations=3", "train.checkpoint_every=1", "train.eval_every=0", "eval.days=4",
+    "eval.warmup=2", "train.torch_threads=1", "sim.threads=1", "train.infer_dtype=float32",
+    "deploy.sim_servers=2", "deploy.collectors=2", "sync.timeout_s=20",
+]
+
+
+def tiny(*extra: str) -> Config:
+    return load_config(None, TINY + list(extra))
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    path = latest_checkpoint(run_dir)
+    assert path is not None, f"no checkpoint in {run_dir}"
+    tensors, _ = load_checkpoint(path)
+    return {k: v for k, v in tensors.items() if not k.startswith("rng/")}
+
+
+def assert_same_training(a: Path, b: Path) -> None:
+    """Bit-identical weights, optimizer and normalizers; equal per-iteration rewards."""
+    wa, wb = final_weights(a), final_weights(b)
+    assert set(wa) == set(wb) and any(k.startswith("optim/") for k in wa)
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    ra = [r["reward_mean"] for r in read_metrics(a / "metrics.jsonl")]
+    rb = [r["reward_mean"] for r in read_metrics(b / "metrics.jsonl")]
+    assert ra == rb and len(ra) == 3
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("colocated") / "run"
+    colocated.train(tiny(), run_dir, baseline=False)
+    return run_dir
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return reply.read().decode()
+
+
+def sample(text: str, name: str) -> float:
+    """Value of the first sample line starting with `name` (labels included in name)."""
+    for line in text.splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def test_decoupled_training_equals_colocated_and_every_process_serves_metrics(
+        tmp_path: Path, reference: Path) -> None:
+    scraped: dict[str, Any] = {}
+
+    class Scraping(DecoupledRun):
+        def iteration(self, it: int) -> dict[str, Any]:
+            out = super().iteration(it)
+            if it == 1:  # processes are up and have worked two iterations
+                cluster = json.loads((self.run_dir / "decoupled" / "cluster.json").read_text())
+                assert self.metrics_url
+                scraped["learner"] = scrape(self.metrics_url)
+                scraped["sims"] = [scrape(s["metrics"]) for s in cluster["sims"]]
+                scraped["collectors"] = [scrape(c["metrics"]) for c in cluster["collectors"]]
+            return out
+
+    run_dir = tmp_path / "decoupled"
+    result = decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, run_cls=Scraping)
+    assert result.iterations == 3 and result.eval is not None
+    assert_same_training(reference, run_dir)
+
+    logs = read_metrics(run_dir / "metrics.jsonl")
+    for rec in logs:
+        assert 0 <= rec["barrier_wait_s"] < rec["iteration_seconds"]
+        assert 0 <= rec["barrier_share"] < 1 and rec["weights_lag_s"] >= 0
+        assert rec["corrupt_shards"] == 0 and rec["transitions"] == 240 * 8
+        assert {"time_collect", "time_gather", "time_learn", "time_sync"} <= rec.keys()
+
+    learner = scraped["learner"]
+    assert sample(learner, "learner_training_step_duration_seconds_count") == 2
+    assert sample(learner, "learner_weight_version") == 2
+    assert "learner_gradient_norm" in learner and "learner_gpu_memory_allocated_bytes" in learner
+    assert sample(learner, 'business_fill_rate{policy="collect"') > 0
+    for text in scraped["sims"]:
+        assert sample(text, "sim_step_duration_seconds_count") >= 2 * 8
+    for text in scraped["collectors"]:
+        assert sample(text, "collector_episodes_total") == 2
+        assert sample(text, "barrier_wait_seconds_count") == 2
+        assert sample(text, "collector_steps_per_second") > 0
+        assert 0 < sample(text, 'business_fill_rate{policy="collect"') <= 1
+        assert sample(text, 'business_mean_on_hand{policy="collect"') > 0
+
+
+@pytest.mark.parametrize(("setting", "match"), [
+    ("sync.backend=inproc", "sync.backend = 'inproc'"),
+    ("train.collect_skus=50", "train.collect_skus = 50"),
+    ("deploy.collectors=3", "deploy.collectors = 3"),
+])
+def test_settings_decoupled_mode_cannot_use_are_one_line(tmp_path: Path, setting: str,
+                                                         match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        decoupled.train(tiny("sync.backend=grpc", setting), tmp_path / "run", baseline=False)
+    assert not (tmp_path / "run" / "decoupled").exists()  # refused before starting anything
+
+
+def test_unreachable_redis_is_one_line_and_exit_2(tmp_path: Path, closed_port: int,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", "--mode", "decoupled", "--run-dir", str(tmp_path / "run"),
+                 "--set", "sync.backend=redis", "--set", f"sync.redis_url=redis://127.0.0.1:{closed_port}/0",
+                 "--set", "sync.timeout_s=1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("error: sync.redis_url") and str(closed_port) in err
+
+
+def test_collectors_take_whole_shards_in_contiguous_blocks() -> None:
+    assert assign_shards(4, 2) == [[0, 1], [2, 3]]
+    assert assign_shards(5, 3) == [[0, 1], [2, 3], [4]]
+    assert assign_shards(2, 2) == [[0], [1]]
+    with pytest.raises(UserError, match="deploy.collectors = 3"):
+        assign_shards(2, 3)
+
+
+class _FakeEnv:
+    """Two SKUs whose shard schema is narrower than the catalog's."""
+
+    schema = ObsSchema(fields=(("on_hand", 1), ("pipeline", 2), ("dow", 1)))
+    num_skus = 2
+
+    def reset(self, seed: int, episode: int = 0) -> Any:
+        from skurl.sim.api import Obs, RawState
+
+        feats = np.array([[1, 2, 3, 4], [5, 6, 7, 8]], np.float32)
+        raw = RawState(np.zeros(2, np.int64), np.zeros((2, 2), np.int64), np.zeros(2, np.int64),
+                       np.ones((2, 3), np.float32), 0)
+        return Obs(feats, raw, self.schema)
+
+
+def test_a_shard_is_shown_with_the_catalog_schema() -> None:
+    wide = ObsSchema(fields=(("on_hand", 1), ("pipeline", 4), ("dow", 1)))
+    assert column_map(wide, wide) is None
+    assert column_map(_FakeEnv.schema, wide) == [(0, 0, 1), (1, 1, 2), (5, 3, 1)]
+    obs = CatalogSchemaEnv(_FakeEnv(), wide).reset(0)
+    np.testing.assert_array_equal(obs.features, [[1, 2, 3, 0, 0, 4], [5, 6, 7, 0, 0, 8]])
+    with pytest.raises(UserError, match="wider than the catalog"):
+        column_map(wide, _FakeEnv.schema)
