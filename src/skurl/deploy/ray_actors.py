@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import ray
 import torch
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from skurl.catalog.schema import Catalog
 from skurl.config import Config, SimConfig
@@ -56,28 +56,61 @@ def threads_for(cpus: float, configured: int) -> int:
 
 
 class SimWorker:
-    """Simulator shards in one Ray worker process (a Ray actor class: see `WorkerSlot`)."""
+    """Simulator shards in one Ray worker process (a Ray actor class: see `WorkerSlot`).
+
+    A shard sizes some feature fields from its own SKUs (sim/layout.py); `add_env(...,
+    wide)` makes it show the SKU set's schema (each field at its widest over the shards,
+    extra columns zero, as the whole-set env shows them), so that shards merged by
+    different collectors all have the features one whole-set env would have."""
 
     def __init__(self, worker_id: int, threads: int) -> None:
         self.worker_id = worker_id
         self.threads = threads
         self.envs: dict[str, Any] = {}
+        self.wide: dict[str, tuple[ObsSchema, list[tuple[int, int, int]], np.ndarray]] = {}
 
     def ping(self) -> int:
         return os.getpid()
 
-    def add_env(self, key: str, catalog: Catalog, sim: SimConfig) -> ObsSchema:
+    def add_env(self, key: str, catalog: Catalog, sim: SimConfig, wide: ObsSchema | None = None) -> ObsSchema:
+        """Build shard `key`; its own schema comes back (then `widen` to the set's)."""
         from skurl.sim.env import VectorEnv
 
         sim = dataclasses.replace(sim, threads=sim.threads or self.threads)
         self.envs[key] = VectorEnv(catalog, sim)
+        self.wide.pop(key, None)
+        if wide is not None:
+            self.widen(key, wide)
         return self.envs[key].schema
 
+    def widen(self, key: str, wide: ObsSchema) -> None:
+        env = self.envs[key]
+        own = env.schema
+        if own == wide:
+            self.wide.pop(key, None)
+            return
+        cols, dst, src = [], 0, 0
+        for (name, w), (wide_name, wide_w) in zip(own.fields, wide.fields, strict=True):
+            if name != wide_name or w > wide_w:
+                raise ValueError(f"shard '{key}': field {name}[{w}] does not fit {wide_name}[{wide_w}]")
+            cols.append((dst, src, w))
+            dst, src = dst + wide_w, src + w
+        self.wide[key] = (wide, cols, np.zeros((env.num_skus, wide.dim), np.float32))
+
+    def _obs(self, key: str, obs: Obs) -> Obs:
+        if key not in self.wide:
+            return obs
+        schema, cols, out = self.wide[key]
+        for dst, src, w in cols:
+            out[:, dst:dst + w] = obs.features[:, src:src + w]
+        return Obs(out, obs.raw, schema)
+
     def reset(self, key: str, seed: int, episode: int) -> Obs:
-        return self.envs[key].reset(seed, episode)
+        return self._obs(key, self.envs[key].reset(seed, episode))
 
     def step(self, key: str, orders: np.ndarray) -> StepResult:
-        return self.envs[key].step(orders)
+        result = self.envs[key].step(orders)
+        return dataclasses.replace(result, obs=self._obs(key, result.obs))
 
     def replay(self, key: str, seed: int, episode: int, orders: list[np.ndarray]) -> int:
         """Rebuild an episode's state: reset, then step through the recorded orders."""
@@ -112,13 +145,19 @@ class WorkerSlot:
 
     def alive(self) -> Any:
         """The worker's handle once it answers: Ray's restart of it, or a new actor."""
-        try:
-            get(self.handle.ping.remote(), self.timeout_s, f"ray sim worker {self.worker_id}: ping")
-        except RayActorError:  # restarts used up: a new actor takes the shard
-            self.handle = self._spawn()
-            self.replacements += 1
-            get(self.handle.ping.remote(), self.timeout_s, f"ray sim worker {self.worker_id}: ping")
-        return self.handle
+        what = f"ray sim worker {self.worker_id}: ping"
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                get(self.handle.ping.remote(), self.timeout_s, what)
+                return self.handle
+            except ActorUnavailableError:  # restarting: tasks sent meanwhile may fail once
+                if time.monotonic() > deadline:
+                    raise RayTimeoutError(f"{what}: still restarting after {self.timeout_s:g} s") from None
+                time.sleep(0.1)
+            except RayActorError:  # dead for good (restarts used up): a new actor takes the shard
+                self.handle = self._spawn()
+                self.replacements += 1
 
     def kill(self) -> None:
         ray.kill(self.handle, no_restart=True)
@@ -174,7 +213,7 @@ class RayShardEnv:
         the episode up to the last completed day."""
         handle = self.slot.alive()
         what = f"ray sim worker {self.slot.worker_id}: rebuilding shard '{self.key}'"
-        get(handle.add_env.remote(self.key, self.catalog_ref, self.sim), self.timeout_s, what)
+        get(handle.add_env.remote(self.key, self.catalog_ref, self.sim, self._schema), self.timeout_s, what)
         if self._episode is not None:
             seed, episode = self._episode
             get(handle.replay.remote(self.key, seed, episode, self._orders), self.timeout_s, what)
@@ -188,7 +227,7 @@ class ShardSpec:
     slot: WorkerSlot
     catalog_ref: Any  # ObjectRef of the shard's Catalog (owned by the driver)
     sku_ids: np.ndarray
-    schema: ObsSchema
+    schema: ObsSchema  # the SKU set's schema, which the worker shows (SimWorker.widen)
     rows: np.ndarray  # the shard's rows within the collector's SKUs (index map)
 
 

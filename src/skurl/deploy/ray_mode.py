@@ -219,6 +219,11 @@ class RayRun(ColocatedRun):
             refs.append(ref)
             schemas.append(schema)
             specs_by_collector[w % rc.collectors].append(ShardSpec(slot, ref, sub.sku_id, schema, part))
+        wide = merged_schema(schemas)
+        specs = [s for group in specs_by_collector for s in group]
+        get([s.slot.handle.widen.remote(key, wide) for s in specs], rc.get_timeout_s, f"ray sim workers: widen '{key}'")
+        for s in specs:
+            s.schema = wide
         collectors = []
         for c, specs in enumerate(specs_by_collector):
             if not specs:
@@ -229,7 +234,7 @@ class RayRun(ColocatedRun):
             actor = self.collector_actors[c]
             get(actor.add_env.remote(key, specs), rc.get_timeout_s, f"ray collector {c}: add '{key}'")
             collectors.append((actor, mine))
-        return Placement(key, len(catalog), merged_schema(schemas), collectors, refs)
+        return Placement(key, len(catalog), wide, collectors, refs)
 
     def _start_actors(self) -> None:
         from skurl.deploy.ray_actors import WorkerSlot, get, start_collector, threads_for
