@@ -108,18 +108,21 @@ def init_sku(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.nd
 
 @njit(cache=True, inline="always")
 def own_demand(par: np.ndarray, st: np.ndarray, stock: np.ndarray, i: np.int64, day: np.int64,
-               order: float, backorders: bool, lifo: bool) -> np.int64:
-    """Place today's order, draw demand, serve it (and the backlog) from own stock; the
-    day's values go to the W_* scratch columns. Returns a FAIL_* code, or 0."""
+               order: float, backorders: bool, lifo: bool) -> tuple:
+    """Place today's order, draw demand, serve it (and the backlog) from own stock.
+    Returns (FAIL_* code or 0, ordered, demand, own sales, backlog served, unmet demand);
+    SKUs in substitution groups also keep them, with their spill, in the W_* columns for
+    the group pass (the others settle from registers)."""
     key = key_of(st, i)
     mean = mean_on(par, i, day)
+    zero = np.int64(0)
     if not (mean >= 0.0 and mean <= MAX_MEAN):
-        return FAIL_MEAN
+        return np.int64(FAIL_MEAN), zero, zero, zero, zero, zero
     demand = sample_demand(ipar(par, i, P_DIST), mean, np.float64(par[i, P_DISPERSION]), key,
                            day, np.int64(STREAM_DEMAND))
     owed = st[i, S_BACKLOG]
     if not demand <= MAX_COUNT or owed + np.int64(demand) > MAX_COUNT:
-        return FAIL_OVERFLOW
+        return np.int64(FAIL_OVERFLOW), zero, zero, zero, zero, zero
     d = np.int64(demand)
     q = np.int64(math.floor(order + 0.5))
     if q > 0:
@@ -130,33 +133,36 @@ def own_demand(par: np.ndarray, st: np.ndarray, stock: np.ndarray, i: np.int64, 
     issue(stock, st[i, S_SLOT_OFF], ipar(par, i, P_SLOTS), day, own, have, lifo)
     st[i, S_ON_HAND] = have - own
     # The backlog is older than today's demand, so it is served first.
-    backlog_served = min(owed, own) if backorders else 0
+    backlog_served = min(owed, own) if backorders else zero
     unmet = d - (own - backlog_served)
-    spill = 0
-    frac = np.float64(par[i, P_SUB_FRAC])
-    if par[i, P_GROUPED] != 0.0 and unmet > 0 and frac > 0.0:
-        # Stochastic rounding: E[spill] = frac * unmet exactly.
-        u = uniform(key, day, np.int64(STREAM_SUBSTITUTION), np.int64(0))
-        spill = min(np.int64(math.floor(frac * unmet + u)), unmet)
-    st[i, W_ORDERED] = q
-    st[i, W_DEMAND] = d
-    st[i, W_OWN] = own
-    st[i, W_BACKLOG_SERVED] = backlog_served
-    st[i, W_UNMET] = unmet
-    st[i, W_SPILL] = spill
-    st[i, W_SUB_SERVED] = 0
-    st[i, W_CREDIT] = 0
-    return 0
+    if par[i, P_GROUPED] != 0.0:
+        spill = zero
+        frac = np.float64(par[i, P_SUB_FRAC])
+        if unmet > 0 and frac > 0.0:
+            # Stochastic rounding: E[spill] = frac * unmet exactly.
+            u = uniform(key, day, np.int64(STREAM_SUBSTITUTION), np.int64(0))
+            spill = min(np.int64(math.floor(frac * unmet + u)), unmet)
+        st[i, W_ORDERED] = q
+        st[i, W_DEMAND] = d
+        st[i, W_OWN] = own
+        st[i, W_BACKLOG_SERVED] = backlog_served
+        st[i, W_UNMET] = unmet
+        st[i, W_SPILL] = spill
+        st[i, W_SUB_SERVED] = 0
+        st[i, W_CREDIT] = 0
+    return zero, q, d, own, backlog_served, unmet
 
 
 @sku_jit
 def serve_group(par: np.ndarray, st: np.ndarray, stock: np.ndarray, rows: np.ndarray,
                 lo: np.int64, hi: np.int64, day: np.int64, lifo: bool) -> None:
     """Pool the spill of members rows[lo:hi] (ascending sku_id); members with stock left
-    serve it in that order; the served units are credited back to the origins in order."""
+    serve it in that order; the served units are credited back to the origins in order.
+    Isolated members take no part."""
     pool = 0
     for r in range(lo, hi):
-        pool += st[rows[r], W_SPILL]
+        if st[rows[r], S_FAIL] == 0:
+            pool += st[rows[r], W_SPILL]
     left = pool
     for r in range(lo, hi):
         if left == 0:
@@ -175,23 +181,24 @@ def serve_group(par: np.ndarray, st: np.ndarray, stock: np.ndarray, rows: np.nda
         if served == 0:
             break
         i = rows[r]
-        c = min(st[i, W_SPILL], served)
-        st[i, W_CREDIT] = c
-        served -= c
+        if st[i, S_FAIL] == 0:
+            c = min(st[i, W_SPILL], served)
+            st[i, W_CREDIT] = c
+            served -= c
 
 
 @njit(cache=True, inline="always")
 def settle(par: np.ndarray, st: np.ndarray, stock: np.ndarray, reward: np.ndarray,
-           acc: np.ndarray, i: np.int64, day: np.int64, backorders: bool,
-           cost_mode: bool) -> None:
-    """Close the day of SKU i: lost/backlog, expiry, costs, reward, metrics, sales history."""
+           acc: np.ndarray, i: np.int64, day: np.int64, q: np.int64, demand: np.int64,
+           own: np.int64, backlog_served: np.int64, unmet: np.int64, sub_served: np.int64,
+           credit: np.int64, backorders: bool, cost_mode: bool) -> None:
+    """Close the day of SKU i: lost/backlog, expiry, costs, reward, metrics, sales history.
+    `sub_served`: units it sold as a substitute; `credit`: its unmet units they served."""
     s = st[i]
-    q = s[W_ORDERED]
-    credit = s[W_CREDIT]
-    sales = s[W_OWN] + s[W_SUB_SERVED]
-    lost = s[W_UNMET] - credit
+    sales = own + sub_served
+    lost = unmet - credit
     if backorders:
-        s[S_BACKLOG] = s[S_BACKLOG] - s[W_BACKLOG_SERVED] + lost
+        s[S_BACKLOG] = s[S_BACKLOG] - backlog_served + lost
     waste = 0
     if par[i, P_SHELF] > 0.0:
         j = s[S_SLOT_OFF] + (day + 1) % ipar(par, i, P_SLOTS)  # arrived on day + 1 - life
@@ -209,7 +216,7 @@ def settle(par: np.ndarray, st: np.ndarray, stock: np.ndarray, reward: np.ndarra
     r = -cost if cost_mode else revenue - cost
     reward[i] = r
     a = acc[i]
-    a[M_DEMAND] = s[W_DEMAND]
+    a[M_DEMAND] = demand
     a[M_SALES] = sales
     a[M_LOST] = lost
     a[M_SUBSTITUTED] = credit

@@ -29,7 +29,13 @@ from skurl.sim.state import (
     S_FAIL,
     S_KEY,
     S_SLOT_OFF,
-    W_SPILL,
+    W_BACKLOG_SERVED,
+    W_CREDIT,
+    W_DEMAND,
+    W_ORDERED,
+    W_OWN,
+    W_SUB_SERVED,
+    W_UNMET,
     Outputs,
     Params,
     State,
@@ -88,9 +94,11 @@ def reset_kernel(p: Params, s: State, out: Outputs, key: np.uint64, init_days: f
 
 @njit(cache=True, inline="always")
 def _close_day(p: Params, s: State, out: Outputs, npipe: np.int64, i: np.int64, day: np.int64,
-               backorders: bool, cost_mode: bool) -> None:
-    """Settle today, move SKU i to tomorrow and write its features."""
-    settle(p.par, s.st, s.stock, out.reward, out.acc, i, day, backorders, cost_mode)
+               v: tuple, sub_served: np.int64, credit: np.int64, backorders: bool,
+               cost_mode: bool) -> None:
+    """Settle today (v: own_demand's values), move SKU i to tomorrow, write its features."""
+    settle(p.par, s.st, s.stock, out.reward, out.acc, i, day, v[1], v[2], v[3], v[4], v[5],
+           sub_served, credit, backorders, cost_mode)
     if advance(p.par, s.st, s.stock, s.forecast, i, day):
         write_features(p.par, s.st, s.stock, s.forecast, out.features, npipe, i, day + 1)
     else:
@@ -103,17 +111,16 @@ def _sku_range(p: Params, s: State, out: Outputs, orders: np.ndarray, npipe: np.
                cost_mode: bool) -> None:
     """Own demand of rows lo..hi-1; rows outside substitution groups finish the day."""
     par, st = p.par, s.st
+    zero = np.int64(0)
     for i in range(lo, hi):
         if st[i, S_FAIL] != 0:
             _clear_day(out, i)
-            st[i, W_SPILL] = 0
             continue
-        reason = own_demand(par, st, s.stock, i, day, orders[i], backorders, lifo)
-        if reason != 0:
-            _isolate(s, out, i, reason, True)
-            st[i, W_SPILL] = 0
+        v = own_demand(par, st, s.stock, i, day, orders[i], backorders, lifo)
+        if v[0] != 0:
+            _isolate(s, out, i, v[0], True)
         elif par[i, P_GROUPED] == 0.0:
-            _close_day(p, s, out, npipe, i, day, backorders, cost_mode)
+            _close_day(p, s, out, npipe, i, day, v, zero, zero, backorders, cost_mode)
 
 
 @sku_jit
@@ -125,10 +132,14 @@ def _group_range(p: Params, s: State, out: Outputs, groups: np.ndarray, npipe: n
     for k in range(lo, hi):
         g = groups[k]
         serve_group(p.par, s.st, s.stock, rows, starts[g], starts[g + 1], day, lifo)
+        st = s.st
         for r in range(starts[g], starts[g + 1]):
             i = rows[r]
-            if s.st[i, S_FAIL] == 0:
-                _close_day(p, s, out, npipe, i, day, backorders, cost_mode)
+            if st[i, S_FAIL] == 0:
+                v = (np.int64(0), st[i, W_ORDERED], st[i, W_DEMAND], st[i, W_OWN],
+                     st[i, W_BACKLOG_SERVED], st[i, W_UNMET])
+                _close_day(p, s, out, npipe, i, day, v, st[i, W_SUB_SERVED], st[i, W_CREDIT],
+                           backorders, cost_mode)
 
 
 @njit(cache=True, parallel=True)
