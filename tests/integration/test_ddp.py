@@ -215,3 +215,56 @@ def _dim_rollout(skus: int, dim: int, n_actions: int, seed: int) -> Rollout:
     r.last_obs[:] = r.obs[-1]
     r.bootstrap[:] = 0.0
     return r
+
+
+class _StandInCollector:
+    """A collector backend for CollectorService: fixed random rollouts of `skus` SKUs."""
+
+    def __init__(self, skus: int, dim: int, n_actions: int, first_id: int) -> None:
+        self.skus, self.dim, self.n_actions, self.first_id = skus, dim, n_actions, first_id
+        self.version = -1
+
+    def set_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
+        self.version = version
+
+    def collect(self, seed: int, episode: int, version: int | None = None, record: bool = True) -> Rollout:
+        r = _dim_rollout(self.skus, self.dim, self.n_actions, seed=self.first_id + episode)
+        r.sku_ids[:] = np.arange(self.skus) + self.first_id
+        r.policy_version, r.seed, r.episode = self.version, seed, episode
+        return r
+
+
+def test_learner_drives_running_collectors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With deploy.collector_addresses, rank 0 asks each `skurl collector` (CollectorService)
+    for its share of the iteration; the shards land in the store and are trained on."""
+    from skurl.catalog import load_catalog
+    from skurl.config import RpcConfig
+    from skurl.learn.__main__ import main
+    from skurl.rpc.collector_client import CollectorClient
+    from skurl.rpc.collector_server import CollectorServer, CollectorServicer
+    from skurl.sim.layout import layout_for
+    from skurl.store.local import LocalRolloutStore
+
+    config = load_config(None, LEARNER_SETTINGS)
+    dim = layout_for(load_catalog(config.catalog), config.sim.review_days).schema.dim
+    rpc, store = RpcConfig(timeout_s=30.0), LocalRolloutStore(tmp_path / "rollouts")
+    servers = [CollectorServer(CollectorServicer(f"c{k}", _StandInCollector(4 + k, dim, config.policy.actions.n, 100 * k),
+                                                 rpc, store=store), rpc) for k in range(2)]
+    try:
+        for server in servers:
+            client = CollectorClient(server.address, rpc)
+            client.update_weights(0, {"w": torch.zeros(2)})
+            client.close()
+        addresses = ",".join(s.address for s in servers)
+        code = main(["--rollouts", str(tmp_path / "rollouts"), "--run-dir", str(tmp_path / "run"),
+                     "--iterations", "1", "--wait-s", "30",
+                     *[a for s in [*LEARNER_SETTINGS, f"deploy.collector_addresses=[{addresses}]"]
+                       for a in ("--set", s)]])
+    finally:
+        for server in servers:
+            server.stop(0)
+    assert code == 0, capsys.readouterr().err
+    shards = store.list_shards(0)
+    assert [m.collector_id for m in shards] == ["c0", "c1"] and [m.sku_count for m in shards] == [4, 5]
+    summary = capsys.readouterr().out.strip().splitlines()
+    assert '"transitions": 108.0' in summary[0] and '"iterations": 1' in summary[-1]  # 12 days x 9 SKUs

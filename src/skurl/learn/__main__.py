@@ -3,7 +3,8 @@
     torchrun --nproc_per_node 2 -m skurl.learn --config run.yaml --rollouts s3://bucket/run --run-dir runs/x
     python -m skurl.learn --nproc 2 --rollouts runs/rollouts --run-dir runs/x   # starts torchrun itself
 
-Each iteration: wait until deploy.collectors shards of the iteration are in the rollout
+Each iteration: rank 0 asks the collectors of deploy.collector_addresses (when listed) to
+collect it; every rank waits until deploy.collectors shards of the iteration are in the rollout
 store; every rank reads only the shards that overlap its SKU columns (ppo.sample_skus > 0
 reads them all: the sample is drawn over the global batch); one DDP update (learn/ddp.py);
 rank 0 publishes the weights (sync.backend=redis) and writes checkpoints. A run dir that
@@ -110,6 +111,8 @@ def _loop(cfg: Config, args: argparse.Namespace, device: torch.device) -> dict[s
         publisher.publish(learner.version, learner.weights())
     last: dict[str, Any] = {}
     for it in range(learner.iteration, cfg.train.iterations):
+        if lead and cfg.deploy.collector_addresses:
+            drive_collectors(cfg, it, learner.version)
         manifests = wait_for_shards(store, it, cfg.deploy.collectors, args.wait_s, args.poll_s)
         start = time.perf_counter()
         if cfg.ppo.sample_skus:
@@ -154,6 +157,26 @@ def _publisher(cfg: Config) -> Any:
     from skurl.sync.redis_sync import RedisWeightPublisher
 
     return RedisWeightPublisher.from_config(cfg.sync, cfg.store)
+
+
+def drive_collectors(cfg: Config, iteration: int, version: int) -> None:
+    """Ask every collector of deploy.collector_addresses (`skurl collector`) for its share of
+    `iteration` once it holds `version`; they write their shards to the rollout store."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from skurl.rpc.collector_client import CollectorClient
+
+    def one(address: str) -> None:
+        client = CollectorClient(address, cfg.rpc, connect_timeout_s=cfg.deploy.start_timeout_s)
+        try:
+            client.collect(iteration, cfg.train.seed, iteration, min_version=version, wait_s=cfg.sync.timeout_s)
+        finally:
+            client.close()
+
+    addresses = list(cfg.deploy.collector_addresses)
+    with ThreadPoolExecutor(len(addresses)) as pool:
+        for future in [pool.submit(one, a) for a in addresses]:
+            future.result()
 
 
 def wait_for_shards(store: RolloutStore, iteration: int, expected: int, timeout_s: float,
