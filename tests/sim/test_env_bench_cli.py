@@ -1,0 +1,30 @@
+"""`skurl bench sim` runs the simulator and reports throughput; bad flags exit with 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from skurl.cli import main
+
+
+def test_bench_sim_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["bench", "sim", "--skus", "3000", "--steps", "3", "--threads", "1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["skus"] == 3000 and out["steps"] == 3 and out["threads"] == 1
+    assert out["sku_steps_per_s"] > 0 and out["peak_rss_mb"] > 0 and out["failed_skus"] == 0
+
+
+def test_bench_sim_text_line_and_uniform_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "sim", "--skus", "50", "--steps", "2", "--set", "catalog.kind=uniform"]) == 0
+    line = capsys.readouterr().out
+    assert "SKU-steps/s" in line and line.count("\n") == 1
+
+
+@pytest.mark.parametrize("flags", [["--skus", "0"], ["--steps", "-1"], ["--threads", "-2"]])
+def test_bench_sim_bad_flags_exit_2(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "sim", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1
