@@ -142,7 +142,7 @@ def test_collectors_take_whole_shards_in_contiguous_blocks() -> None:
     assert assign_shards(4, 2) == [[0, 1], [2, 3]]
     assert assign_shards(5, 3) == [[0, 1], [2, 3], [4]]
     assert assign_shards(2, 2) == [[0], [1]]
-    with pytest.raises(UserError, match="deploy.collectors = 3"):
+    with pytest.raises(UserError, match=r"deploy\.collectors = 3"):
         assign_shards(2, 3)
 
 

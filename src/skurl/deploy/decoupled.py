@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -129,25 +130,47 @@ class LocalCluster:
         return [c.info["address"] for c in self.collectors]
 
     def start(self) -> None:
-        cfg, d = self.cfg, self.cfg.deploy
+        """Sim servers and collectors at once (the sims' ports are picked first, so the
+        collectors know them and connect as soon as the servers listen), then the
+        supervisor."""
+        self._spawn_all(self._sim_children(pick_ports=True))
+        self._spawn_all(self._collector_children())
+        self._wait_all([*self.sims, *self.collectors])
+        self.supervise()
+
+    def start_sims(self) -> list[str]:
+        """Only the deploy.sim_servers `skurl serve-sim` processes; their addresses."""
+        self._wait_all(self._spawn_all(self._sim_children(pick_ports=False)))
+        return [s.info["address"] for s in self.sims]
+
+    def _metrics_port(self, offset: int) -> int:
+        base = self.cfg.deploy.metrics_base_port  # learner on it, then sims, then collectors
+        return base + offset if base else 0
+
+    def _sim_children(self, pick_ports: bool) -> list[Child]:
         self.dir.mkdir(parents=True, exist_ok=True)
-        sim_cfg = self._write_config("sim.yaml", cfg)
-        n, k = d.sim_servers, d.collectors
-
-        def metrics(offset: int) -> int:  # learner on the base port, then sims, then collectors
-            return d.metrics_base_port + offset if d.metrics_base_port else 0
-
+        sim_cfg = self._write_config("sim.yaml", self.cfg)
+        n = self.cfg.deploy.sim_servers
         self.sims = [Child(f"sim-{i}", ["serve-sim", "--config", str(sim_cfg), "--shard", f"{i}/{n}"],
-                           self.dir / f"sim-{i}.log", metrics_port=metrics(1 + i)) for i in range(n)]
-        self._start_all(self.sims)
-        roles = dataclasses.replace(cfg, deploy=dataclasses.replace(
-            d, sim_addresses=[s.info["address"] for s in self.sims],
+                           self.dir / f"sim-{i}.log", port=_free_port() if pick_ports else 0,
+                           metrics_port=self._metrics_port(1 + i)) for i in range(n)]
+        return self.sims
+
+    def _collector_children(self) -> list[Child]:
+        d = self.cfg.deploy
+        roles = dataclasses.replace(self.cfg, deploy=dataclasses.replace(
+            d, sim_addresses=[s.info.get("address") or f"127.0.0.1:{s.port}" for s in self.sims],
             weights_address=self.weights_address or ""))
         role_cfg = self._write_config("roles.yaml", roles)
+        n, k = len(self.sims), d.collectors
         self.collectors = [Child(f"c{j}", ["collector", "--config", str(role_cfg), "--index", f"{j}/{k}",
                                            "--id", f"c{j}", "--run", self.run_name],
-                                 self.dir / f"c{j}.log", metrics_port=metrics(1 + n + j)) for j in range(k)]
-        self._start_all(self.collectors)
+                                 self.dir / f"c{j}.log", metrics_port=self._metrics_port(1 + n + j))
+                           for j in range(k)]
+        return self.collectors
+
+    def supervise(self) -> None:
+        """Start the thread that restarts dead processes."""
         self._thread = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._thread.start()
 
@@ -189,14 +212,16 @@ class LocalCluster:
                                           stdin=subprocess.DEVNULL)
         child.info["log"] = str(child.log_path)
 
-    def _start_all(self, children: list[Child]) -> None:
-        offsets = {}
+    def _spawn_all(self, children: list[Child]) -> list[Child]:
         for c in children:
-            offsets[c.name] = c.log_path.stat().st_size if c.log_path.exists() else 0
+            c.info["log_offset"] = c.log_path.stat().st_size if c.log_path.exists() else 0
             self._spawn(c)
+        return children
+
+    def _wait_all(self, children: list[Child]) -> None:
         deadline = time.monotonic() + self.cfg.deploy.start_timeout_s
         for c in children:
-            c.info.update(self._wait_ready(c, offsets[c.name], deadline))
+            c.info.update(self._wait_ready(c, c.info.pop("log_offset", 0), deadline))
             c.port = int(c.info["address"].rsplit(":", 1)[1])
             c.metrics_port = int(c.info["metrics"].rsplit(":", 1)[1].split("/")[0])
 
@@ -237,6 +262,13 @@ class LocalCluster:
                 log.warning("%s exited with code %s; restarting it on port %d (restart %d of %d)",
                             c.name, c.proc.returncode, c.port, c.restarts, self.cfg.deploy.max_restarts)
                 self._spawn(c)
+
+
+def _free_port() -> int:
+    """A loopback port free right now (a server started on it soon will very likely get it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _parse_ready(line: str) -> dict[str, Any] | None:

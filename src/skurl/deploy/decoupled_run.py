@@ -216,15 +216,17 @@ class DecoupledRun(ColocatedRun):
             return self._publish()
         return self._published[1]
 
-    def _republish(self, wire: int) -> int:
-        """Weights of `wire` reached no collector in time: publish them again, newer."""
+    def _republish(self, wire: int, report: CollectReport) -> int:
+        """Weights of `wire` reached a collector not in time: publish them again, newer
+        (a collector rejects damaged weights and keeps its version; versions only grow)."""
         with self._lock:
             assert self._published is not None
             if self._published[1] == wire:
-                log.error("weights v%d (learner version %d) did not reach the collectors "
+                log.error("weights v%d (learner version %d) did not reach every collector "
                           "within sync.timeout_s=%g s; publishing them again", wire,
                           self.learner.version, self.cfg.sync.timeout_s)
                 self._publish()
+                report.republished += 1
             return self._published[1]
 
     # ------------------------------------------------------------------ collection
@@ -281,9 +283,7 @@ class DecoupledRun(ColocatedRun):
                 if not barrier or republished >= cfg.deploy.collect_retries:
                     raise
                 republished += 1
-                with self._lock:
-                    report.republished += 1
-                self._republish(wire)
+                self._republish(wire, report)
 
     def _read_shares(self, it: int, ids: list[str], report: CollectReport,
                      replies: dict[str, dict] | None = None,

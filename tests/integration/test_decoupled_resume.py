@@ -1,0 +1,52 @@
+"""The learner dies after the collectors wrote an iteration's shards; `--resume` trains on
+those stored shards instead of collecting them again, and the run ends with the weights of
+a run that never stopped. Full deployment: Redis weights, S3 (moto) rollout store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_decoupled import assert_same_training, tiny
+
+from skurl.deploy import colocated, decoupled
+from skurl.deploy.decoupled_run import DecoupledRun
+from skurl.store import open_store
+from skurl.telemetry.logger import read_metrics
+
+pytestmark = pytest.mark.integration
+
+
+class LearnerDied(RuntimeError):
+    pass
+
+
+class DiesAfterCollecting(DecoupledRun):
+    def _assemble(self, it: int, shares: dict[str, Any]) -> Any:
+        if it == 1:
+            raise LearnerDied("the learner stops after iteration 1's shards are in the store")
+        return super()._assemble(it, shares)
+
+
+def test_resumed_learner_trains_on_the_interrupted_iterations_stored_shards(
+        tmp_path: Path, redis_url: str, s3_endpoint: str, s3_credentials: None,
+        unique_name: str) -> None:
+    reference = tmp_path / "colocated"
+    colocated.train(tiny(), reference, baseline=False)
+    cfg = tiny("sync.backend=redis", f"sync.redis_url={redis_url}", f"sync.key={unique_name}",
+               f"store.url=s3://{unique_name}/rollouts", f"store.endpoint_url={s3_endpoint}",
+               "store.create_bucket=true")
+    run_dir = tmp_path / "decoupled"
+    with pytest.raises(LearnerDied):
+        decoupled.train(cfg, run_dir, baseline=False, run_cls=DiesAfterCollecting)
+    store = open_store(cfg.store)
+    assert [m.collector_id for m in store.list_shards(1)] == ["c0", "c1"]
+    assert store.iterations() == [1]  # iteration 0's shards went with its checkpoint
+
+    result = decoupled.resume(run_dir, baseline=False)
+    assert result.iterations == 3
+    logs = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in logs] == [0, 1, 2]
+    assert [r["shards_from_store"] for r in logs] == [0, 2, 0]
+    assert_same_training(reference, run_dir)

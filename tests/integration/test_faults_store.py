@@ -1,0 +1,54 @@
+"""A corrupted rollout shard (payload bytes flipped in the store after the collector wrote
+it) is detected by its checksum, reported, never trained on, and that collector's share is
+collected again: the run trains exactly as `--mode colocated` does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_decoupled import assert_same_training, tiny
+
+from skurl.deploy import colocated, decoupled
+from skurl.deploy.decoupled_run import CollectReport, DecoupledRun
+from skurl.store.objects import payload_key
+from skurl.telemetry.logger import read_metrics
+
+BAD_ITERATION, VICTIM = 1, "c1"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("colocated") / "run"
+    colocated.train(tiny(), run_dir, baseline=False)
+    return run_dir
+
+
+class CorruptingStore(DecoupledRun):
+    """Flips bytes of one collector's payload once, right before the learner reads it."""
+
+    damaged = 0
+
+    def _read_shares(self, it: int, ids: list[str], report: CollectReport,
+                     replies: dict[str, dict] | None = None, quiet: bool = False) -> Any:
+        if it == BAD_ITERATION and VICTIM in ids and not CorruptingStore.damaged:
+            (manifest,) = [m for m in self.store.list_shards(it) if m.collector_id == VICTIM]
+            key = payload_key(manifest)
+            backend: Any = self.store.backend  # type: ignore[attr-defined]
+            data = bytearray(backend.read(key))
+            data[len(data) // 2] ^= 0xFF
+            backend.write(key, bytes(data))
+            CorruptingStore.damaged += 1
+        return super()._read_shares(it, ids, report, replies, quiet)
+
+
+def test_corrupt_shard_is_reported_recollected_and_never_trained_on(
+        tmp_path: Path, reference: Path) -> None:
+    run_dir = tmp_path / "decoupled"
+    decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, run_cls=CorruptingStore)
+    assert CorruptingStore.damaged == 1
+    logs = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["corrupt_shards"] for r in logs] == [0, 1, 0]
+    assert [r["recollected_shares"] for r in logs] == [0, 1, 0]
+    assert_same_training(reference, run_dir)
