@@ -319,6 +319,9 @@ def run(cfg: Config | None, args: argparse.Namespace) -> TrainResult:
     address = getattr(args, "address", None)
     baseline = not getattr(args, "no_baseline", False)
     if getattr(args, "resume", None):
+        if getattr(args, "config", None) or getattr(args, "run_dir", None):
+            raise UserError("skurl train: --resume RUN_DIR takes the run's own config and directory; "
+                            "drop --config/--run-dir (use --set to change keys)")
         extra = [f"train.iterations={args.iterations}"] if getattr(args, "iterations", None) is not None else []
         return resume(args.resume, list(getattr(args, "overrides", [])) + extra, address=address, baseline=baseline)
     if cfg is None:
