@@ -14,9 +14,15 @@ from pathlib import Path
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 
+# Without --config, `skurl train` is a laptop-sized job on the synthetic catalog that beats
+# the tuned forecast-base-stock within about ten minutes on 2 CPU cores: every iteration
+# simulates all SKUs and trains on a fresh sample of them. --set keys still override these.
+EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "train.iterations=40", "train.eval_every=10")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a PPO replenishment policy (co-located: one process)")
+    p = sub.add_parser("train", help="train a PPO replenishment policy (co-located: one process)",
+                       description="Without --config: synthetic catalog with " + ", ".join(EMBEDDED))
     add_config_flags(p)
     p.add_argument("--run-dir", help="where checkpoints, logs and the report go (default runs/TIMESTAMP)")
     p.add_argument("--iterations", type=int, help="total training iterations (sets train.iterations)")
@@ -36,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from skurl.deploy import colocated
 
+    if not args.config and not args.resume:
+        args.overrides = [*EMBEDDED, *args.overrides]
     extra = []
     if args.iterations is not None:
         if args.iterations < 0:

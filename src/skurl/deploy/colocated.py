@@ -133,13 +133,19 @@ class ColocatedRun:
                     if self._due(it, cfg.train.eval_every, end):
                         scalars.update(self.evaluate(it))
                     logger.log(it, scalars)
-                    progress.update(it, **{k: scalars.get(k) for k in
-                                           ("transitions_per_s", "reward_mean", "eval_cost", "baseline_cost")})
+                    progress.update(it, **self._progress_fields(scalars))
         finally:
             logger.close()
         if end == cfg.train.iterations:
             write_report(self.run_dir)
         return TrainResult(self.run_dir, end, self.last_eval, self.baseline)
+
+    def _progress_fields(self, scalars: dict[str, Any]) -> dict[str, Any]:
+        """What the bar shows: the objective vs the baseline (cost, or profit when
+        sim.reward=profit, where a higher cost can be the price of more sales)."""
+        keys = ("transitions_per_s", "reward_mean")
+        keys += ("eval_cost", "baseline_cost") if self.cfg.sim.reward == "cost" else ("eval_profit", "baseline_profit")
+        return {k: scalars.get(k) for k in keys}
 
     @staticmethod
     def _due(it: int, every: int, end: int) -> bool:
@@ -188,6 +194,7 @@ class ColocatedRun:
                "eval_fill_rate": result.fill_rate}
         if self.baseline is not None:
             out["baseline_cost"] = self.baseline["avg_cost_per_sku_day"]
+            out["baseline_profit"] = self.baseline["avg_profit_per_sku_day"]
         return out
 
     def _score(self, policy: Any) -> EvalResult:
