@@ -162,6 +162,10 @@ class PPOConfig:
         "none", "mixed precision of the update: none (fp32) | bf16 (torch.autocast on CPU/GPU)"
     )
     target_kl: float = opt(0.0, "stop an iteration's epochs early once approx KL exceeds this; 0 = never")
+    reward_scale: Literal["global", "sku"] = opt(
+        "global", "reward scaling: global (one running std of discounted returns) | sku (one per SKU, "
+        "for catalogs whose money scales differ by orders of magnitude)"
+    )
     stats_decay: float = opt(
         0.9, "weight kept by the history of the observation/reward statistics at each iteration "
         "(1 = plain running stats; < 1 forgets the early, untrained policy's states)"

@@ -78,3 +78,43 @@ def test_state_dict_round_trip_is_exact() -> None:
     b.load_state_dict(a.state_dict())
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k]) and v.dtype == torch.float64
+
+
+def test_sku_reward_scaler_scales_each_sku_by_its_own_return_std() -> None:
+    from skurl.learn.normalize import SkuRewardScaler
+
+    rng = np.random.default_rng(3)
+    rewards = rng.normal(-5.0, 1.0, size=(8, 3)) * np.array([1.0, 100.0, 0.01])
+    dones = np.zeros((8, 3), bool)
+    dones[-1] = True
+    ids = torch.tensor([30, 10, 20])
+    scaler = SkuRewardScaler(0.9, floor=0.0)
+    scaler.update(torch.from_numpy(rewards), torch.from_numpy(dones), ids)
+    returns = np.zeros_like(rewards)
+    ret = np.zeros(3)
+    for t in range(8):
+        ret = ret * 0.9 + rewards[t]
+        returns[t] = ret
+    scaled = scaler.scale(torch.from_numpy(rewards), ids).numpy()
+    np.testing.assert_allclose(scaled, rewards / np.sqrt(returns.var(0) + 1e-8), rtol=1e-9)
+    assert scaler.ids.tolist() == [10, 20, 30]
+    # A later batch with a new SKU and a known one; then a state round trip of other size.
+    scaler.update(torch.from_numpy(rewards[:, :2]), torch.from_numpy(dones[:, :2]), torch.tensor([5, 30]))
+    assert scaler.ids.tolist() == [5, 10, 20, 30] and scaler.count.tolist() == [8, 8, 8, 16]
+    copy = SkuRewardScaler(0.9, floor=0.0)
+    copy.load_state_dict(scaler.state_dict())
+    x = torch.ones(2, 4, dtype=torch.float64)
+    assert torch.equal(copy.scale(x, torch.tensor([5, 10, 20, 30])), scaler.scale(x, torch.tensor([5, 10, 20, 30])))
+
+
+def test_sku_reward_scaler_floors_near_constant_skus() -> None:
+    from skurl.learn.normalize import SkuRewardScaler
+
+    gen = torch.Generator().manual_seed(0)
+    noise = torch.randn(50, 2, dtype=torch.float64, generator=gen)
+    rewards = torch.cat([noise, torch.zeros(50, 1, dtype=torch.float64)], 1)
+    scaler = SkuRewardScaler(0.0, floor=0.1)
+    ids = torch.tensor([1, 2, 3])
+    scaler.update(rewards, torch.zeros(50, 3, dtype=torch.bool), ids)
+    scaled = scaler.scale(torch.ones(1, 3, dtype=torch.float64), ids)
+    assert 1.0 < float(scaled[0, 2]) < 20.0  # floored at 0.1 x the median std, not 1 / sqrt(eps)

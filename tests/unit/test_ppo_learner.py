@@ -107,3 +107,15 @@ def test_allreduce_mean_std_without_process_group() -> None:
     mean, std = allreduce_mean_std(x)
     assert float(mean) == pytest.approx(3.0)
     assert float(std) == pytest.approx(float(x.std(unbiased=False)))
+
+
+def test_per_sku_reward_scaling_runs_and_round_trips(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from skurl.learn.checkpoint import restore_learner, save_checkpoint
+
+    learner = Learner(cfg("ppo.reward_scale=sku"), OBS, ACTIONS, "cpu")
+    stats = learner.update(bandit_rollout(learner, 16, 0))
+    assert np.isfinite(stats["policy_loss"]) and learner.reward_scaler.ids.numel() == 16
+    path = save_checkpoint(tmp_path, learner)
+    other = Learner(cfg("ppo.reward_scale=sku"), OBS, ACTIONS, "cpu")
+    restore_learner(other, path)
+    assert torch.equal(other.reward_scaler.var, learner.reward_scaler.var)

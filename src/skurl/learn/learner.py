@@ -19,7 +19,7 @@ from skurl.buffer.gae import gae
 from skurl.buffer.minibatch import minibatch_indices, seeded_generator
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
-from skurl.learn.normalize import RewardScaler
+from skurl.learn.normalize import RewardScaler, SkuRewardScaler
 from skurl.learn.ppo_loss import ppo_loss
 from skurl.policy.nets import ActorCritic
 
@@ -71,7 +71,8 @@ class Learner:
             model = ActorCritic(obs_dim, n_actions, cfg.policy.hidden)
         self.model = model.to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.ppo.lr, eps=1e-5, fused=True)
-        self.reward_scaler = RewardScaler(self.ppo.gamma, decay=self.ppo.stats_decay).to(self.device)
+        scaler = SkuRewardScaler if self.ppo.reward_scale == "sku" else RewardScaler
+        self.reward_scaler = scaler(self.ppo.gamma, decay=self.ppo.stats_decay).to(self.device)
         self.iteration = 0  # updates done
         self.version = 0  # version of the current weights (bumped by each update)
 
@@ -104,7 +105,7 @@ class Learner:
 
     def _to_device(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         keys = (Columns.OBS, Columns.ACTIONS, Columns.LOGP, Columns.VALUES, Columns.REWARDS,
-                Columns.DONES, Columns.TERMINALS, Columns.LAST_OBS, Columns.BOOTSTRAP)
+                Columns.DONES, Columns.TERMINALS, Columns.LAST_OBS, Columns.BOOTSTRAP, Columns.SKU_IDS)
         return {k: torch.from_numpy(np.ascontiguousarray(getattr(rollout, k))).to(self.device) for k in keys}
 
     @torch.no_grad()
@@ -123,8 +124,9 @@ class Learner:
             bootstrap = data[Columns.BOOTSTRAP].float()
         rewards = data[Columns.REWARDS].float()
         if self.ppo.normalize_reward:
-            self.reward_scaler.update(rewards, data[Columns.DONES])
-            rewards = self.reward_scaler.scale(rewards)
+            by_sku = (data[Columns.SKU_IDS],) if self.ppo.reward_scale == "sku" else ()
+            self.reward_scaler.update(rewards, data[Columns.DONES], *by_sku)
+            rewards = self.reward_scaler.scale(rewards, *by_sku)
         adv, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
                            data[Columns.TERMINALS], self.ppo.gamma, self.ppo.gae_lambda)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
