@@ -1,6 +1,6 @@
 """One SKU's day (DESIGN section 3), as numba functions inlined into the kernels' loops.
 
-_own_demand: the order is placed, demand drawn and served (backlog first) from own stock.
+own_demand: the order is placed, demand drawn and served (backlog first) from own stock.
 serve_group: a substitution group's spilled demand is served by members with stock left.
 settle: lost sales or backlog, expiry, costs, reward, metrics and the sales history.
 init_sku: the state at reset (stock, forecasts).
