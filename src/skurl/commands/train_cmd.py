@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
@@ -17,7 +18,8 @@ from skurl.errors import UserError
 # Without --config, `skurl train` is a laptop-sized job on the synthetic catalog that beats
 # the tuned forecast-base-stock within about ten minutes on 2 CPU cores: every iteration
 # simulates all SKUs and trains on a fresh sample of them. --set keys still override these.
-EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "train.iterations=40", "train.eval_every=10")
+EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "ppo.reward_scale=sku", "train.iterations=40",
+            "train.eval_every=10")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,12 +78,22 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**summary, "eval": result.eval, "baseline": result.baseline})
     else:
-        cost, base = summary["eval_cost"], summary["baseline_cost"]
-        line = f"run {result.run_dir}: {result.iterations} iterations"
-        if cost is not None:
-            line += f", cost/SKU-day {cost:.4f}"
-        if cost is not None and base:
-            line += f" vs {colocated.BASELINE} {base:.4f} ({100 * (cost / base - 1):+.1f}%)"
-        print(line)
+        print(_summary_line(result, colocated.BASELINE))
         print(f"report: {result.run_dir / 'report.md'}")
     return 0
+
+
+def _summary_line(result: Any, baseline: str) -> str:
+    """One line: the objective of the last evaluation vs the tuned baseline (cost, or
+    profit when the run optimizes profit)."""
+    line = f"run {result.run_dir}: {result.iterations} iterations"
+    ev, base = result.eval or {}, result.baseline or {}
+    key, label = ("avg_cost_per_sku_day", "cost")
+    if ev.get("objective") == "profit":
+        key, label = ("avg_profit_per_sku_day", "profit")
+    value, ref = ev.get(key), base.get(key)
+    if value is not None:
+        line += f", {label}/SKU-day {value:.4f}"
+        if ref:
+            line += f" vs {baseline} {ref:.4f} ({100 * (value - ref) / abs(ref):+.1f}%)"
+    return line
