@@ -33,7 +33,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from skurl.catalog.schema import Catalog
 from skurl.config import Config, SimConfig
 from skurl.errors import UserError
-from skurl.sim.api import Obs, ObsSchema, StepResult
+from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
 from skurl.sync.api import Tensors, WeightSyncTimeout
 from skurl.sync.codec import WeightBlob, decode_weights, encode_weights
 
@@ -53,6 +53,39 @@ def get(ref: Any, timeout_s: float, what: str) -> Any:
 def threads_for(cpus: float, configured: int) -> int:
     """Threads of an actor: the configured count, else its reserved CPUs rounded up."""
     return configured if configured > 0 else max(1, math.ceil(cpus))
+
+
+@dataclasses.dataclass
+class LeanDay:
+    """What a collector reads of a day: about half the bytes of a StepResult (no metrics,
+    no raw state but today's forecast), for Ray's object store to carry."""
+
+    features: np.ndarray
+    forecast0: np.ndarray  # float32 [N, 1]: raw.forecast[:, :1]
+    day: int
+    reward: np.ndarray | None = None
+    done: bool = False
+    failed: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, obs: Obs, reward: np.ndarray | None = None, done: bool = False,
+           failed: np.ndarray | None = None) -> LeanDay:
+        return cls(obs.features, obs.raw.forecast[:, :1], int(obs.raw.day), reward, done, failed)
+
+    def obs(self, schema: ObsSchema) -> Obs:
+        n = self.features.shape[0]
+        zero = np.broadcast_to(np.int64(0), (n,))  # not carried: zero-stride views, no memory
+        raw = RawState(on_hand=zero, pipeline=np.broadcast_to(np.int64(0), (n, 1)), backlog=zero,
+                       forecast=self.forecast0, day=self.day)
+        return Obs(self.features, raw, schema)
+
+    def result(self, schema: ObsSchema) -> StepResult:
+        n = self.features.shape[0]
+        zeros = np.broadcast_to(np.float64(0.0), (n,))
+        metrics = DayMetrics(**{name: zeros for name in DayMetrics.__dataclass_fields__})
+        failed = np.zeros(n, bool) if self.failed is None else self.failed
+        assert self.reward is not None
+        return StepResult(self.obs(schema), self.reward, self.done, metrics, failed)
 
 
 class SimWorker:
@@ -112,6 +145,13 @@ class SimWorker:
         result = self.envs[key].step(orders)
         return dataclasses.replace(result, obs=self._obs(key, result.obs))
 
+    def reset_lean(self, key: str, seed: int, episode: int) -> LeanDay:
+        return LeanDay.of(self.reset(key, seed, episode))
+
+    def step_lean(self, key: str, orders: np.ndarray) -> LeanDay:
+        result = self.step(key, orders)
+        return LeanDay.of(result.obs, result.reward, result.done, result.failed)
+
     def replay(self, key: str, seed: int, episode: int, orders: list[np.ndarray]) -> int:
         """Rebuild an episode's state: reset, then step through the recorded orders."""
         env = self.envs[key]
@@ -164,10 +204,14 @@ class WorkerSlot:
 
 
 class RayShardEnv:
-    """One SimWorker shard behind the Env protocol, rebuilt by replay if the worker dies."""
+    """One SimWorker shard behind the Env protocol, rebuilt by replay if the worker dies.
+
+    lean=True is for collectors only: each day carries a `LeanDay` (features, reward,
+    done, failed, today's forecast); metrics and the rest of the raw state read as zeros."""
 
     def __init__(self, slot: WorkerSlot, key: str, catalog_ref: Any, sku_ids: np.ndarray,
-                 schema: ObsSchema, sim: SimConfig, timeout_s: float) -> None:
+                 schema: ObsSchema, sim: SimConfig, timeout_s: float, *, lean: bool = False) -> None:
+        self.lean = lean
         self.slot, self.key, self.catalog_ref = slot, key, catalog_ref
         self.sku_ids = np.asarray(sku_ids, np.int64)
         self._schema, self.sim, self.timeout_s = schema, sim, timeout_s
@@ -185,12 +229,14 @@ class RayShardEnv:
 
     def reset(self, seed: int, episode: int = 0) -> Obs:
         self._episode, self._orders = (int(seed), int(episode)), []
+        if self.lean:
+            return self._call("reset_lean", seed, episode).obs(self._schema)
         return self._call("reset", seed, episode)
 
     def step(self, orders: np.ndarray) -> StepResult:
         # A copy: the caller may reuse its buffer, and a replay needs every day's orders.
         arr = np.array(orders, copy=True)
-        result = self._call("step", arr)
+        result = self._call("step_lean", arr).result(self._schema) if self.lean else self._call("step", arr)
         self._orders.append(arr)
         return result
 
@@ -319,7 +365,7 @@ class CollectorWorker:
 
         timeout = self.cfg.ray.get_timeout_s
         slots = [self.slots.setdefault(s.slot.worker_id, s.slot) for s in specs]
-        envs = [RayShardEnv(slot, key, s.catalog_ref, s.sku_ids, s.schema, self.cfg.sim, timeout)
+        envs = [RayShardEnv(slot, key, s.catalog_ref, s.sku_ids, s.schema, self.cfg.sim, timeout, lean=True)
                 for slot, s in zip(slots, specs, strict=True)]
         self.shards[key] = envs
         self.envs[key] = MultiShardEnv(envs, [s.rows for s in specs])

@@ -36,6 +36,7 @@ from skurl.policy.learned import CONFIG_FILE
 from skurl.sim.api import ObsSchema
 
 MODES = ("colocated", "ray")
+KEEP_STORED_ITERATIONS = 2  # ray.rollouts=store: the current iteration's shards and the previous
 PER_SKU = (Columns.LAST_OBS, Columns.BOOTSTRAP, Columns.SKU_IDS)  # [N, ...]; the rest are [T, N, ...]
 
 
@@ -117,6 +118,8 @@ class RayCollectors:
             refs = [actor.collect.remote(p.key, seed, episode, want) for actor, _ in p.collectors]
             replies = get(refs, rc.get_timeout_s, f"ray collectors: episode {episode} of '{p.key}'")
             parts = [self._rollout(r) for r in replies]
+            if rc.rollouts == "store":  # read back; older iterations are of no more use
+                self.run.store().delete_before(max(episode - KEEP_STORED_ITERATIONS + 1, 0))
         self.stats = _merge_stats([r["stats"] for r in replies], time.perf_counter() - start)
         self.failed_sku_ids = sorted(i for r in replies for i in r["failed_sku_ids"])
         self.recoveries = sum(r["recoveries"] for r in replies)
@@ -175,7 +178,9 @@ class RayRun(ColocatedRun):
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             scalars = super().iteration(it)
         collectors = self._current
-        scalars.update(failed_skus=len(collectors.failed_sku_ids), worker_recoveries=collectors.recoveries)
+        scalars.update(failed_skus=len(collectors.failed_sku_ids), worker_recoveries=collectors.recoveries,
+                       collector_sim_seconds=collectors.stats.sim_seconds,
+                       collector_infer_seconds=collectors.stats.infer_seconds)
         if collectors.failed_sku_ids:
             ids = collectors.failed_sku_ids
             print(f"skurl: iteration {it}: {len(ids)} SKUs isolated by the simulator (ids "
@@ -254,9 +259,10 @@ class RayRun(ColocatedRun):
 
         for slot in getattr(self, "sim_workers", []):
             ray.kill(slot.handle, no_restart=True)
-        for actor in getattr(self, "collector_actors", []):
-            ray.kill(actor, no_restart=True)
-        self.sim_workers, self.collector_actors = [], []
+        for actor in [*getattr(self, "collector_actors", []), getattr(self, "slot", None)]:
+            if actor is not None:
+                ray.kill(actor, no_restart=True)
+        self.sim_workers, self.collector_actors, self.slot = [], [], None
         if self.owns_ray and ray.is_initialized():
             ray.shutdown()
 
