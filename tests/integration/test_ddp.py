@@ -6,7 +6,9 @@ gets no SKU (N < ranks) still joins every collective."""
 from __future__ import annotations
 
 import socket
+import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +67,7 @@ def _rank_main(rank: int, world: int, port: int, out: str) -> None:
     try:
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world)
+                                world_size=world, timeout=timedelta(seconds=TIMEOUT_S))
         for name, skus, skew, norm in SCENARIOS:
             learner = DDPLearner(cfg(), OBS, ACTIONS, "cpu", advantage_norm=norm)
             stats = {}
@@ -84,10 +86,14 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ddp")
     ctx = mp.start_processes(_rank_main, args=(2, free_port(), str(out)), nprocs=2, join=False,
                              start_method="spawn")
+    deadline = time.monotonic() + TIMEOUT_S
     try:
-        while not ctx.join(timeout=TIMEOUT_S):
-            pass
-    except Exception:
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                for proc in ctx.processes:
+                    proc.kill()
+                pytest.fail(f"DDP ranks still running after {TIMEOUT_S} s")
+    except (mp.ProcessRaisedException, mp.ProcessExitedException):
         errors = [p.read_text() for p in out.glob("error.rank*")]
         pytest.fail(f"a DDP rank failed: {errors or 'no traceback written'}")
     return out
