@@ -181,21 +181,12 @@ class LocalCluster:
                                for c in self.collectors]}
 
     def stop(self) -> None:
+        """Collectors first (they close their sessions on the sim servers), then sims."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        children = [c for c in (*self.collectors, *self.sims) if c.proc is not None]
-        for c in children:
-            if c.proc is not None and c.proc.poll() is None:
-                c.proc.terminate()
-        deadline = time.monotonic() + 10
-        for c in children:
-            assert c.proc is not None
-            try:
-                c.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                c.proc.kill()
-                c.proc.wait()
+        for group in (self.collectors, self.sims):
+            _terminate([c.proc for c in group if c.proc is not None])
 
     # -------------------------------------------------------------------- internals
     def _write_config(self, name: str, cfg: Config) -> Path:
@@ -262,6 +253,20 @@ class LocalCluster:
                 log.warning("%s exited with code %s; restarting it on port %d (restart %d of %d)",
                             c.name, c.proc.returncode, c.port, c.restarts, self.cfg.deploy.max_restarts)
                 self._spawn(c)
+
+
+def _terminate(procs: list[subprocess.Popen[bytes]], grace_s: float = 10.0) -> None:
+    """SIGTERM (a graceful stop), then SIGKILL for whoever is still there after grace_s."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _free_port() -> int:

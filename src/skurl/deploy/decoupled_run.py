@@ -291,7 +291,7 @@ class DecoupledRun(ColocatedRun):
         """Verified shards of `ids` for iteration `it`; bad ones are reported and left out."""
         say = log.info if quiet else log.error
         listed = {m.collector_id: m for m in self.store.list_shards(it)}
-        out = {}
+        manifests = {}
         for cid in ids:
             manifest = listed.get(cid)
             written = (replies or {}).get(cid, {}).get("manifest_json")
@@ -299,14 +299,14 @@ class DecoupledRun(ColocatedRun):
                 manifest = None  # the listing still shows an older shard
             if manifest is None:
                 say("iteration %d: no shard of collector %s in %s", it, cid, self.store.url)
-                continue
-            try:
-                arrays = self.store.get_shard(manifest)
-            except CorruptShardError as exc:
-                report.corrupt += 1
-                say("iteration %d: %s; not trained on", it, exc)
-                continue
-            problem = self._check_share(it, manifest, arrays)
+            else:
+                manifests[cid] = manifest
+        # Shards are read side by side: zstd and the S3 client release the GIL.
+        loaded = dict(zip(manifests, self._pool.map(self._load, manifests.values()), strict=True))
+        out = {}
+        for cid, manifest in manifests.items():
+            arrays = loaded[cid]
+            problem = arrays if isinstance(arrays, str) else self._check_share(it, manifest, arrays)
             if problem:
                 report.corrupt += 1
                 say("iteration %d: shard %s %s; not trained on", it, manifest.name, problem)
@@ -314,6 +314,13 @@ class DecoupledRun(ColocatedRun):
             report.metas[cid] = _meta(manifest)
             out[cid] = (manifest, arrays)
         return out
+
+    def _load(self, manifest: ShardManifest) -> dict[str, np.ndarray] | str:
+        """The shard's arrays, or why they cannot be read (a damaged shard)."""
+        try:
+            return self.store.get_shard(manifest)
+        except CorruptShardError as exc:
+            return f"is damaged ({exc.reason})"
 
     def _stored_shares(self, it: int, report: CollectReport) -> dict[str, tuple[ShardManifest, dict]]:
         """After a restart: the interrupted iteration's shards already in the store."""
