@@ -110,3 +110,23 @@ def test_action_uniforms_do_not_depend_on_which_skus_are_drawn_together() -> Non
     other_day = ActionUniforms(7, 3, ids).day(12)
     other_episode = ActionUniforms(7, 4, ids).day(11)
     assert not np.array_equal(whole, other_day) and not np.array_equal(whole, other_episode)
+
+
+@torch.no_grad()
+def test_learned_policy_greedy_picks_the_most_likely_quantity() -> None:
+    from skurl.config import ActionsConfig
+    from skurl.policy.actions import ActionGrid
+    from skurl.policy.learned import LearnedPolicy
+    from skurl.sim.api import Obs, ObsSchema, RawState
+
+    model = ActorCritic(1, 4, (4,))
+    for p in model.parameters():
+        p.zero_()
+    model.policy.net[-1].bias.copy_(torch.log(torch.tensor([0.4, 1e-6, 0.3, 0.3])))
+    grid = ActionGrid.from_config(ActionsConfig(kind="multiplier", n=4, max=0.75))  # 0, .25, .5, .75
+    forecast = np.array([[1.0], [4.0]], np.float32)  # units: [0, 0, 1, 1] and [0, 1, 2, 3]
+    raw = RawState(np.zeros(2, np.int64), np.zeros((2, 0), np.int64), np.zeros(2, np.int64), forecast, 0)
+    obs = Obs(np.zeros((2, 1), np.float32), raw, ObsSchema((("x", 1),)))
+    orders = LearnedPolicy(model, grid).orders(obs)
+    # SKU 0: one unit has probability 0.6 over two indices, zero units 0.4; SKU 1: all distinct.
+    assert orders.tolist() == [1.0, 0.0]

@@ -182,7 +182,7 @@ class ColocatedRun:
     def evaluate(self, it: int) -> dict[str, Any]:
         """Score the greedy policy on held-out seeds; write eval.json; scalars to log."""
         with self.timer.stage("eval"):
-            policy = LearnedPolicy(self.model, self.grid, name=TRAINED, dtype=_eval_dtype(self.cfg),
+            policy = LearnedPolicy(self.model, self.grid, name=TRAINED,  # fp32: argmax is rounding-sensitive
                                    info={"iteration": it + 1, "version": self.learner.version})
             result = self._score(policy)
         self.last_eval = _policy_result(result, self.eval_catalog)
@@ -221,12 +221,6 @@ class ColocatedRun:
             result = _policy_result(self._score(policy), self.eval_catalog)
         path.write_text(json.dumps(result, indent=1))
         return result
-
-
-def _eval_dtype(cfg: Config) -> torch.dtype:
-    from skurl.collect.collector import resolve_infer_dtype
-
-    return resolve_infer_dtype(cfg.train.infer_dtype)
 
 
 def _policy_result(result: EvalResult, catalog: Catalog) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """A trained policy behind the Policy protocol, so `evaluate()` scores it exactly like
 the baselines (same seeds, same env, common random numbers).
 
-Greedy by default (the most probable action of each SKU); `sample=True` draws by
+Greedy by default (the most probable order quantity of each SKU); `sample=True` draws by
 inverse CDF with the same counter-based noise as the collectors.
 """
 
@@ -72,10 +72,28 @@ class LearnedPolicy:
             assert self._noise is not None
             u = torch.from_numpy(self._noise.day(obs.raw.day))
         for s in range(0, feats.shape[0], self.chunk):
-            logits = self.nets.logits(feats[s : s + self.chunk])
-            idx = greedy(logits) if u is None else sample_inverse_cdf(logits, u[s : s + self.chunk])[0]
-            out[s : s + self.chunk] = idx.numpy()
+            e = s + self.chunk
+            logits = self.nets.logits(feats[s:e])
+            if u is not None:
+                idx = sample_inverse_cdf(logits, u[s:e])[0]
+            elif self.grid.kind == "units":
+                idx = greedy(logits)
+            else:
+                idx = self._most_likely_quantity(logits, obs.raw.forecast[s:e, 0])
+            out[s:e] = idx.numpy()
         return out
+
+    def _most_likely_quantity(self, logits: torch.Tensor, forecast: np.ndarray) -> torch.Tensor:
+        """The index of the most probable order *quantity*: several multipliers round to
+        the same units for slow movers (0 and 0.25 both order 0 units at a forecast of
+        1), and the most probable single index would favour the quantity split over
+        fewer indices, ordering too little."""
+        base = np.maximum(forecast.astype(np.float64) * self.grid.review_days, 1.0)
+        units = torch.from_numpy(np.floor(self.grid.values[None, :] * base[:, None] + 0.5))
+        probs = torch.softmax(logits.double(), dim=-1)
+        same = units.unsqueeze(-1) == units.unsqueeze(-2)  # [B, A, A]
+        mass = (same * probs.unsqueeze(-2)).sum(-1)  # probability of each index's quantity
+        return mass.argmax(dim=-1)
 
     def orders(self, obs: Obs) -> np.ndarray:
         return self.grid.to_orders(self.action_indices(obs), obs.raw.forecast[:, 0])
