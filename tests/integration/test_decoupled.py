@@ -169,3 +169,18 @@ def test_a_shard_is_shown_with_the_catalog_schema() -> None:
     np.testing.assert_array_equal(obs.features, [[1, 2, 3, 0, 0, 4], [5, 6, 7, 0, 0, 8]])
     with pytest.raises(UserError, match="wider than the catalog"):
         column_map(wide, _FakeEnv.schema)
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["learner", "--set", "sync.backend=redis"], "deploy.collector_addresses is empty"),
+    (["learner", "--set", "sync.backend=grpc", "--set", "deploy.collector_addresses=[127.0.0.1:1]"],
+     "deploy.weights_port = 0"),
+    (["collector", "--set", "sync.backend=grpc"], "deploy.sim_addresses is empty"),
+    (["collector", "--index", "2/2"], "--index '2/2': expected 0 <= J < K"),
+    (["collector", "--port", "70000"], "--port 70000"),
+])
+def test_role_commands_refuse_bad_settings_in_one_line(
+        argv: list[str], match: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err

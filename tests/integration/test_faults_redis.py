@@ -129,9 +129,11 @@ def test_learner_publishes_again_when_no_collector_can_load_the_weights(
     assert_same_training(reference, run_dir)
 
 
-def test_redis_restarted_mid_run(tmp_path: Path, redis_process: RedisProcess, roles: Any,
+def test_redis_restarted_mid_run_with_weights_in_the_store(tmp_path: Path, redis_process: RedisProcess, roles: Any,
                                  reference: Path) -> None:
-    cfg = redis_cfg(redis_process.url, "policy", tmp_path / "store", "sync.timeout_s=20")
+    # Redis carries only the version signal here; the weights live in the rollout store.
+    cfg = redis_cfg(redis_process.url, "policy", tmp_path / "store", "sync.timeout_s=20",
+                    "sync.weights_in_store=true")
     cluster = roles(cfg)
     restarts: list[threading.Thread] = []
 
@@ -153,4 +155,5 @@ def test_redis_restarted_mid_run(tmp_path: Path, redis_process: RedisProcess, ro
         for t in restarts:
             t.join()
     assert len(restarts) == 1
+    assert any((tmp_path / "store" / "blobs" / "weights").rglob("*.safetensors"))
     assert_same_training(reference, run_dir)

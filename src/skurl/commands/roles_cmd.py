@@ -48,6 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     learner.set_defaults(func=_learner)
 
 
+def _log_to_stderr() -> None:
+    """Role processes are services: their INFO lines (addresses, recoveries) go to stderr."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
 def _index(text: str) -> tuple[int, int]:
     try:
         j, k = (int(x) for x in text.split("/"))
@@ -68,6 +75,7 @@ def _collector(args: argparse.Namespace) -> int:
 
     j, k = _index(args.index)
     _port(args.port, "--port")
+    _log_to_stderr()
     _port(args.metrics_port, "--metrics-port")
     cfg = config_from_args(args)
     metrics_port = cfg.deploy.metrics_base_port if args.metrics_port is None else args.metrics_port
@@ -79,6 +87,7 @@ def _learner(args: argparse.Namespace) -> int:
     from skurl.deploy.roles import run_learner
 
     _port(args.metrics_port, "--metrics-port")
+    _log_to_stderr()
     if args.resume:
         if args.config or args.run_dir:
             raise UserError("skurl learner: --resume RUN_DIR takes the run's own config and "

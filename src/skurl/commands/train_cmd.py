@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
         if args.iterations < 0:
             raise UserError(f"skurl train: --iterations {args.iterations}, expected an integer >= 0")
         extra.append(f"train.iterations={args.iterations}")
+    if args.resume and (args.config or args.run_dir):
+        raise UserError("skurl train: --resume RUN_DIR takes the run's own config and directory; "
+                        "drop --config/--run-dir (use --set to change keys)")
     mode = getattr(args, "mode", "colocated")
     if mode == "decoupled":
         from skurl.deploy import decoupled as runner
@@ -61,9 +64,6 @@ def run(args: argparse.Namespace) -> int:
 
         result = ray_mode.run(None if args.resume else config_from_args(args, extra), args)
     elif args.resume:
-        if args.config or args.run_dir:
-            raise UserError("skurl train: --resume RUN_DIR takes the run's own config and directory; "
-                            "drop --config/--run-dir (use --set to change keys)")
         result = runner.resume(args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
     else:
         cfg = config_from_args(args, extra)

@@ -351,7 +351,8 @@ def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str],
                       baseline=baseline)
         run.metrics_url = metrics.url
         try:
-            log.info("learner metrics on %s", metrics.url)
+            log.info("learner metrics on %s; weights on %s", metrics.url,
+                     weights.address or cfg.sync.redis_url)
             return run.run(stop_after)
         finally:
             run.close()

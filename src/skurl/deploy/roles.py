@@ -53,7 +53,8 @@ class RoleCollectorServicer(CollectorServicer):
 
     def __init__(self, collector_id: str, collector: Any, env: Any, cfg: Config, store: Any,
                  run_name: str, shard_envs: list[Any] | None = None) -> None:
-        super().__init__(collector_id, collector, cfg.rpc, store=store)
+        # One rollout kept for GetBuffer (debugging): the learner reads the store.
+        super().__init__(collector_id, collector, cfg.rpc, store=store, keep_iterations=1)
         self._env = env  # CatalogSchemaEnv: business totals of the last episode
         self._shard_envs = list(shard_envs or [])  # ReplayingRemoteEnvs: recoveries
         self._run_name = run_name
@@ -255,6 +256,9 @@ def run_learner(cfg: Config, run_dir: str | Path, *, resume: bool = False,
     if not cfg.deploy.collector_addresses:
         raise ConfigError("deploy.collector_addresses is empty: `skurl learner` drives running "
                           "collectors (skurl collector); list their host:port")
+    if cfg.sync.backend == "grpc" and cfg.deploy.weights_port == 0:
+        raise ConfigError("deploy.weights_port = 0: with sync.backend=grpc, collectors started "
+                          "alone find the learner's weights service only on a fixed port")
     return run_with_collectors(cfg, run_dir, list(cfg.deploy.collector_addresses),
                                resume=resume, stream=stream, baseline=baseline,
                                metrics_port=metrics_port, host=host)
