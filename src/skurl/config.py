@@ -383,7 +383,8 @@ class RayConfig:
         "whole catalog in one inference stream, as --mode colocated)"
     )
     cpus_per_collector: float = opt(
-        0.5, "Ray CPUs reserved per collector (its torch threads unless train.torch_threads is set)"
+        0.5, "Ray CPUs reserved per collector; its torch threads follow train.torch_threads (0 = all "
+        "cores: inference alternates with its workers' simulation)"
     )
     rollouts: Literal["object_store", "store"] = opt(
         "object_store", "how rollouts reach the learner: object_store (Ray's shared memory) | store "

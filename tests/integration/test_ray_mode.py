@@ -5,7 +5,6 @@ shared with test_ray_store.py."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,10 +78,10 @@ def test_actors_that_do_not_fit_the_cluster_are_a_config_error(tmp_path: Path) -
         ray_mode.train(config("sync.backend=redis"), tmp_path / "y", baseline=False)
 
 
-def test_mode_flags_parse() -> None:
-    parser = argparse.ArgumentParser()
-    ray_mode.add_flags(parser)
-    args = parser.parse_args(["--mode", "ray", "--address", "10.0.0.5:6379"])
+def test_train_command_takes_mode_ray_and_an_address() -> None:
+    from skurl.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--mode", "ray", "--address", "10.0.0.5:6379"])
     assert (args.mode, args.address) == ("ray", "10.0.0.5:6379")
     cfg = ray_mode.with_address(config(), args.address)
-    assert cfg.ray.address == "10.0.0.5:6379" and parser.parse_args([]).mode == "colocated"
+    assert cfg.ray.address == "10.0.0.5:6379" and ray_mode.with_address(cfg, None) is cfg

@@ -9,8 +9,7 @@ sync interface) and hand rollouts back through the object store or the rollout s
 With ray.collectors = 1 the collector runs the whole SKU set in catalog order, so the
 same config and seed give bit-identical weights to --mode colocated (DESIGN 6).
 
-Hook for `skurl train` (commands/train_cmd.py): `ray_mode.add_flags(parser)` in register,
-and in run: `if args.mode == "ray": result = ray_mode.run(cfg, args)`.
+`skurl train --mode ray [--address ADDR]` (commands/train_cmd.py) calls `run(cfg, args)`.
 """
 
 from __future__ import annotations
@@ -35,16 +34,8 @@ from skurl.learn.checkpoint import latest_checkpoint
 from skurl.policy.learned import CONFIG_FILE
 from skurl.sim.api import ObsSchema
 
-MODES = ("colocated", "ray")
 KEEP_STORED_ITERATIONS = 2  # ray.rollouts=store: the current iteration's shards and the previous
 PER_SKU = (Columns.LAST_OBS, Columns.BOOTSTRAP, Columns.SKU_IDS)  # [N, ...]; the rest are [T, N, ...]
-
-
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mode", choices=MODES, default="colocated",
-                        help="colocated: one process (default) | ray: simulator and collector actors on Ray")
-    parser.add_argument("--address", help="--mode ray: Ray cluster address (sets ray.address); "
-                                          "default: start a local Ray instance")
 
 
 def start_ray(rc: RayConfig) -> bool:
