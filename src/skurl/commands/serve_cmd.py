@@ -11,9 +11,7 @@ finish (up to --grace seconds), new ones are refused.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from skurl.commands.common import add_config_flags, config_from_args
 from skurl.errors import UserError
@@ -60,7 +58,10 @@ def _serve(args: argparse.Namespace) -> int:
     metrics_note = _start_metrics(args.metrics_port, args.host)
     print(f"serving shard {index}/{count} ({rows.size} SKUs) on {server.address}{metrics_note}",
           flush=True)
-    _wait_for_signal()
+    from skurl.deploy.roles import wait_for_signal
+
+    wait_for_signal()
+    sys.stdout.flush()
     server.stop(args.grace)
     print(f"stopped {server.address}", flush=True)
     return 0
@@ -73,17 +74,3 @@ def _start_metrics(port: int | None, host: str) -> str:
 
     served = serve_metrics(port, addr=host)
     return f"; metrics on {host}:{served.port}/metrics"
-
-
-def _wait_for_signal() -> None:
-    """Block until SIGTERM or SIGINT (a plain wait: handlers only set the event)."""
-    stop = threading.Event()
-
-    def handler(signum: int, frame: object) -> None:
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, handler)
-    while not stop.wait(0.5):
-        pass
-    sys.stdout.flush()
