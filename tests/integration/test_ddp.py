@@ -75,6 +75,7 @@ def _rank_main(rank: int, world: int, port: int, out: str) -> None:
                 stats = learner.update(make_rollout(skus, skew, it))
             save_file(learner.weights(), f"{out}/{name}.rank{rank}.safetensors")
             save_np({k: np.asarray([v]) for k, v in stats.items()}, f"{out}/{name}.rank{rank}.stats")
+            learner.close()
         dist.destroy_process_group()
     except BaseException:
         Path(f"{out}/error.rank{rank}").write_text(traceback.format_exc())

@@ -92,15 +92,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if cfg.train.torch_threads:
         torch.set_num_threads(cfg.train.torch_threads)
     device = init_distributed(cfg)
+    learner = DDPLearner(cfg, _obs_dim(cfg), _n_actions(cfg), device)
     try:
-        return _loop(cfg, args, device)
+        return _loop(cfg, args, learner)
     finally:
+        learner.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _loop(cfg: Config, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    learner = DDPLearner(cfg, _obs_dim(cfg), _n_actions(cfg), device)
+def _loop(cfg: Config, args: argparse.Namespace, learner: DDPLearner) -> dict[str, Any]:
     lead = learner.rank == 0
     path = latest_checkpoint(args.run_dir)
     if path is not None:
