@@ -9,6 +9,7 @@ record=False nothing per step is kept (benchmarks).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -20,12 +21,13 @@ import torch
 from numba import njit, prange
 
 from skurl.buffer.rollout import Rollout
-from skurl.policy.actions import ActionGrid
+from skurl.policy.actions import ActionGrid, report_clipped
 from skurl.policy.nets import ActorCritic, InferenceNets, sample_inverse_cdf
 from skurl.sim import rng
 from skurl.sim.api import STREAM_ACTION, Env
 
 _STREAM = np.int64(STREAM_ACTION)
+log = logging.getLogger("skurl.collect")
 
 
 class ActionUniforms:
@@ -86,6 +88,7 @@ class CollectStats:
     seconds: float = 0.0
     infer_seconds: float = 0.0
     sim_seconds: float = 0.0
+    clipped_orders: int = 0  # SKU-days whose order was clipped (ActionGrid.to_orders_checked)
 
     @property
     def transitions(self) -> int:
@@ -97,7 +100,8 @@ class CollectStats:
 
     def scalars(self) -> dict[str, float]:
         return {"reward_mean": self.reward_mean, "transitions": float(self.transitions),
-                "transitions_per_s": self.transitions / max(self.seconds, 1e-9)}
+                "transitions_per_s": self.transitions / max(self.seconds, 1e-9),
+                "clipped_orders": float(self.clipped_orders)}
 
 
 class Collector:
@@ -162,7 +166,10 @@ class Collector:
                 rollout.logp[day] = logp
                 rollout.values[day] = values
             with self.timer.stage("simulate"):
-                result = self.env.step(self.grid.to_orders(actions, obs.raw.forecast[:, 0]))
+                orders, clipped = self.grid.to_orders_checked(actions, obs.raw.forecast[:, 0])
+                if clipped.any():
+                    self.stats.clipped_orders += report_clipped(log, clipped, self.sku_ids, day)
+                result = self.env.step(orders)
             self.stats.infer_seconds += t1 - t0
             self.stats.sim_seconds += time.perf_counter() - t1
             self.stats.reward_sum += float(result.reward.sum(dtype=np.float64))

@@ -36,11 +36,18 @@ COST_FIELDS = ("holding_cost", "penalty_cost", "purchase_cost", "order_cost", "w
 TOTAL_FIELDS = tuple(f.name for f in dataclasses.fields(DayMetrics))
 
 
-def make_env(catalog: Catalog, sim_cfg: SimConfig) -> Env:
-    """The in-process vectorized simulator (imported lazily: the sim is a sibling part)."""
+def make_env(catalog: Catalog, sim_cfg: SimConfig, widths: tuple[int, int] = (0, 0)) -> Env:
+    """The in-process vectorized simulator (imported lazily: the sim is a sibling part).
+    `widths`: the whole catalog's feature widths when `catalog` is a subset of it
+    (sim/layout.py catalog_widths), so a network trained on the whole shows no mismatch."""
     from skurl.sim.env import VectorEnv
 
-    return VectorEnv(catalog, sim_cfg)
+    return VectorEnv(catalog, sim_cfg, min_widths=widths)
+
+
+def eval_subset(catalog: Catalog, skus: int) -> Catalog:
+    """The SKUs scored by evaluations (eval.skus): the first `skus` rows, or all with 0."""
+    return catalog if skus == 0 or skus >= len(catalog) else catalog.subset(np.arange(skus))
 
 
 def totals_dict(totals: Any) -> dict[str, np.ndarray]:

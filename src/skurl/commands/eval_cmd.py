@@ -10,18 +10,20 @@ policy sources (a learned policy from a run directory) plug in beside --policy.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from skurl.catalog import Catalog, load_catalog
-from skurl.collect.evaluate import EvalResult, evaluate
+from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.policy.api import Policy
 from skurl.policy.baselines import POLICY_NAMES, check_policy_name, make_policy, summarize
+from skurl.sim.layout import catalog_widths
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -90,11 +92,17 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "run", None) and not args.config:  # a run is scored on its own catalog
         args.config = str(Path(args.run) / "config.yaml")
     cfg = config_from_args(args, _eval_overrides(args))
-    catalog = load_catalog(cfg.catalog, skus=cfg.eval.skus or None)
+    # The first eval.skus SKUs of the configured catalog, as the in-training evaluation
+    # scores them; features as wide as the whole catalog's, the width a network trained
+    # on it expects (a subset alone may need fewer pipeline or age columns).
+    full = load_catalog(cfg.catalog)
+    catalog = eval_subset(full, cfg.eval.skus)
     policy, tuning = resolve_policy(args, cfg, catalog)
+    env = make_env(catalog, dataclasses.replace(cfg.sim, days=cfg.eval.warmup + cfg.eval.days),
+                   catalog_widths(full))
     start = time.perf_counter()
     result = evaluate(catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
-                      seed=cfg.eval.seed, episodes=args.episodes)
+                      seed=cfg.eval.seed, episodes=args.episodes, env=env)
     seconds = time.perf_counter() - start
     if args.json:
         print_json({**result.to_json(), "tuning": tuning, "seconds": round(seconds, 3)})

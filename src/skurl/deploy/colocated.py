@@ -24,13 +24,14 @@ import yaml
 
 from skurl.catalog import Catalog, load_catalog
 from skurl.collect.collector import Collector
-from skurl.collect.evaluate import EvalResult, evaluate, make_env
+from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
 from skurl.config import Config, config_to_dict, load_config
 from skurl.errors import UserError
 from skurl.learn.checkpoint import latest_checkpoint, restore_learner, save_checkpoint
 from skurl.learn.learner import Learner
 from skurl.policy.learned import CONFIG_FILE, LearnedPolicy, grid_for
 from skurl.policy.nets import ActorCritic
+from skurl.sim.layout import catalog_widths
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.logger import RunLogger
 from skurl.telemetry.progress import Progress
@@ -68,11 +69,6 @@ def training_shards(catalog: Catalog, collect_skus: int) -> list[np.ndarray]:
     return [s for s in shards if s.size]
 
 
-def eval_catalog(cfg: Config, catalog: Catalog) -> Catalog:
-    k = cfg.eval.skus
-    return catalog if k == 0 or k >= len(catalog) else catalog.subset(np.arange(k))
-
-
 class ColocatedRun:
     """The components of one run and the loop over iterations."""
 
@@ -82,6 +78,7 @@ class ColocatedRun:
         self.threads = set_threads(cfg)
         self.timer = StageTimer()
         self.catalog = load_catalog(cfg.catalog)
+        self.widths = catalog_widths(self.catalog)  # every shard and eval subset shows these
         self.shards = training_shards(self.catalog, cfg.train.collect_skus)
         self._envs: dict[int, Any] = {}
         self.grid = grid_for(cfg)
@@ -96,7 +93,7 @@ class ColocatedRun:
         self.weights = InProcWeights(TRAINED)
         self.weights.publish(self.learner.version, self.learner.weights())
         self.model = ActorCritic.from_state(self.learner.weights())
-        self.eval_catalog = eval_catalog(cfg, self.catalog)
+        self.eval_catalog = eval_subset(self.catalog, cfg.eval.skus)
         self.eval_env: Any = None
         self.want_baseline = baseline
         self.baseline: dict[str, Any] | None = None
@@ -106,7 +103,7 @@ class ColocatedRun:
         if shard not in self._envs:
             rows = self.shards[shard]
             cat = self.catalog if rows.size == len(self.catalog) else self.catalog.subset(rows)
-            self._envs[shard] = make_env(cat, self.cfg.sim)
+            self._envs[shard] = make_env(cat, self.cfg.sim, self.widths)
         return self._envs[shard]
 
     def collector(self, iteration: int) -> Collector:
@@ -180,9 +177,13 @@ class ColocatedRun:
         }
 
     def evaluate(self, it: int) -> dict[str, Any]:
-        """Score the greedy policy on held-out seeds; write eval.json; scalars to log."""
+        """Score the greedy policy of the learner's latest weights on held-out seeds;
+        write eval.json; scalars to log."""
         with self.timer.stage("eval"):
-            policy = LearnedPolicy(self.model, self.grid, name=TRAINED,  # fp32: argmax is rounding-sensitive
+            # The weights after this iteration's update, the ones its label and checkpoint
+            # name (self.model still holds the version the collectors ran with).
+            model = ActorCritic.from_state(self.learner.weights())
+            policy = LearnedPolicy(model, self.grid, name=TRAINED,  # fp32: argmax is rounding-sensitive
                                    info={"iteration": it + 1, "version": self.learner.version})
             result = self._score(policy)
         self.last_eval = _policy_result(result, self.eval_catalog)
@@ -201,7 +202,7 @@ class ColocatedRun:
         cfg = self.cfg
         if self.eval_env is None:
             sim = dataclasses.replace(cfg.sim, days=cfg.eval.warmup + cfg.eval.days)
-            self.eval_env = make_env(self.eval_catalog, sim)
+            self.eval_env = make_env(self.eval_catalog, sim, self.widths)
         return evaluate(self.eval_catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
                         seed=cfg.eval.seed, env=self.eval_env)
 

@@ -7,6 +7,7 @@ inverse CDF with the same counter-based noise as the collectors.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ import torch
 
 from skurl.config import Config
 from skurl.errors import UserError
-from skurl.policy.actions import ActionGrid
+from skurl.policy.actions import ActionGrid, report_clipped
 from skurl.policy.nets import ActorCritic, InferenceNets, greedy, sample_inverse_cdf
 from skurl.sim.api import Obs
 
 CONFIG_FILE = "config.yaml"
+log = logging.getLogger("skurl.policy")
 
 
 class LearnedPolicy:
@@ -52,6 +54,8 @@ class LearnedPolicy:
         self.info = dict(info or {})
         self._episode = -1
         self._noise: Any = None  # collect.collector.ActionUniforms when sampling
+        self.nets_dim = model.obs_dim
+        self.clipped_orders = 0  # SKU-days whose order was clipped into the env's range
 
     def reset(self) -> None:
         """A new episode starts (evaluate() calls this): new sampling noise."""
@@ -96,7 +100,15 @@ class LearnedPolicy:
         return mass.argmax(dim=-1)
 
     def orders(self, obs: Obs) -> np.ndarray:
-        return self.grid.to_orders(self.action_indices(obs), obs.raw.forecast[:, 0])
+        """Units per SKU; orders of SKUs whose forecast exploded are clipped and reported."""
+        if obs.features.shape[1] != self.nets_dim:
+            raise UserError(f"policy '{self.name}': observations have {obs.features.shape[1]} features, "
+                            f"the network expects {self.nets_dim} (evaluate on the catalog it was "
+                            "trained on, or a subset shown with its feature widths)")
+        units, clipped = self.grid.to_orders_checked(self.action_indices(obs), obs.raw.forecast[:, 0])
+        if clipped.any():
+            self.clipped_orders += report_clipped(log, clipped, self.sku_ids, obs.raw.day)
+        return units
 
     def params(self) -> dict[str, Any]:
         return {"greedy": not self.sample, "actions": self.grid.kind, "n_actions": self.grid.n, **self.info}

@@ -81,11 +81,13 @@ def _read_only(arr: np.ndarray) -> np.ndarray:
 class VectorEnv:
     """N SKUs simulated in lock step by numba kernels; see the module docstring."""
 
-    def __init__(self, catalog: Catalog, sim_cfg: SimConfig | None = None) -> None:
+    def __init__(self, catalog: Catalog, sim_cfg: SimConfig | None = None,
+                 min_widths: tuple[int, int] = (0, 0)) -> None:
         check_structure(catalog)
         self.cfg = sim_cfg or SimConfig()
         self.catalog = catalog
-        self.layout: Layout = layout_for(catalog, self.cfg.review_days)
+        # min_widths: (A, P) of the whole catalog when `catalog` is a subset (layout_for)
+        self.layout: Layout = layout_for(catalog, self.cfg.review_days, min_widths)
         self._params = make_params(catalog, self.cfg.substitution)
         self._state = make_state(catalog, self.layout)
         self._out = make_outputs(len(catalog), self.layout)

@@ -56,9 +56,19 @@ def schema_for(expiring: int, pipeline: int) -> ObsSchema:
     ))
 
 
-def layout_for(catalog: Catalog, review_days: int) -> Layout:
-    expiring = catalog.max_shelf_life
-    pipeline = catalog.max_lead_time + catalog.max_delay
+def catalog_widths(catalog: Catalog) -> tuple[int, int]:
+    """(A, P) of `catalog`: the widths its own SKUs need."""
+    return catalog.max_shelf_life, catalog.max_lead_time + catalog.max_delay
+
+
+def layout_for(catalog: Catalog, review_days: int, min_widths: tuple[int, int] = (0, 0)) -> Layout:
+    """The layout of an env over `catalog`, at least `min_widths` = (A, P) wide.
+
+    A subset of a catalog (an evaluation sample, a training shard) passes the whole
+    catalog's `catalog_widths` so that its features line up with the network's inputs;
+    the extra columns stay zero, exactly what the whole-catalog env shows there."""
+    own_a, own_p = catalog_widths(catalog)
+    expiring, pipeline = max(own_a, int(min_widths[0])), max(own_p, int(min_widths[1]))
     return Layout(expiring, pipeline, pipeline + review_days, schema_for(expiring, pipeline))
 
 
