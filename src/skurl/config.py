@@ -166,6 +166,13 @@ class PPOConfig:
         "global", "reward scaling: global (one running std of discounted returns) | sku (one per SKU, "
         "for catalogs whose money scales differ by orders of magnitude)"
     )
+    ent_schedule: Literal["constant", "linear"] = opt(
+        "constant", "entropy bonus over the run: constant | linear (decays to 0 at train.iterations)"
+    )
+    average_reward: bool = opt(
+        False, "subtract the batch's mean reward per SKU-day before GAE (average-reward criterion: "
+        "with gamma near 1, values stay relative; for long-run cost objectives)"
+    )
     stats_decay: float = opt(
         0.9, "weight kept by the history of the observation/reward statistics at each iteration "
         "(1 = plain running stats; < 1 forgets the early, untrained policy's states)"
@@ -339,6 +346,11 @@ class DeployConfig:
         2, "per iteration: re-collections of a collector's share whose shard is corrupt or "
         "missing, and re-publications of weights no collector could load"
     )
+    max_lost_share: float = opt(
+        0.05, "--mode ray: when collectors die during an iteration and their SKUs are at most this "
+        "share of the iteration's SKUs, the iteration trains without them (logged, counted in "
+        "collector_shares_lost_total); above it, it waits for replacements to re-collect them"
+    )
 
     def __post_init__(self) -> None:
         check(1 <= self.sim_servers <= 4096, "deploy.sim_servers", self.sim_servers, "1..4096")
@@ -365,6 +377,8 @@ class DeployConfig:
         check(0 <= self.max_restarts <= 1000, "deploy.max_restarts", self.max_restarts, "0..1000")
         check(0 <= self.collect_retries <= 100, "deploy.collect_retries", self.collect_retries,
               "0..100")
+        check(0 <= self.max_lost_share <= 1, "deploy.max_lost_share", self.max_lost_share,
+              "a share in [0, 1]")
 
 
 @dataclass(frozen=True)

@@ -119,3 +119,30 @@ def test_per_sku_reward_scaling_runs_and_round_trips(tmp_path) -> None:  # type:
     other = Learner(cfg("ppo.reward_scale=sku"), OBS, ACTIONS, "cpu")
     restore_learner(other, path)
     assert torch.equal(other.reward_scaler.var, learner.reward_scaler.var)
+
+
+def test_linear_entropy_schedule() -> None:
+    learner = Learner(cfg("ppo.ent_coef=0.02", "ppo.ent_schedule=linear"), OBS, ACTIONS, "cpu")
+    assert [learner.ent_coef_at(i) for i in (0, 10, 20, 30)] == pytest.approx([0.02, 0.01, 0.0, 0.0])
+    assert Learner(cfg("ppo.ent_coef=0.02"), OBS, ACTIONS, "cpu").ent_coef_at(15) == 0.02
+    stats = learner.update(bandit_rollout(learner, 16, 0))
+    assert stats["ent_coef"] == pytest.approx(0.02)
+
+
+def _weights_after_update(offset: float, *extra: str) -> tuple[list[torch.Tensor], dict[str, float]]:
+    learner = Learner(cfg("ppo.normalize_reward=false", *extra), OBS, ACTIONS, "cpu")
+    rollout = bandit_rollout(learner, 16, 3)
+    rollout.rewards += np.float32(offset)
+    stats = learner.update(rollout)
+    return [p.detach().clone() for p in learner.model.parameters()], stats
+
+
+def test_average_reward_centres_rewards_and_ignores_an_offset() -> None:
+    base, stats = _weights_after_update(0.0, "ppo.average_reward=true")
+    shifted, shifted_stats = _weights_after_update(-7.0, "ppo.average_reward=true")
+    assert shifted_stats["average_reward"] == pytest.approx(stats["average_reward"] - 7.0, abs=1e-5)
+    for a, b in zip(base, shifted, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    plain, _ = _weights_after_update(0.0)
+    plain_shifted, _ = _weights_after_update(-7.0)  # without centring the offset moves the values
+    assert any(not torch.allclose(a, b, atol=1e-4) for a, b in zip(plain, plain_shifted, strict=True))

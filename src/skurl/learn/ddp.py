@@ -200,6 +200,7 @@ class DDPLearner(Learner):
             else:
                 self.reward_scaler.update(rewards, data[Columns.DONES])
             rewards = self.reward_scaler.scale(rewards)
+        rewards = self.centered(rewards, sl.padded)[0]
         adv, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
                            data[Columns.TERMINALS], self.ppo.gamma, self.ppo.gae_lambda)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
@@ -288,7 +289,8 @@ class DDPLearner(Learner):
         new_logp = logp_all.gather(-1, batch.actions[idx].unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return ppo_loss(new_logp, batch.old_logp[idx], batch.advantages[idx], values.float(),
-                        batch.returns[idx], entropy, self.ppo.clip, self.ppo.vf_coef, self.ppo.ent_coef)
+                        batch.returns[idx], entropy, self.ppo.clip, self.ppo.vf_coef,
+                        self.ent_coef_at(self.iteration))
 
 
 def _local_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

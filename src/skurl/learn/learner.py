@@ -82,6 +82,28 @@ class Learner:
         total = max(self.cfg.train.iterations, 1)
         return self.ppo.lr * max(1.0 - iteration / total, 1.0 / total)
 
+    def ent_coef_at(self, iteration: int) -> float:
+        """The entropy bonus of update `iteration`: constant, or decaying linearly to 0 at
+        train.iterations (exploration early, a sharp policy at the end)."""
+        if self.ppo.ent_schedule == "constant":
+            return self.ppo.ent_coef
+        return self.ppo.ent_coef * max(1.0 - iteration / max(self.cfg.train.iterations, 1), 0.0)
+
+    def centered(self, rewards: torch.Tensor, padded: bool = False) -> tuple[torch.Tensor, float]:
+        """Rewards minus the batch's mean reward per SKU-day when ppo.average_reward is on
+        (and that mean). The differential (average-reward) return, as in Schneckenreither
+        & Moser (2023) "Average-reward reinforcement learning in semi-Markov decision
+        processes" and Zhang & Ross (2021) "On-Policy Deep Reinforcement Learning for the
+        Average-Reward Criterion": with gamma near 1 the discounted values grow like
+        mean / (1 - gamma) and the differences between states that GAE needs drown in
+        that offset; centring leaves the relative values (the bias function) alone.
+        The estimate is the global batch mean (all ranks): 10^5 SKU-days make it precise
+        and it needs no state in checkpoints. A padded DDP rank contributes nothing."""
+        if not self.ppo.average_reward:
+            return rewards, 0.0
+        mean, _ = allreduce_mean_std(rewards[:0] if padded else rewards)
+        return rewards - mean, float(mean)
+
     def update(self, rollout: Rollout) -> dict[str, float]:
         """One PPO iteration on `rollout`; bumps iteration and version. Returns stats."""
         rollout = self._sample_skus(rollout)
@@ -93,7 +115,8 @@ class Learner:
         stats = self._epochs(batch)
         self.iteration += 1
         self.version += 1
-        return {**prep_stats, **stats, "lr": lr, "transitions": float(batch.actions.numel())}
+        return {**prep_stats, **stats, "lr": lr, "ent_coef": self.ent_coef_at(self.iteration - 1),
+                "transitions": float(batch.actions.numel())}
 
     def _sample_skus(self, rollout: Rollout) -> Rollout:
         k = self.ppo.sample_skus
@@ -127,6 +150,7 @@ class Learner:
             by_sku = (data[Columns.SKU_IDS],) if self.ppo.reward_scale == "sku" else ()
             self.reward_scaler.update(rewards, data[Columns.DONES], *by_sku)
             rewards = self.reward_scaler.scale(rewards, *by_sku)
+        rewards, avg_reward = self.centered(rewards)
         adv, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
                            data[Columns.TERMINALS], self.ppo.gamma, self.ppo.gae_lambda)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
@@ -137,6 +161,7 @@ class Learner:
             "value_mean": float(values.mean()),
             "return_mean": float(returns.mean()),
             "reward_scale": float(self.reward_scaler.stats.std) if self.ppo.normalize_reward else 1.0,
+            "average_reward": avg_reward,
         }
         return batch, stats
 
@@ -183,7 +208,8 @@ class Learner:
         new_logp = logp_all.gather(-1, batch.actions[idx].unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return ppo_loss(new_logp, batch.old_logp[idx], batch.advantages[idx], values.float(),
-                        batch.returns[idx], entropy, self.ppo.clip, self.ppo.vf_coef, self.ppo.ent_coef)
+                        batch.returns[idx], entropy, self.ppo.clip, self.ppo.vf_coef,
+                        self.ent_coef_at(self.iteration))
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state (weights + normalizer) as contiguous CPU tensors, for publishing."""
