@@ -25,17 +25,13 @@ from typing import IO, Any
 
 import numpy as np
 
-from skurl.buffer.rollout import Columns, Rollout
-from skurl.collect.collector import CollectStats
 from skurl.config import Config, RayConfig, load_config
 from skurl.deploy.colocated import TRAINED, ColocatedRun, TrainResult
+from skurl.deploy.ray_collect import CollectorsLost, Placement, RayCollectors, Share
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import latest_checkpoint
 from skurl.policy.learned import CONFIG_FILE
 from skurl.sim.api import ObsSchema
-
-KEEP_STORED_ITERATIONS = 2  # ray.rollouts=store: the current iteration's shards and the previous
-PER_SKU = (Columns.LAST_OBS, Columns.BOOTSTRAP, Columns.SKU_IDS)  # [N, ...]; the rest are [T, N, ...]
 
 
 def start_ray(rc: RayConfig) -> bool:
@@ -72,64 +68,6 @@ def merged_schema(schemas: list[ObsSchema]) -> ObsSchema:
     return ObsSchema(fields=tuple(zip(names, widths, strict=True)))
 
 
-@dataclasses.dataclass
-class Placement:
-    """One SKU set (a training shard) laid out over workers and collectors."""
-
-    key: str
-    num_skus: int
-    schema: ObsSchema
-    collectors: list[tuple[Any, np.ndarray]]  # (collector actor, its rows within the SKU set)
-    catalog_refs: list[Any]  # kept alive here: workers rebuild shards from them
-
-
-class RayCollectors:
-    """What ColocatedRun.iteration asks of a collector, fanned out to collector actors."""
-
-    def __init__(self, run: RayRun, placement: Placement) -> None:
-        self.run, self.placement = run, placement
-        self.stats = CollectStats(skus=placement.num_skus)
-        self.version = 0
-        self.failed_sku_ids: list[int] = []
-        self.recoveries = 0
-
-    def set_weights(self, version: int, tensors: Any) -> None:
-        # The actors take these weights from the slot themselves; the driver's model
-        # (evaluated by ColocatedRun) follows them as a local collector's would.
-        self.version = version
-        self.run.model.load_state_dict(tensors)
-
-    def collect(self, seed: int, episode: int, version: int | None = None) -> Rollout:
-        from skurl.deploy.ray_actors import get
-
-        p, rc = self.placement, self.run.cfg.ray
-        want = self.version if version is None else version
-        start = time.perf_counter()
-        with self.run.timer.stage("collect"):
-            refs = [actor.collect.remote(p.key, seed, episode, want) for actor, _ in p.collectors]
-            replies = get(refs, rc.get_timeout_s, f"ray collectors: episode {episode} of '{p.key}'")
-            parts = [self._rollout(r) for r in replies]
-            if rc.rollouts == "store":  # read back; older iterations are of no more use
-                self.run.store().delete_before(max(episode - KEEP_STORED_ITERATIONS + 1, 0))
-        self.stats = _merge_stats([r["stats"] for r in replies], time.perf_counter() - start)
-        self.failed_sku_ids = sorted(i for r in replies for i in r["failed_sku_ids"])
-        self.recoveries = sum(r["recoveries"] for r in replies)
-        return _assemble(parts, [rows for _, rows in p.collectors], p.num_skus)
-
-    def _rollout(self, reply: dict[str, Any]) -> Rollout:
-        if "manifest" in reply:
-            from skurl.store import ShardManifest
-
-            manifest = ShardManifest.from_json(reply["manifest"], "ray collector")
-            arrays, meta = self.run.store().get_shard(manifest), manifest.meta
-            version = manifest.policy_version
-        else:
-            arrays, meta = reply["arrays"], reply["meta"]
-            version = meta["policy_version"]
-        fields = {k: arrays[k] for k in Rollout.__dataclass_fields__ if k in arrays}
-        return Rollout(**fields, policy_version=version, seed=meta["seed"], episode=meta["episode"])
-
-
 class RayRun(ColocatedRun):
     """ColocatedRun whose SKU sets are simulated and collected by Ray actors."""
 
@@ -142,6 +80,7 @@ class RayRun(ColocatedRun):
                               "under --mode ray (weights travel through a Ray weight slot)")
         self.owns_ray = start_ray(cfg.ray)
         self.placements: dict[int, Placement] = {}
+        self.replacements: dict[int, int] = {}  # collector index -> actors started in its place
         self._store: Any = None
         try:
             check_resources(cfg.ray)
@@ -171,7 +110,9 @@ class RayRun(ColocatedRun):
         collectors = self._current
         scalars.update(failed_skus=len(collectors.failed_sku_ids), worker_recoveries=collectors.recoveries,
                        collector_sim_seconds=collectors.stats.sim_seconds,
-                       collector_infer_seconds=collectors.stats.infer_seconds)
+                       collector_infer_seconds=collectors.stats.infer_seconds,
+                       lost_collectors=len(collectors.loss.collectors), lost_skus=collectors.loss.skus,
+                       lost_share=collectors.loss.share, collector_replacements=sum(self.replacements.values()))
         if collectors.failed_sku_ids:
             ids = collectors.failed_sku_ids
             print(f"skurl: iteration {it}: {len(ids)} SKUs isolated by the simulator (ids "
@@ -220,17 +161,16 @@ class RayRun(ColocatedRun):
         get([s.slot.handle.widen.remote(key, wide) for s in specs], rc.get_timeout_s, f"ray sim workers: widen '{key}'")
         for s in specs:
             s.schema = wide
-        collectors = []
+        shares = []
         for c, specs in enumerate(specs_by_collector):
             if not specs:
                 continue
             mine = np.sort(np.concatenate([s.rows for s in specs]))
             for s in specs:  # index maps relative to the collector's own SKUs
                 s.rows = np.searchsorted(mine, s.rows)
-            actor = self.collector_actors[c]
-            get(actor.add_env.remote(key, specs), rc.get_timeout_s, f"ray collector {c}: add '{key}'")
-            collectors.append((actor, mine))
-        return Placement(key, len(catalog), wide, collectors, refs)
+            get(self.collector_actors[c].add_env.remote(key, specs), rc.get_timeout_s, f"ray collector {c}: add '{key}'")
+            shares.append(Share(c, mine, specs))
+        return Placement(key, len(catalog), wide, shares, refs)
 
     def _start_actors(self) -> None:
         from skurl.deploy.ray_actors import WorkerSlot, get, start_collector, threads_for
@@ -245,6 +185,27 @@ class RayRun(ColocatedRun):
                                  for c in range(rc.collectors)]
         get([s.handle.ping.remote() for s in self.sim_workers], rc.get_timeout_s, "ray sim workers: start")
 
+    def replace_collector(self, index: int) -> None:
+        """A new actor for dead collector `index` (same id), given that collector's shards
+        of every SKU set placed so far. Not waited for: Ray runs an actor's tasks in the
+        order sent, so its next collect follows these add_env calls."""
+        import ray
+
+        from skurl.deploy.ray_actors import start_collector
+
+        count = self.replacements.get(index, 0) + 1
+        if count > self.cfg.deploy.max_restarts:
+            raise CollectorsLost(f"ray collector {index}: died {count} times, expected at most "
+                                 f"deploy.max_restarts = {self.cfg.deploy.max_restarts} replacements")
+        self.replacements[index] = count
+        ray.kill(self.collector_actors[index], no_restart=True)
+        actor = start_collector(f"ray-collector-{index}", self.cfg, self.slot)
+        self.collector_actors[index] = actor
+        for placement in self.placements.values():
+            for share in placement.shares:
+                if share.index == index:
+                    actor.add_env.remote(placement.key, share.specs)
+
     def close(self) -> None:
         import ray
 
@@ -256,30 +217,6 @@ class RayRun(ColocatedRun):
         self.sim_workers, self.collector_actors, self.slot = [], [], None
         if self.owns_ray and ray.is_initialized():
             ray.shutdown()
-
-
-def _merge_stats(stats: list[dict[str, Any]], seconds: float) -> CollectStats:
-    out = CollectStats(days=max(s["days"] for s in stats), skus=sum(s["skus"] for s in stats),
-                       reward_sum=sum(s["reward_sum"] for s in stats), seconds=seconds)
-    out.infer_seconds = max(s["infer_seconds"] for s in stats)
-    out.sim_seconds = max(s["sim_seconds"] for s in stats)
-    return out
-
-
-def _assemble(parts: list[Rollout], rows: list[np.ndarray], n: int) -> Rollout:
-    """The collectors' rollouts as one, SKU columns in the SKU set's row order."""
-    if len(parts) == 1 and rows[0].size == n and np.array_equal(rows[0], np.arange(n)):
-        return parts[0]
-    first = parts[0]
-    out = Rollout.allocate(first.days, np.zeros(n, np.int64), first.obs.shape[2])
-    for part, r in zip(parts, rows, strict=True):
-        for name, arr in part.arrays().items():
-            if name in PER_SKU:
-                getattr(out, name)[r] = arr
-            else:  # [T, N, ...]
-                getattr(out, name)[:, r] = arr
-    out.policy_version, out.seed, out.episode = first.policy_version, first.seed, first.episode
-    return out
 
 
 def with_address(cfg: Config, address: str | None) -> Config:

@@ -66,6 +66,13 @@ class SkurlMetrics:
             registry=r)
         self.collector_buffer_size = Gauge(
             "collector_buffer_size", "Transitions held in the collector's buffer", registry=r)
+        self.collector_shares_lost_total = Counter(
+            "collector_shares_lost_total",
+            "Collectors' shares an iteration trained without: they died and their SKUs were at "
+            "most deploy.max_lost_share of it", registry=r)
+        self.collector_lost_skus_total = Counter(
+            "collector_lost_skus_total", "SKUs of the shares in collector_shares_lost_total",
+            registry=r)
         # learner
         self.learner_training_step_duration_seconds = Histogram(
             "learner_training_step_duration_seconds",

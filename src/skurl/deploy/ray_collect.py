@@ -1,0 +1,207 @@
+"""One iteration's collection in --mode ray, fanned out to collector actors, and what
+happens when collectors die during it.
+
+Each collector actor holds a share of the iteration's SKU set (its workers' shards). When
+actors die mid-collection (deploy.max_lost_share):
+
+- their SKUs are at most max_lost_share of the set: the iteration proceeds without them.
+  The rollout holds only the surviving collectors' SKU columns (GAE runs per column; the
+  observation and reward statistics are updated from the SKUs present only); the loss is
+  logged with the collector ids and share and counted in collector_shares_lost_total /
+  collector_lost_skus_total. Such an iteration differs from an undisturbed run by design.
+- above it: the iteration waits. The driver, as the actors' supervisor, starts a
+  replacement actor under the same id, hands it the dead one's shards and re-collects
+  its share with the same weights, seed and episode: every random draw is a pure
+  function of (seed, episode, SKU, day, stream), so the data equal an undisturbed run's.
+
+Either way dead collectors are replaced before the next iteration (at most
+deploy.max_restarts times each over the run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from skurl.buffer.rollout import Columns, Rollout
+from skurl.collect.collector import CollectStats
+from skurl.errors import UserError
+from skurl.sim.api import ObsSchema
+from skurl.telemetry.metrics import get_metrics
+
+if TYPE_CHECKING:
+    from skurl.deploy.ray_actors import ShardSpec
+
+log = logging.getLogger("skurl.ray")
+
+KEEP_STORED_ITERATIONS = 2  # ray.rollouts=store: the current iteration's shards and the previous
+PER_SKU = (Columns.LAST_OBS, Columns.BOOTSTRAP, Columns.SKU_IDS)  # [N, ...]; the rest are [T, N, ...]
+
+
+class CollectorsLost(UserError):
+    """Collectors kept dying beyond deploy.max_restarts."""
+
+
+@dataclasses.dataclass
+class Share:
+    """One collector actor's part of a SKU set."""
+
+    index: int  # the collector (run.collector_actors[index], id ray-collector-{index})
+    rows: np.ndarray  # its rows within the SKU set, ascending
+    specs: list[ShardSpec]  # its workers' shards, rows relative to its own SKUs
+
+
+@dataclasses.dataclass
+class Placement:
+    """One SKU set (a training shard) laid out over workers and collectors."""
+
+    key: str
+    num_skus: int
+    schema: ObsSchema
+    shares: list[Share]
+    catalog_refs: list[Any]  # kept alive here: workers rebuild shards from them
+
+
+@dataclasses.dataclass
+class Loss:
+    """What an iteration lost to dead collectors (empty when none died)."""
+
+    collectors: list[int] = dataclasses.field(default_factory=list)
+    skus: int = 0
+    share: float = 0.0
+    waited: bool = False
+
+
+class RayCollectors:
+    """What ColocatedRun.iteration asks of a collector, fanned out to collector actors.
+    `run` is the RayRun: its cfg, model, timer, store() and replace_collector()."""
+
+    def __init__(self, run: Any, placement: Placement) -> None:
+        self.run, self.placement = run, placement
+        self.stats = CollectStats(skus=placement.num_skus)
+        self.version = 0
+        self.failed_sku_ids: list[int] = []
+        self.recoveries = 0
+        self.loss = Loss()
+
+    def set_weights(self, version: int, tensors: Any) -> None:
+        # The actors take these weights from the slot themselves; the driver's model
+        # (evaluated by ColocatedRun) follows them as a local collector's would.
+        self.version = version
+        self.run.model.load_state_dict(tensors)
+
+    def collect(self, seed: int, episode: int, version: int | None = None) -> Rollout:
+        p = self.placement
+        want = self.version if version is None else version
+        start = time.perf_counter()
+        with self.run.timer.stage("collect"):
+            replies, lost = self._gather({s.index: self._send(s, seed, episode, want) for s in p.shares})
+            self.loss = self._handle_loss(lost)
+            if self.loss.waited:  # the replacements re-collect the lost shares
+                for _ in range(self.run.cfg.deploy.max_restarts + 1):
+                    more, lost = self._gather({s.index: self._send(s, seed, episode, want) for s in lost})
+                    replies.update(more)
+                    if not lost:
+                        break
+                    self._replace(lost)
+                if lost:
+                    raise CollectorsLost(f"ray collectors {_ids(lost)}: died again while re-collecting episode "
+                                         f"{episode} (deploy.max_restarts {self.run.cfg.deploy.max_restarts})")
+            if self.run.cfg.ray.rollouts == "store":  # read back; older iterations are of no more use
+                self.run.store().delete_before(max(episode - KEEP_STORED_ITERATIONS + 1, 0))
+        kept = [s for s in p.shares if s.index in replies]
+        answers = [replies[s.index] for s in kept]
+        self.stats = _merge_stats([r["stats"] for r in answers], time.perf_counter() - start)
+        self.failed_sku_ids = sorted(i for r in answers for i in r["failed_sku_ids"])
+        self.recoveries = sum(r["recoveries"] for r in answers)
+        return _assemble([self._rollout(r) for r in answers], [s.rows for s in kept], p.num_skus)
+
+    def _send(self, share: Share, seed: int, episode: int, version: int) -> Any:
+        actor = self.run.collector_actors[share.index]
+        return actor.collect.remote(self.placement.key, seed, episode, version)
+
+    def _gather(self, refs: dict[int, Any]) -> tuple[dict[int, dict[str, Any]], list[Share]]:
+        """Each collector's reply, or its share in the lost list when its actor died."""
+        from ray.exceptions import RayActorError
+
+        from skurl.deploy.ray_actors import get
+
+        rc, key = self.run.cfg.ray, self.placement.key
+        by_index = {s.index: s for s in self.placement.shares}
+        replies, lost = {}, []
+        for index, ref in refs.items():
+            try:
+                replies[index] = get(ref, rc.get_timeout_s, f"ray collector {index}: collect '{key}'")
+            except RayActorError:
+                lost.append(by_index[index])
+        return replies, lost
+
+    def _handle_loss(self, lost: list[Share]) -> Loss:
+        if not lost:
+            return Loss()
+        p, threshold = self.placement, self.run.cfg.deploy.max_lost_share
+        skus = sum(int(s.rows.size) for s in lost)
+        loss = Loss([s.index for s in lost], skus, skus / p.num_skus, waited=skus / p.num_skus > threshold)
+        what = (f"ray collectors {_ids(lost)} died collecting '{p.key}': {skus} of {p.num_skus} SKUs "
+                f"({100 * loss.share:.1f}%, deploy.max_lost_share {100 * threshold:g}%)")
+        if loss.waited:
+            log.warning("%s; waiting for their replacements to re-collect them", what)
+        else:
+            log.warning("%s; the iteration proceeds without them", what)
+            metrics = get_metrics()
+            metrics.collector_shares_lost_total.inc(len(lost))
+            metrics.collector_lost_skus_total.inc(skus)
+        self._replace(lost)
+        return loss
+
+    def _replace(self, lost: list[Share]) -> None:
+        for s in lost:
+            self.run.replace_collector(s.index)
+
+    def _rollout(self, reply: dict[str, Any]) -> Rollout:
+        if "manifest" in reply:
+            from skurl.store import ShardManifest
+
+            manifest = ShardManifest.from_json(reply["manifest"], "ray collector")
+            arrays, meta = self.run.store().get_shard(manifest), manifest.meta
+            version = manifest.policy_version
+        else:
+            arrays, meta = reply["arrays"], reply["meta"]
+            version = meta["policy_version"]
+        fields = {k: arrays[k] for k in Rollout.__dataclass_fields__ if k in arrays}
+        return Rollout(**fields, policy_version=version, seed=meta["seed"], episode=meta["episode"])
+
+
+def _ids(shares: list[Share]) -> str:
+    return ", ".join(f"ray-collector-{s.index}" for s in shares)
+
+
+def _merge_stats(stats: list[dict[str, Any]], seconds: float) -> CollectStats:
+    out = CollectStats(days=max(s["days"] for s in stats), skus=sum(s["skus"] for s in stats),
+                       reward_sum=sum(s["reward_sum"] for s in stats), seconds=seconds)
+    out.infer_seconds = max(s["infer_seconds"] for s in stats)
+    out.sim_seconds = max(s["sim_seconds"] for s in stats)
+    return out
+
+
+def _assemble(parts: list[Rollout], rows: list[np.ndarray], n: int) -> Rollout:
+    """The collectors' rollouts as one, SKU columns in the SKU set's row order. With a
+    lost share, only the rows present (`rows` do not cover 0..n-1)."""
+    if len(parts) == 1 and rows[0].size == n and np.array_equal(rows[0], np.arange(n)):
+        return parts[0]
+    present = np.sort(np.concatenate(rows))
+    first = parts[0]
+    out = Rollout.allocate(first.days, np.zeros(present.size, np.int64), first.obs.shape[2])
+    for part, r in zip(parts, rows, strict=True):
+        at = np.searchsorted(present, r)
+        for name, arr in part.arrays().items():
+            if name in PER_SKU:
+                getattr(out, name)[at] = arr
+            else:  # [T, N, ...]
+                getattr(out, name)[:, at] = arr
+    out.policy_version, out.seed, out.episode = first.policy_version, first.seed, first.episode
+    return out
