@@ -8,3 +8,7 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
+
+from skurl._jit_cache import purge_stale_cache as _purge_stale_cache
+
+_purge_stale_cache(__import__("pathlib").Path(__file__).parent)

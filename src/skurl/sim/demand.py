@@ -12,7 +12,7 @@ Sources of the methods:
   Mathematics and Economics 12, 1993), exact for mean >= 10.
 - Gamma: G. Marsaglia & W. W. Tsang, "A simple method for generating gamma variables",
   ACM TOMS 26(3), 2000, with their boost Gamma(a) = Gamma(a + 1) * U^(1/a) for a < 1.
-- Normal: Box & Muller, "A note on the generation of random normal deviates", 1958.
+- Normal: the ziggurat method (ziggurat.py; Marsaglia & Tsang 2000).
 - Geometric on {0, 1, ..}: inversion, X = floor(log U / log(1 - p)).
 - Negative binomial (mean m, size r): Poisson(Gamma(r, m / r)) (Gamma-Poisson mixture).
 """
@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from skurl.sim.rng import uniform
+from skurl.sim.ziggurat import normal
 
 DIST_POISSON = 0
 DIST_GEOMETRIC = 1
@@ -33,7 +34,6 @@ POISSON_INVERSION_MAX_MEAN = 10.0
 MAX_ATTEMPTS = 10_000  # rejection loops accept with prob > 0.5; this cap is never reached
 # Samples above this are "impossible" (the SKU is isolated); leaves headroom below 2^63.
 MAX_COUNT = 2**60
-TWO_PI = 2.0 * math.pi
 INVERSION_CAP = 1000
 _RECIPROCALS = 1.0 / np.maximum(np.arange(INVERSION_CAP + 1, dtype=np.float64), 1.0)
 
@@ -54,14 +54,6 @@ def daily_mean(base: float, season_factor: float, trend: float, uplift: float, p
     if promo:
         m = m * (1.0 + uplift)
     return m
-
-
-@njit(cache=True, inline="always")
-def normal(skey: np.uint64, day: np.int64, stream: np.int64, k: np.int64) -> tuple[float, np.int64]:
-    """Standard normal from two uniforms (Box-Muller, cosine branch)."""
-    u1 = uniform(skey, day, stream, k)
-    u2 = uniform(skey, day, stream, k + 1)
-    return math.sqrt(-2.0 * math.log(u1)) * math.cos(TWO_PI * u2), k + 2
 
 
 @njit(cache=True, inline="always")
