@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, help="total training iterations (sets train.iterations)")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a run from its latest checkpoint with its own config (--set may extend it)")
+    p.add_argument("--catalog", metavar="FILE",
+                   help="Parquet/CSV catalog to train on (sets catalog.kind=file, catalog.path); with --resume "
+                   "the run continues on it: SKUs added and removed by id, shards recomputed, same network")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip tuning and scoring the forecast-base-stock baseline")
     p.add_argument("--json", action="store_true", help="print the final evaluation as one JSON object")
@@ -55,6 +58,15 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("skurl train: --resume RUN_DIR takes the run's own config and directory; "
                         "drop --config/--run-dir (use --set to change keys)")
     mode = getattr(args, "mode", "colocated")
+    catalog = getattr(args, "catalog", None)
+    if catalog and not args.resume:
+        extra += ["catalog.kind=file", f"catalog.path={catalog}"]
+    if args.resume and _changes_catalog(args.resume, catalog):
+        from skurl.deploy import catalog_change
+
+        result = catalog_change.resume(args.resume, catalog, list(args.overrides) + extra, mode=mode,
+                                       address=getattr(args, "address", None), baseline=not args.no_baseline)
+        return _finish(args, result, colocated.BASELINE)
     if mode == "decoupled":
         from skurl.deploy import decoupled as runner
     else:
@@ -69,6 +81,18 @@ def run(args: argparse.Namespace) -> int:
         cfg = config_from_args(args, extra)
         run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
         result = runner.train(cfg, run_dir, baseline=not args.no_baseline)
+    return _finish(args, result, colocated.BASELINE)
+
+
+def _changes_catalog(run_dir: str, catalog: str | None) -> bool:
+    """--resume through deploy/catalog_change.py: with --catalog, or for a run whose SKU set
+    changed before (its network keeps the feature widths of the first catalog)."""
+    from skurl.deploy.catalog_change import CHANGE_FILE
+
+    return bool(catalog) or (Path(run_dir) / CHANGE_FILE).is_file()
+
+
+def _finish(args: argparse.Namespace, result: Any, baseline: str) -> int:
     summary = {
         "run_dir": str(result.run_dir),
         "iterations": result.iterations,
@@ -78,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**summary, "eval": result.eval, "baseline": result.baseline})
     else:
-        print(_summary_line(result, colocated.BASELINE))
+        print(_summary_line(result, baseline))
         print(f"report: {result.run_dir / 'report.md'}")
     return 0
 

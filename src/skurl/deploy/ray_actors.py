@@ -105,12 +105,14 @@ class SimWorker:
     def ping(self) -> int:
         return os.getpid()
 
-    def add_env(self, key: str, catalog: Catalog, sim: SimConfig, wide: ObsSchema | None = None) -> ObsSchema:
-        """Build shard `key`; its own schema comes back (then `widen` to the set's)."""
+    def add_env(self, key: str, catalog: Catalog, sim: SimConfig, wide: ObsSchema | None = None,
+                widths: tuple[int, int] = (0, 0)) -> ObsSchema:
+        """Build shard `key` at least `widths` = (A, P) wide (the network's: VectorEnv
+        min_widths); its own schema comes back (then `widen` to the set's)."""
         from skurl.sim.env import VectorEnv
 
         sim = dataclasses.replace(sim, threads=sim.threads or self.threads)
-        self.envs[key] = VectorEnv(catalog, sim)
+        self.envs[key] = VectorEnv(catalog, sim, min_widths=widths)
         self.wide.pop(key, None)
         if wide is not None:
             self.widen(key, wide)
@@ -397,8 +399,10 @@ class CollectorWorker:
                  "recoveries": sum(s.recoveries for s in self.shards[key]),
                  "replacements": sum(s.replacements for s in self.slots.values()), "version": got}
         meta = {"policy_version": got, "seed": seed, "episode": episode}
-        if self.cfg.ray.rollouts == "store":
-            reply["manifest"] = self._put_shard(episode, rollout, meta).to_json()
+        if self.cfg.ray.rollouts == "store":  # with what a restarted learner needs to reuse it
+            stats = {k: v.item() if hasattr(v, "item") else v for k, v in reply["stats"].items()}  # JSON
+            stored = {**meta, "stats": stats, "failed_sku_ids": [int(i) for i in failed]}
+            reply["manifest"] = self._put_shard(episode, rollout, stored).to_json()
         else:
             reply["arrays"], reply["meta"] = rollout.arrays(), meta
         return reply

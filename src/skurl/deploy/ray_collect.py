@@ -87,6 +87,7 @@ class RayCollectors:
         self.failed_sku_ids: list[int] = []
         self.recoveries = 0
         self.loss = Loss()
+        self.reused = 0  # stored shards trained on instead of collecting (after a restart)
 
     def set_weights(self, version: int, tensors: Any) -> None:
         # The actors take these weights from the slot themselves; the driver's model
@@ -98,6 +99,11 @@ class RayCollectors:
         p = self.placement
         want = self.version if version is None else version
         start = time.perf_counter()
+        self.reused = 0
+        if episode == getattr(self.run, "resumed_from", None) and self.run.cfg.ray.rollouts == "store":
+            stored = self._stored(seed, episode, want)
+            if stored is not None:
+                return stored
         with self.run.timer.stage("collect"):
             replies, lost = self._gather({s.index: self._send(s, seed, episode, want) for s in p.shares})
             self.loss = self._handle_loss(lost)
@@ -113,12 +119,42 @@ class RayCollectors:
                                          f"{episode} (deploy.max_restarts {self.run.cfg.deploy.max_restarts})")
             if self.run.cfg.ray.rollouts == "store":  # read back; older iterations are of no more use
                 self.run.store().delete_before(max(episode - KEEP_STORED_ITERATIONS + 1, 0))
+        return self._finish(replies, start)
+
+    def _finish(self, replies: dict[int, dict[str, Any]], start: float) -> Rollout:
+        p = self.placement
         kept = [s for s in p.shares if s.index in replies]
         answers = [replies[s.index] for s in kept]
+        rollout = _assemble([self._rollout(r) for r in answers], [s.rows for s in kept], p.num_skus)
         self.stats = _merge_stats([r["stats"] for r in answers], time.perf_counter() - start)
         self.failed_sku_ids = sorted(i for r in answers for i in r["failed_sku_ids"])
         self.recoveries = sum(r["recoveries"] for r in answers)
-        return _assemble([self._rollout(r) for r in answers], [s.rows for s in kept], p.num_skus)
+        return rollout
+
+    def _stored(self, seed: int, episode: int, version: int) -> Rollout | None:
+        """After a learner restart: the interrupted iteration's shards, when the store holds
+        every collector's, written with these weights, seed and SKUs (else None: collect)."""
+        from skurl.store import CorruptShardError
+
+        store, start = self.run.store(), time.perf_counter()
+        listed = {m.collector_id: m for m in store.list_shards(episode)}
+        replies = {}
+        for share in self.placement.shares:
+            m = listed.get(f"ray-collector-{share.index}")
+            if (m is None or m.policy_version != version or m.meta.get("seed") != seed
+                    or m.sku_count != share.rows.size or "stats" not in m.meta):
+                return None
+            replies[share.index] = {"manifest": m.to_json(), "stats": m.meta["stats"],
+                                    "failed_sku_ids": m.meta.get("failed_sku_ids", []), "recoveries": 0}
+        try:
+            rollout = self._finish(replies, start)
+        except CorruptShardError as exc:
+            log.warning("iteration %d: %s; collecting it again", episode, exc)
+            return None
+        log.warning("iteration %d: training on its %d stored shards (written before the restart)",
+                    episode, len(replies))
+        self.reused = len(replies)
+        return rollout
 
     def _send(self, share: Share, seed: int, episode: int, version: int) -> Any:
         actor = self.run.collector_actors[share.index]
@@ -185,6 +221,7 @@ def _merge_stats(stats: list[dict[str, Any]], seconds: float) -> CollectStats:
                        reward_sum=sum(s["reward_sum"] for s in stats), seconds=seconds)
     out.infer_seconds = max(s["infer_seconds"] for s in stats)
     out.sim_seconds = max(s["sim_seconds"] for s in stats)
+    out.clipped_orders = sum(int(s.get("clipped_orders", 0)) for s in stats)
     return out
 
 

@@ -88,6 +88,8 @@ class RayRun(ColocatedRun):
             self.sim_workers: list[Any] = []
             self.collector_actors: list[Any] = []
             super().__init__(cfg, run_dir, resume=resume, stream=stream, baseline=baseline)
+            # A restarted learner trains on the interrupted iteration's stored shards, if any.
+            self.resumed_from = self.learner.iteration if resume else None
             self.weights = RayWeights(self.slot, TRAINED, cfg.ray.get_timeout_s)
             self.weights.publish(self.learner.version, self.learner.weights())
         except BaseException:
@@ -112,7 +114,8 @@ class RayRun(ColocatedRun):
                        collector_sim_seconds=collectors.stats.sim_seconds,
                        collector_infer_seconds=collectors.stats.infer_seconds,
                        lost_collectors=len(collectors.loss.collectors), lost_skus=collectors.loss.skus,
-                       lost_share=collectors.loss.share, collector_replacements=sum(self.replacements.values()))
+                       lost_share=collectors.loss.share, collector_replacements=sum(self.replacements.values()),
+                       stored_shards_reused=collectors.reused)
         if collectors.failed_sku_ids:
             ids = collectors.failed_sku_ids
             print(f"skurl: iteration {it}: {len(ids)} SKUs isolated by the simulator (ids "
@@ -151,7 +154,7 @@ class RayRun(ColocatedRun):
             sub = catalog.subset(part)
             ref = ray.put(sub)
             slot = self.sim_workers[w]
-            schema = get(slot.handle.add_env.remote(key, ref, cfg.sim), rc.get_timeout_s,
+            schema = get(slot.handle.add_env.remote(key, ref, cfg.sim, None, self.widths), rc.get_timeout_s,
                          f"ray sim worker {w}: add shard '{key}'")
             refs.append(ref)
             schemas.append(schema)

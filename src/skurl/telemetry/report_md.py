@@ -174,6 +174,7 @@ def render_markdown(data: ReportData, plots: Mapping[str, str]) -> str:
                     plots.get("cost_breakdown"), "no cost breakdown in the evaluation")
     out += _section("Results by SKU segment", _segment_table(data), plots.get("segments"),
                     "no per-segment results")
+    out += _new_skus_section(data)
     out += _section("Training diagnostics", _training_table(data), plots.get("diagnostics"),
                     "no training metrics")
     out += _section("Time by stage", _stage_table(data), plots.get("stage_times"),
@@ -295,3 +296,21 @@ def _stage_table(data: ReportData) -> list[str]:
     rows = [[s, fmt(totals[s]), fmt(means[s]),
              fmt_pct(100 * totals[s] / grand if grand else None, False)] for s in stages]
     return _table(["Stage", "Total seconds", "Mean seconds/iteration", "Share"], rows)
+
+
+def _new_skus_section(data: ReportData) -> list[str]:
+    """SKUs added mid-training (`skurl train --resume RUN --catalog NEW`): their cost and
+    the tuned baseline's on them, from their first iteration on. Absent for other runs."""
+    rows = [r for r in data.records if "new_skus" in r]
+    if not rows:
+        return []
+    table = [[str(r["iteration"]), fmt(r.get("new_skus")), fmt(r.get("new_skus_reward_mean")),
+              fmt(r.get("new_skus_eval_cost")), fmt(r.get("new_skus_baseline_cost")),
+              fmt_pct(_vs(_num(r.get("new_skus_eval_cost")), _num(r.get("new_skus_baseline_cost"))))]
+             for r in rows]
+    intro = (f"SKUs added to the catalog from iteration {rows[0]['iteration']} on (the network, its "
+             "observation statistics and the kept SKUs' state carried over; new SKUs' reward statistics "
+             "started from their category's). Cost per SKU-day on the evaluation seeds:")
+    return ["## New SKUs", "", intro, "",
+            *_table(["Iteration", "New SKUs", "Training reward/SKU-day", "Cost/SKU-day",
+                     "Baseline cost/SKU-day", "vs baseline"], table)]

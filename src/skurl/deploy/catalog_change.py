@@ -1,0 +1,302 @@
+"""`skurl train --resume RUN --catalog NEW`: continue a run on a changed SKU set.
+
+SKU ids are the identity: SKUs of NEW whose ids the run trained on keep everything they
+had; ids only in NEW are added, ids no longer in NEW are removed. What carries over:
+
+- The network: one shared policy, so it serves any SKU set whose features fit its input.
+  Feature widths (sim/layout.py) follow the catalog's longest shelf life A and longest
+  lead time + supplier delay P, so a changed catalog could change the input width. The
+  width is therefore fixed by the network, not the catalog: the run's (A, P) are read
+  from RUN_DIR/catalog_change.json (written at the first change) or from the catalog of
+  the run's own config, and NEW's environments are built at least that wide
+  (VectorEnv min_widths; the extra columns are zero, exactly what a SKU with a shorter
+  lead time or shelf life shows in the original catalog). A NEW whose SKUs need more
+  columns than the network has is refused with one line naming the SKU and field.
+- Shards, Ray placements and the evaluation sample are recomputed from NEW.
+- Normalization. The observation normalizer is global (one running mean/std per feature
+  over all SKU-days; features are in days of demand, so SKUs of any size share it): new
+  SKUs simply use it. With ppo.reward_scale=sku each SKU has its own running moments of
+  its discounted returns (learn/normalize.SkuRewardScaler, kept in the checkpoint by SKU
+  id). "Their category's statistics" means: a new SKU's moments start as its category's
+  pooled moments over the kept SKUs of that category (count-weighted mean of the per-SKU
+  means and variances, i.e. the typical within-SKU return variance, not the spread
+  between SKUs), with the category's median count as weight, so its own data take over
+  at the rate of ppo.stats_decay. A category with no kept SKU starts from all kept SKUs.
+  Removed SKUs' moments are dropped. With reward_scale=global there is nothing per SKU.
+- Report: the first iteration on NEW is evaluated; metrics.jsonl gets new_skus_* keys
+  (training reward of the new SKUs each iteration; their evaluated cost and the tuned
+  baseline's cost on them at every evaluation) and report.md a "New SKUs" section. The
+  baseline is re-tuned for NEW (the old baseline.json is kept as baseline.before_iter_K.json).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from skurl.catalog import Catalog, load_catalog
+from skurl.config import Config, load_config
+from skurl.deploy.colocated import BASELINE, BASELINE_FILE, ColocatedRun, TrainResult
+from skurl.errors import CatalogError, UserError
+from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
+from skurl.policy.learned import CONFIG_FILE
+from skurl.sim.layout import catalog_widths
+
+log = logging.getLogger("skurl.catalog_change")
+
+CHANGE_FILE = "catalog_change.json"
+NEW_SKUS_FILE = "new_skus.npy"
+
+
+@dataclass
+class CatalogChange:
+    """The run's latest SKU-set change and the feature widths its network was built for."""
+
+    widths: tuple[int, int]  # (A, P) of the network's input
+    iteration: int | None = None  # first iteration on the changed set (None: never changed)
+    added: np.ndarray | None = None  # ids of the SKUs new at that change
+    removed: int = 0
+    skus: int = 0
+    baseline_new_skus_cost: float | None = None  # tuned baseline's cost on the new SKUs
+
+    def save(self, run_dir: Path) -> None:
+        data = {"widths": list(self.widths), "iteration": self.iteration, "added": int(self.added.size)
+                if self.added is not None else 0, "removed": self.removed, "skus": self.skus,
+                "baseline_new_skus_cost": self.baseline_new_skus_cost}
+        if self.added is not None:
+            np.save(run_dir / NEW_SKUS_FILE, self.added)
+        (run_dir / CHANGE_FILE).write_text(json.dumps(data, indent=1))
+
+    @classmethod
+    def load(cls, run_dir: Path) -> CatalogChange | None:
+        path = run_dir / CHANGE_FILE
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        added = np.load(run_dir / NEW_SKUS_FILE) if (run_dir / NEW_SKUS_FILE).is_file() else None
+        return cls((int(data["widths"][0]), int(data["widths"][1])), data.get("iteration"), added,
+                   int(data.get("removed", 0)), int(data.get("skus", 0)), data.get("baseline_new_skus_cost"))
+
+
+def check_fits(catalog: Catalog, widths: tuple[int, int], where: str) -> None:
+    """CatalogError (one line, naming a SKU and field) when `catalog` needs wider features
+    than the trained network's (A, P)."""
+    a, p = widths
+    need_p = catalog.lead_time.astype(np.int64) + catalog.delay_max
+    if int(need_p.max()) > p:
+        i = int(np.argmax(need_p))
+        raise CatalogError(f"{where}: SKU {int(catalog.sku_id[i])}: lead_time + delay_max = {int(need_p[i])} "
+                           f"does not fit the trained network's {p} pipeline features, expected at most {p}")
+    if int(catalog.shelf_life.max()) > a:
+        i = int(np.argmax(catalog.shelf_life))
+        raise CatalogError(f"{where}: SKU {int(catalog.sku_id[i])}: shelf_life = {int(catalog.shelf_life[i])} "
+                           f"does not fit the trained network's {a} shelf-life features, expected at most {a}")
+
+
+def category_of(catalog: Catalog, sku_ids: np.ndarray) -> np.ndarray:
+    """int64 category of each id in `sku_ids` (all in `catalog`)."""
+    order = np.argsort(catalog.sku_id, kind="stable")
+    at = order[np.searchsorted(catalog.sku_id, sku_ids, sorter=order)]
+    return catalog.category[at].astype(np.int64)
+
+
+def seed_new_sku_stats(scaler: Any, catalog: Catalog, added: np.ndarray) -> int:
+    """Per-SKU reward statistics for `catalog`'s SKU set: drop ids not in it, start the ids
+    in `added` from their category's pooled moments (module docstring). Returns the number
+    of new SKUs seeded (0 when the scaler keeps no per-SKU statistics)."""
+    if not hasattr(scaler, "ids"):
+        return 0
+    device = scaler.ids.device
+    ids, mean, var, count = (t.cpu() for t in (scaler.ids, scaler.mean, scaler.var, scaler.count))
+    new_ids = torch.from_numpy(np.array(added, np.int64))
+    keep = torch.isin(ids, torch.from_numpy(np.array(catalog.sku_id))) & ~torch.isin(ids, new_ids)
+    ids, mean, var, count = ids[keep], mean[keep], var[keep], count[keep]
+    known_cat, new_cat = (torch.from_numpy(category_of(catalog, x.numpy())) for x in (ids, new_ids))
+    n = int(new_ids.numel())
+    new_mean, new_var, new_count = (torch.zeros(n, dtype=torch.float64) for _ in range(3))
+    if ids.numel():
+        for c in new_cat.unique().tolist():  # a loop per category, not per SKU
+            pool = known_cat == c
+            if not bool(pool.any()):
+                pool = torch.ones_like(known_cat, dtype=torch.bool)
+            w = count[pool].clamp_min(1e-12)
+            at = new_cat == c
+            new_mean[at] = float((w * mean[pool]).sum() / w.sum())
+            new_var[at] = float((w * var[pool]).sum() / w.sum())
+            new_count[at] = float(count[pool].median())
+    all_ids = torch.cat([ids, new_ids])
+    order = torch.argsort(all_ids)
+    scaler.ids = all_ids[order].to(device)
+    scaler.mean = torch.cat([mean, new_mean])[order].to(device)
+    scaler.var = torch.cat([var, new_var])[order].to(device)
+    scaler.count = torch.cat([count, new_count])[order].to(device)
+    return n
+
+
+def trained_widths(run_dir: Path, cfg: Config) -> tuple[int, int]:
+    """(A, P) the run's network was built for."""
+    change = CatalogChange.load(run_dir)
+    if change is not None:
+        return change.widths
+    return catalog_widths(load_catalog(cfg.catalog))
+
+
+class CatalogChangeRun:
+    """Mixin over ColocatedRun / RayRun (listed first): feature widths of the trained
+    network, new SKUs' statistics, evaluation and scalars. `change.added` is None for a
+    run that never changed its SKU set but resumes through here."""
+
+    def __init__(self, cfg: Config, run_dir: str | Path, *, change: CatalogChange, old_ids: np.ndarray | None,
+                 **kwargs: Any) -> None:
+        self.change = change
+        self._scores: dict[str, Any] = {}
+        super().__init__(cfg, run_dir, resume=True, **kwargs)  # type: ignore[call-arg]
+        run: Any = self
+        if old_ids is not None:  # changed now: seed statistics, re-tune the baseline
+            baseline = run.run_dir / BASELINE_FILE
+            if baseline.is_file():
+                baseline.rename(run.run_dir / f"baseline.before_iter_{run.learner.iteration}.json")
+            seeded = seed_new_sku_stats(run.learner.reward_scaler, run.catalog, change.added)
+            print(f"skurl: --catalog: from iteration {change.iteration} on {change.skus} SKUs: "
+                  f"{change.added.size} added, {change.removed} removed (shards recomputed; "
+                  f"{seeded} new SKUs' reward statistics start from their category's)", file=sys.stderr)
+            change.save(run.run_dir)
+        self._new = np.asarray(change.added if change.added is not None else [], np.int64)
+
+    def _env(self, shard: int) -> Any:
+        run: Any = self
+        # ColocatedRun sets its catalog's widths just before the first _env: widen them to the network's.
+        run.widths = (max(run.widths[0], self.change.widths[0]), max(run.widths[1], self.change.widths[1]))
+        return super()._env(shard)  # type: ignore[misc]
+
+    def iteration(self, it: int) -> dict[str, Any]:
+        run: Any = self
+        scalars = super().iteration(it)  # type: ignore[misc]
+        if self._new.size:
+            scalars["new_skus"] = float(self._new.size)
+            if self.change.iteration == it and not run._due(it, run.cfg.train.eval_every, run.cfg.train.iterations):
+                scalars.update(run.evaluate(it))  # their cost from their first iteration on
+        return scalars
+
+    def collector(self, iteration: int) -> Any:
+        return _NewSkuRewards(super().collector(iteration), self)  # type: ignore[misc]
+
+    def _score(self, policy: Any) -> Any:
+        result = super()._score(policy)  # type: ignore[misc]
+        self._scores[policy.name] = result
+        return result
+
+    def _baseline(self) -> dict[str, Any]:
+        result = super()._baseline()  # type: ignore[misc]
+        run: Any = self
+        if BASELINE in self._scores and self._new.size and self.change.baseline_new_skus_cost is None:
+            self.change.baseline_new_skus_cost = self._new_cost(self._scores[BASELINE])
+            self.change.save(run.run_dir)
+        return result
+
+    def evaluate(self, it: int) -> dict[str, Any]:
+        from skurl.deploy.colocated import TRAINED
+
+        out = super().evaluate(it)  # type: ignore[misc]
+        if self._new.size and TRAINED in self._scores:
+            cost = self._new_cost(self._scores[TRAINED])
+            if cost is not None:
+                out["new_skus_eval_cost"] = cost
+                if self.change.baseline_new_skus_cost is not None:
+                    out["new_skus_baseline_cost"] = self.change.baseline_new_skus_cost
+        return out
+
+    def _new_cost(self, result: Any) -> float | None:
+        run: Any = self
+        mask = np.isin(run.eval_catalog.sku_id, self._new)
+        return float(result.per_sku_cost[mask].mean()) if mask.any() else None
+
+
+class _NewSkuRewards:
+    """A collector whose iteration scalars add the new SKUs' mean reward per SKU-day."""
+
+    def __init__(self, inner: Any, run: CatalogChangeRun) -> None:
+        self.inner, self.run = inner, run
+        self.new_reward: float | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def collect(self, *args: Any, **kwargs: Any) -> Any:
+        rollout = self.inner.collect(*args, **kwargs)
+        mask = np.isin(rollout.sku_ids, self.run._new)
+        self.new_reward = float(rollout.rewards[:, mask].mean(dtype=np.float64)) if mask.any() else None
+        return rollout
+
+    @property
+    def stats(self) -> Any:
+        stats = self.inner.stats
+        if self.new_reward is None:
+            return stats
+        return _StatsWith(stats, {"new_skus_reward_mean": self.new_reward})
+
+
+class _StatsWith:
+    def __init__(self, stats: Any, extra: dict[str, float]) -> None:
+        self.stats, self.extra = stats, extra
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stats, name)
+
+    def scalars(self) -> dict[str, float]:
+        return {**self.stats.scalars(), **self.extra}
+
+
+class ChangedColocatedRun(CatalogChangeRun, ColocatedRun):
+    pass
+
+
+def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str]) -> tuple[Config, CatalogChange, np.ndarray | None]:
+    """The resumed run's config (on `catalog_path` if given), its change record and the
+    previous SKU ids (None when the SKU set does not change now)."""
+    run_dir = Path(run_dir)
+    cfg_file = run_dir / CONFIG_FILE
+    if not cfg_file.is_file():
+        raise UserError(f"--resume {run_dir}: no {CONFIG_FILE}; expected a directory made by `skurl train`")
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        raise UserError(f"--resume {run_dir}: no checkpoint to resume from")
+    old_cfg = load_config(cfg_file, overrides)
+    widths = trained_widths(run_dir, old_cfg)
+    change = CatalogChange.load(run_dir) or CatalogChange(widths)
+    if catalog_path is None:
+        return old_cfg, change, None
+    cfg = load_config(cfg_file, [*overrides, "catalog.kind=file", f"catalog.path={catalog_path}"])
+    new = load_catalog(cfg.catalog)  # validated: duplicate ids, bad fields are one line each
+    check_fits(new, widths, f"--catalog {catalog_path}")
+    old_ids = np.sort(load_catalog(old_cfg.catalog).sku_id)
+    iteration = int(load_checkpoint(path)[1]["iteration"])
+    added = np.setdiff1d(new.sku_id, old_ids)
+    removed = int(np.setdiff1d(old_ids, new.sku_id).size)
+    return cfg, CatalogChange(widths, iteration, added, removed, len(new)), old_ids
+
+
+def resume(run_dir: str | Path, catalog_path: str | None, overrides: list[str] | None = None, *,
+           mode: str = "colocated", address: str | None = None, baseline: bool = True,
+           stop_after: int | None = None) -> TrainResult:
+    """Resume `run_dir` (--mode colocated or ray) on `catalog_path` (or on its own catalog,
+    keeping the network's feature widths of an earlier change)."""
+    cfg, change, old_ids = prepare(run_dir, catalog_path, list(overrides or []))
+    if mode == "ray":
+        from skurl.deploy import ray_mode
+
+        cfg = ray_mode.with_address(cfg, address)
+        changed_ray_run = type("ChangedRayRun", (CatalogChangeRun, ray_mode.RayRun), {})
+        return ray_mode._run(changed_ray_run(cfg, run_dir, change=change, old_ids=old_ids, baseline=baseline),
+                             stop_after)
+    if mode != "colocated":
+        raise UserError(f"skurl train --catalog: --mode {mode} cannot change the SKU set yet; "
+                        "expected --mode colocated or ray")
+    return ChangedColocatedRun(cfg, run_dir, change=change, old_ids=old_ids, baseline=baseline).run(stop_after)
