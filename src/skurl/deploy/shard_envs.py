@@ -82,14 +82,17 @@ def catalog_schema(addresses: Sequence[str], cfg: RpcConfig, timeout_s: float) -
 
 
 class ReplayingRemoteEnv:
-    """A RemoteEnv that, when its server is lost, reconnects and replays the episode."""
+    """A RemoteEnv that, when its server is lost, reconnects and replays the episode.
+    `lean`, `schema`: the RemoteEnv's (lean replies, features shown in `schema`)."""
 
     def __init__(self, address: str, cfg: RpcConfig, reconnect_timeout_s: float = 60.0,
-                 connect_timeout_s: float = 30.0) -> None:
+                 connect_timeout_s: float = 30.0, *, lean: bool = False,
+                 schema: ObsSchema | None = None) -> None:
         self.address = address
         self._cfg = cfg
         self.reconnect_timeout_s = reconnect_timeout_s
-        self._env = RemoteEnv(address, cfg, connect_timeout_s=connect_timeout_s)
+        self._shown = {"lean": lean, "schema": schema}
+        self._env = RemoteEnv(address, cfg, connect_timeout_s=connect_timeout_s, **self._shown)
         self.sku_ids = self._env.sku_ids
         self.catalog_rows = self._env.catalog_rows
         self.shard = self._env.shard
@@ -105,6 +108,10 @@ class ReplayingRemoteEnv:
     @property
     def schema(self) -> ObsSchema:
         return self._env.schema
+
+    @property
+    def metric_sums(self) -> dict[str, float] | None:
+        return self._env.metric_sums
 
     def reset(self, seed: int, episode: int = 0) -> Obs:
         self._episode, self._orders = (int(seed), int(episode)), []
@@ -165,7 +172,7 @@ class ReplayingRemoteEnv:
         log.warning("sim server %s is back; replayed %d days", self.address, len(self._orders))
 
     def _rebuilt(self, connect_timeout_s: float) -> RemoteEnv:
-        env = RemoteEnv(self.address, self._cfg, connect_timeout_s=connect_timeout_s)
+        env = RemoteEnv(self.address, self._cfg, connect_timeout_s=connect_timeout_s, **self._shown)
         try:
             if env.shard != self.shard or not np.array_equal(env.catalog_rows, self.catalog_rows):
                 raise UserError(f"sim server {self.address} came back as shard "
@@ -214,10 +221,13 @@ def business_from_totals(totals: dict[str, float], sku_days: int) -> dict[str, f
 
 class CatalogSchemaEnv:
     """`env` with features widened to the catalog's `schema` (zeros in the extra columns,
-    exactly what the whole-catalog env shows there) and the episode's business totals."""
+    exactly what the whole-catalog env shows there) and the episode's business totals,
+    from the step's metrics or, when every env of `sums_from` has them, their
+    `metric_sums` (lean replies carry sums, not per-SKU metrics)."""
 
-    def __init__(self, env: Any, schema: ObsSchema) -> None:
+    def __init__(self, env: Any, schema: ObsSchema, sums_from: Sequence[Any] = ()) -> None:
         self.env = env
+        self._sums_from = list(sums_from)
         self._schema = schema
         self._cols = column_map(env.schema, schema)
         self._features: np.ndarray | None = None
@@ -243,8 +253,12 @@ class CatalogSchemaEnv:
 
     def step(self, orders: np.ndarray) -> StepResult:
         result = self.env.step(orders)
+        sums = [getattr(e, "metric_sums", None) for e in self._sums_from]
         for name in BUSINESS_SUMS:
-            self.totals[name] += float(getattr(result.metrics, name).sum(dtype=np.float64))
+            if sums and all(s is not None for s in sums):
+                self.totals[name] += sum(s[name] for s in sums)
+            else:
+                self.totals[name] += float(getattr(result.metrics, name).sum(dtype=np.float64))
         self.days += 1
         return StepResult(obs=self._widen(result.obs), reward=result.reward, done=result.done,
                           metrics=result.metrics, failed=result.failed)
@@ -271,15 +285,17 @@ class CatalogSchemaEnv:
 
 
 def collector_env(addresses: Sequence[str], shards: Sequence[int], cfg: RpcConfig,
-                  reconnect_timeout_s: float,
-                  connect_timeout_s: float = 30.0) -> tuple[CatalogSchemaEnv, list[ReplayingRemoteEnv]]:
+                  reconnect_timeout_s: float, connect_timeout_s: float = 30.0, *,
+                  lean: bool = True) -> tuple[CatalogSchemaEnv, list[ReplayingRemoteEnv]]:
     """The env of a collector driving sim servers `shards` of `addresses` (shard order):
-    its SKUs in catalog row order, with the catalog's schema; and the shard envs."""
+    its SKUs in catalog row order, with the catalog's schema; and the shard envs. With
+    `lean` the servers send only what a collector reads, in the catalog's schema."""
     schema = catalog_schema(addresses, cfg, connect_timeout_s)
     envs: list[ReplayingRemoteEnv] = []
     try:
         for k in shards:
-            env = ReplayingRemoteEnv(addresses[k], cfg, reconnect_timeout_s, connect_timeout_s)
+            env = ReplayingRemoteEnv(addresses[k], cfg, reconnect_timeout_s, connect_timeout_s,
+                                     lean=lean, schema=schema if lean else None)
             envs.append(env)
             if env.shard != (k, len(addresses)):
                 raise UserError(f"sim server {addresses[k]} serves shard {env.shard[0]}/"
@@ -290,7 +306,7 @@ def collector_env(addresses: Sequence[str], shards: Sequence[int], cfg: RpcConfi
         # catalog, so the learner only scatters them into place.
         local = [np.searchsorted(rows, e.catalog_rows) for e in envs]
         merged = MultiShardEnv(envs, local)
-        return CatalogSchemaEnv(merged, schema), envs
+        return CatalogSchemaEnv(merged, schema, sums_from=envs if lean else ()), envs
     except BaseException:
         for e in envs:
             e.close()

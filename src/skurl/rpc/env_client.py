@@ -1,7 +1,10 @@
 """RemoteEnv: the Env protocol (sim/api.py) over gRPC, one shard on one sim server.
 
 A collector cannot tell it from VectorEnv: same reset/step/info/close, same schema, same
-Obs/StepResult with the env's own dtypes, arrays reused every step. Failures surface as
+Obs/StepResult with the env's own dtypes, arrays reused every step. With lean=True it
+asks for lean replies (env_wire.py): only what a collector reads, about 1/13 of the bytes;
+the raw state but today's forecast reads as zeros, the per-SKU metrics as NaN, and
+`metric_sums` holds the shard's sums of the last step. Failures surface as
 skurl errors naming the server: a dead or unreachable server is ServerUnavailableError,
 a rejected request RequestRejectedError carrying the server's one-line reason.
 """
@@ -18,7 +21,7 @@ import numpy as np
 
 from skurl.config import RpcConfig
 from skurl.rpc.codec import decode_batch, encode_into
-from skurl.rpc.env_wire import ORDER_DTYPES, ReplyDecoder, schema_from_wire
+from skurl.rpc.env_wire import ORDER_DTYPES, LeanReplyDecoder, ReplyDecoder, schema_from_wire
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError, from_rpc_error
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
@@ -65,8 +68,14 @@ class RemoteEnv:
     """One shard of SKUs simulated by the EnvService at `address` (host:port)."""
 
     def __init__(self, address: str, cfg: RpcConfig | None = None, *, env_id: str | None = None,
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, lean: bool = False,
+                 schema: ObsSchema | None = None) -> None:
+        """`schema` (lean only): show the features in this schema, the server's fields at
+        least as wide (the catalog's, when the shard's own is narrower)."""
+        if schema is not None and not lean:
+            raise ValueError("RemoteEnv: a schema to show needs lean=True")
         self.address = address
+        self.lean = lean
         self.env_id = env_id or f"env-{uuid.uuid4().hex[:12]}"
         self._cfg = cfg or RpcConfig()
         self._channel: grpc.Channel | None = connect(address, self._cfg, connect_timeout_s)
@@ -85,7 +94,12 @@ class RemoteEnv:
         self.catalog_rows = np.array(rows["catalog_row"], dtype=np.int64)
         self.shard = (int(info.shard_index), int(info.shard_count))
         self.days = int(info.days)
-        self._decoder = ReplyDecoder(self._num_skus, self._schema)
+        self._decoder: ReplyDecoder | LeanReplyDecoder
+        if lean:
+            self._decoder = LeanReplyDecoder(self._num_skus, self._schema, schema)
+            self._schema = self._decoder.schema
+        else:
+            self._decoder = ReplyDecoder(self._num_skus, self._schema)
 
     # ---------------------------------------------------------------- Env protocol
     @property
@@ -96,9 +110,14 @@ class RemoteEnv:
     def schema(self) -> ObsSchema:
         return self._schema
 
+    @property
+    def metric_sums(self) -> dict[str, float] | None:
+        """Lean: each DayMetrics field of the last step summed over the shard (else None)."""
+        return self._decoder.sums if isinstance(self._decoder, LeanReplyDecoder) else None
+
     def reset(self, seed: int, episode: int = 0) -> Obs:
         reply = self._call("Reset", pb.ResetRequest(env_id=self.env_id, seed=int(seed),
-                                                    episode=int(episode)))
+                                                    episode=int(episode), lean=self.lean))
         return self._decoder.reset_reply(reply)
 
     def step(self, orders: np.ndarray) -> StepResult:
@@ -108,7 +127,7 @@ class RemoteEnv:
                               "array")
         if arr.dtype.name not in ORDER_DTYPES:
             arr = arr.astype(np.float64)  # float16, uint64: the server checks the values
-        request = pb.StepRequest(env_id=self.env_id)
+        request = pb.StepRequest(env_id=self.env_id, lean=self.lean)
         encode_into(request.orders, {"orders": arr})
         return self._decoder.step_reply(self._call("Step", request))
 

@@ -5,6 +5,10 @@ a session if it is new, Step needs a Reset first (FAILED_PRECONDITION) and a kno
 (INVALID_ARGUMENT), Close frees it. GetInfo with `open` is the client's handshake: it
 opens the session and returns the shard's size, observation schema and row ids.
 
+Reset with lean=true makes the session's replies lean until the next Reset (env_wire.py:
+what a collector reads, the features as a delta against the previous reply); a Step
+whose lean flag differs from its Reset's is FAILED_PRECONDITION.
+
 Requests are validated before they reach the simulator (codec.py, env_wire.py): wrong
 names/dtypes/shapes and NaN or negative orders are INVALID_ARGUMENT; a malformed request
 never changes a session's state and never stops the server.
@@ -27,12 +31,15 @@ from skurl.errors import UserError
 from skurl.rpc.codec import decode_batch, encode_into
 from skurl.rpc.env_wire import (
     check_orders,
+    encode_lean_reset_reply,
+    encode_lean_step_reply,
     encode_reset_reply,
     encode_step_reply,
     orders_spec,
     schema_to_wire,
 )
 from skurl.rpc.errors import CapacityError, WireError
+from skurl.rpc.feature_delta import FeatureDeltaEncoder
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.servicer_base import GrpcServer, check_reply_size, rpc_method, to_json
@@ -62,6 +69,14 @@ class _Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     state: str = "new"  # new (needs Reset) | running | done (episode over, needs Reset)
     day: int = 0
+    lean: bool = False  # the episode's replies are lean (its Reset asked)
+    delta: FeatureDeltaEncoder | None = None  # lean: the features last sent
+
+    def reset_delta(self, rows: int, dim: int) -> FeatureDeltaEncoder:
+        if self.delta is None or self.delta.shape != (rows, dim):
+            self.delta = FeatureDeltaEncoder(rows, dim)
+        self.delta.reset()
+        return self.delta
 
 
 def _step_histogram() -> Any:
@@ -163,8 +178,11 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             session.state = "new"  # stays so if reset fails
             with self._sim_lock:
                 obs = session.env.reset(int(request.seed), int(request.episode))
-            session.state, session.day = "running", int(obs.raw.day)
-            reply = encode_reset_reply(obs)
+            session.state, session.day, session.lean = "running", int(obs.raw.day), request.lean
+            if request.lean:
+                reply = encode_lean_reset_reply(obs, session.reset_delta(*obs.features.shape))
+            else:
+                reply = encode_reset_reply(obs)
         check_reply_size(reply, self._cfg, "Reset")
         return reply
 
@@ -179,6 +197,10 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
                     f"has finished its episode ({session.day} days)")
                 raise EnvStateError(f"env '{request.env_id}' on shard {self._where()} {why}; "
                                     "call Reset before Step")
+            if request.lean != session.lean:
+                raise EnvStateError(f"env '{request.env_id}' on shard {self._where()}: Step with "
+                                    f"lean={request.lean} in an episode reset with "
+                                    f"lean={session.lean}; ask as the Reset did")
             start = time.perf_counter()
             try:
                 with self._sim_lock:
@@ -191,7 +213,11 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             seconds = time.perf_counter() - start
             session.day = int(result.obs.raw.day)
             session.state = "done" if result.done else "running"
-            reply = encode_step_reply(result)
+            if session.lean:
+                assert session.delta is not None
+                reply = encode_lean_step_reply(result, session.delta)
+            else:
+                reply = encode_step_reply(result)
         histogram = _step_histogram()
         if histogram is not None:
             histogram.observe(seconds)

@@ -4,6 +4,13 @@ Names (one place, like RLlib's Columns): observation tensors `OBS_NAMES`, step t
 `reward`, `failed` and one tensor per DayMetrics field. Dtypes are the env's own, so a
 remote trajectory is bit-identical to the in-process one.
 
+Lean replies (Reset/Step with lean=true; what a collector reads, ~1/13 of the bytes):
+observation `LEAN_OBS_NAMES` (the features as a lossless delta, feature_delta.py, and
+today's forecast only, [N, 1]); step `reward`, `failed` and `metric_sums` float64 [M],
+each DayMetrics field summed over the shard's SKUs (in `METRIC_NAMES` order). The rest of
+the raw state and the per-SKU metrics are not sent: the decoded Obs/StepResult show them
+as read-only zeros (raw state) and NaN (metrics), and `LeanReplyDecoder.sums` holds the sums.
+
 The client decodes into arrays allocated once and overwritten by every call, the same
 contract as VectorEnv's views (sim/api.py: "copy what you keep"), which also makes them
 writable (np.frombuffer views of protobuf bytes are read-only).
@@ -17,6 +24,7 @@ import numpy as np
 
 from skurl.rpc.codec import ALLOWED_DTYPES, TensorSpec, check_spec
 from skurl.rpc.errors import WireError
+from skurl.rpc.feature_delta import FeatureDeltaDecoder, FeatureDeltaEncoder, mask_bytes
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.wire_fast import decode_reply, encode_reply
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
@@ -24,6 +32,9 @@ from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
 OBS_NAMES = ("features", "on_hand", "pipeline", "backlog", "forecast")
 METRIC_NAMES = tuple(f.name for f in fields(DayMetrics))
 STEP_NAMES = ("reward", "failed", *METRIC_NAMES)
+LEAN_OBS_NAMES = ("features_mask", "features_values", "features_base", "forecast")
+METRIC_SUMS = "metric_sums"
+LEAN_STEP_NAMES = ("reward", "failed", METRIC_SUMS)
 ORDER_DTYPES = frozenset({"float32", "float64", "int32", "int64", "uint8", "uint16", "uint32",
                           "int8", "int16"})
 _ANY = frozenset(ALLOWED_DTYPES)
@@ -51,6 +62,27 @@ def encode_step_reply(result: StepResult) -> bytes:
                         {STEP_DONE: int(bool(result.done)), STEP_DAY: int(result.obs.raw.day)})
 
 
+def encode_lean_reset_reply(obs: Obs, delta: FeatureDeltaEncoder) -> bytes:
+    """A serialized lean ResetReply (`delta` was reset: the features go against zeros)."""
+    return encode_reply({RESET_OBS: lean_obs_arrays(obs, delta)}, {RESET_DAY: int(obs.raw.day)})
+
+
+def encode_lean_step_reply(result: StepResult, delta: FeatureDeltaEncoder) -> bytes:
+    """A serialized lean StepReply (features against the session's previous reply)."""
+    return encode_reply({STEP_OBS: lean_obs_arrays(result.obs, delta),
+                         STEP_RESULT: lean_step_arrays(result)},
+                        {STEP_DONE: int(bool(result.done)), STEP_DAY: int(result.obs.raw.day)})
+
+
+def lean_obs_arrays(obs: Obs, delta: FeatureDeltaEncoder) -> dict[str, np.ndarray]:
+    return {**delta.encode(obs.features, int(obs.raw.day)), "forecast": obs.raw.forecast[:, :1]}
+
+
+def lean_step_arrays(result: StepResult) -> dict[str, np.ndarray]:
+    sums = np.array([getattr(result.metrics, name).sum(dtype=np.float64) for name in METRIC_NAMES])
+    return {"reward": result.reward, "failed": np.asarray(result.failed), METRIC_SUMS: sums}
+
+
 def orders_spec(num_skus: int) -> dict[str, TensorSpec]:
     """Step request: one tensor `orders` [N] in units."""
     return {"orders": TensorSpec(ORDER_DTYPES, (num_skus,))}
@@ -71,6 +103,20 @@ def step_specs(num_skus: int) -> dict[str, TensorSpec]:
     specs = {"reward": TensorSpec(_ANY, (num_skus,)), "failed": TensorSpec(_ANY, (None,))}
     specs.update({name: TensorSpec(_ANY, (num_skus,)) for name in METRIC_NAMES})
     return specs
+
+
+def lean_obs_specs(num_skus: int, dim: int) -> dict[str, TensorSpec]:
+    return {
+        "features_mask": TensorSpec(frozenset({"uint8"}), (mask_bytes(num_skus, dim),)),
+        "features_values": TensorSpec(frozenset({"float32"}), (None,)),
+        "features_base": TensorSpec(frozenset({"int64"}), (1,)),
+        "forecast": TensorSpec(_ANY, (num_skus, 1)),
+    }
+
+
+def lean_step_specs(num_skus: int) -> dict[str, TensorSpec]:
+    return {"reward": TensorSpec(_ANY, (num_skus,)), "failed": TensorSpec(_ANY, (None,)),
+            METRIC_SUMS: TensorSpec(frozenset({"float64"}), (len(METRIC_NAMES),))}
 
 
 def obs_arrays(obs: Obs) -> dict[str, np.ndarray]:
@@ -129,6 +175,67 @@ class ReplyDecoder:
             np.copyto(buf, arr)
             out[name] = buf
         return out
+
+
+class LeanReplyDecoder:
+    """Turns lean EnvService replies into Obs/StepResult; the features come in `shown`'s
+    layout (a schema with the same fields, each at least as wide: the catalog's), so a
+    collector over several shards needs no widening copy."""
+
+    def __init__(self, num_skus: int, schema: ObsSchema, shown: ObsSchema | None = None) -> None:
+        self.num_skus = num_skus
+        self.schema = shown or schema
+        self._delta = FeatureDeltaDecoder(num_skus, schema.dim, self.schema.dim,
+                                          column_index(schema, self.schema))
+        self._obs_specs = lean_obs_specs(num_skus, schema.dim)
+        self._step_specs = lean_step_specs(num_skus)
+        self._forecast = np.zeros((num_skus, 1), np.float32)
+        zeros = np.zeros(1, np.int64)
+        self._zeros = np.broadcast_to(zeros, (num_skus,))  # read-only, no memory per SKU
+        self._pipeline = np.broadcast_to(zeros, (num_skus, 1))
+        self._nan = np.broadcast_to(np.array([np.nan]), (num_skus,))
+        self.sums: dict[str, float] | None = None  # the last step's metric sums
+
+    def reset_reply(self, data: bytes) -> Obs:
+        batches, scalars = decode_reply(data)
+        self.sums = None
+        return self.obs(batches.get(RESET_OBS, {}), scalars.get(RESET_DAY, 0))
+
+    def step_reply(self, data: bytes) -> StepResult:
+        batches, scalars = decode_reply(data)
+        observation = self.obs(batches.get(STEP_OBS, {}), scalars.get(STEP_DAY, 0))
+        result = _checked(batches.get(STEP_RESULT, {}), self._step_specs, "lean step reply")
+        self.sums = dict(zip(METRIC_NAMES, result[METRIC_SUMS].tolist(), strict=True))
+        metrics = DayMetrics(**dict.fromkeys(METRIC_NAMES, self._nan))
+        return StepResult(obs=observation, reward=result["reward"].copy(),
+                          done=bool(scalars.get(STEP_DONE, 0)), metrics=metrics,
+                          failed=result["failed"].copy())
+
+    def obs(self, arrays: dict[str, np.ndarray], day: int) -> Obs:
+        checked = _checked(arrays, self._obs_specs, "lean observation reply")
+        features = self._delta.apply(checked, int(day))
+        forecast = checked["forecast"]
+        if self._forecast.dtype != forecast.dtype:  # the env's own dtype, as the full reply
+            self._forecast = np.empty(forecast.shape, forecast.dtype)
+        np.copyto(self._forecast, forecast)
+        raw = RawState(on_hand=self._zeros, pipeline=self._pipeline, backlog=self._zeros,
+                       forecast=self._forecast, day=int(day))
+        return Obs(features=features, raw=raw, schema=self.schema)
+
+
+def column_index(inner: ObsSchema, outer: ObsSchema) -> np.ndarray:
+    """outer's column of each of inner's columns: same fields in the same order, each at
+    most as wide in inner (its extra columns stay zero, as a whole-catalog env shows them)."""
+    if [n for n, _ in inner.fields] != [n for n, _ in outer.fields]:
+        raise WireError(f"observation fields {[n for n, _ in inner.fields]} differ from "
+                        f"{[n for n, _ in outer.fields]}")
+    out, start = [], 0
+    for (name, w), (_, wide) in zip(inner.fields, outer.fields, strict=True):
+        if w > wide:
+            raise WireError(f"observation field '{name}' is {w} wide, wider than {wide}")
+        out.extend(range(start, start + w))
+        start += wide
+    return np.array(out, np.int64)
 
 
 def _checked(arrays: dict[str, np.ndarray], specs: dict[str, TensorSpec],

@@ -8,6 +8,9 @@ Shard envs size some observation fields from their own rows (sim/layout.py: expi
 days, pipeline days, forecast days). The merged schema takes each field's widest shard;
 a narrower shard's extra columns are zero, which is exactly what the whole-catalog env
 shows there for expiring and pipeline (no stock or order reaches that far for its SKUs).
+One shard holding every row in order (a collector driving one sim server) is passed
+through: its own Obs/StepResult come back, without a gathering copy.
+
 `raw.forecast` is the exception: columns past a shard's own horizon are 0, not the
 forecast for those days (no policy reads them: a SKU's horizon is its lead time, longest
 delay and review days, all inside its shard's horizon).
@@ -103,6 +106,9 @@ class MultiShardEnv:
         self._sel = [_selector(r) for r in self._rows]
         self._n = sum(r.shape[0] for r in self._rows)
         self._schema, self._columns = _merge_schemas([e.schema for e in self._envs])
+        whole = slice(0, self._n)
+        self._direct = (len(self._envs) == 1 and self._columns[0] is None
+                        and isinstance(self._sel[0], slice) and self._sel[0] == whole)
         use_threads = concurrent and len(self._envs) > 1
         self._pool = ThreadPoolExecutor(len(self._envs), "shard") if use_threads else None
         self._buf: dict[str, np.ndarray] = {}
@@ -162,6 +168,10 @@ class MultiShardEnv:
 
     def reset(self, seed: int, episode: int = 0) -> Obs:
         self._in_step = True
+        if self._direct:
+            obs = self._envs[0].reset(seed, episode)
+            self._day, self._in_step = int(obs.raw.day), False
+            return obs
         shard_obs = self._map(lambda k: self._envs[k].reset(seed, episode))
         # Raw widths are known only now; the widest shard sets the merged arrays' width.
         self._wide = {attr: max(getattr(o.raw, attr).shape[1] for o in shard_obs)
@@ -179,6 +189,11 @@ class MultiShardEnv:
             raise EnvStateError("MultiShardEnv: a previous reset/step failed on some shard, "
                                 "so the shards are out of step; call reset()")
         arr = self._check_orders(orders)
+        if self._direct:
+            self._in_step = True
+            result = self._envs[0].step(arr)
+            self._day, self._in_step = int(result.obs.raw.day), False
+            return result
 
         def gather(k: int) -> tuple[int, bool]:
             self._gather_obs(k, results[k].obs)

@@ -61,14 +61,16 @@ class InfoReply(_message.Message):
     def __init__(self, num_skus: _Optional[int] = ..., schema: _Optional[_Iterable[_Union[SchemaField, _Mapping]]] = ..., shard_index: _Optional[int] = ..., shard_count: _Optional[int] = ..., rows: _Optional[_Union[TensorBatch, _Mapping]] = ..., info_json: _Optional[str] = ..., env_ids: _Optional[_Iterable[str]] = ..., days: _Optional[int] = ...) -> None: ...
 
 class ResetRequest(_message.Message):
-    __slots__ = ("env_id", "seed", "episode")
+    __slots__ = ("env_id", "seed", "episode", "lean")
     ENV_ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
+    LEAN_FIELD_NUMBER: _ClassVar[int]
     env_id: str
     seed: int
     episode: int
-    def __init__(self, env_id: _Optional[str] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ...) -> None: ...
+    lean: bool
+    def __init__(self, env_id: _Optional[str] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ..., lean: _Optional[bool] = ...) -> None: ...
 
 class ResetReply(_message.Message):
     __slots__ = ("obs", "day")
@@ -79,12 +81,14 @@ class ResetReply(_message.Message):
     def __init__(self, obs: _Optional[_Union[TensorBatch, _Mapping]] = ..., day: _Optional[int] = ...) -> None: ...
 
 class StepRequest(_message.Message):
-    __slots__ = ("env_id", "orders")
+    __slots__ = ("env_id", "orders", "lean")
     ENV_ID_FIELD_NUMBER: _ClassVar[int]
     ORDERS_FIELD_NUMBER: _ClassVar[int]
+    LEAN_FIELD_NUMBER: _ClassVar[int]
     env_id: str
     orders: TensorBatch
-    def __init__(self, env_id: _Optional[str] = ..., orders: _Optional[_Union[TensorBatch, _Mapping]] = ...) -> None: ...
+    lean: bool
+    def __init__(self, env_id: _Optional[str] = ..., orders: _Optional[_Union[TensorBatch, _Mapping]] = ..., lean: _Optional[bool] = ...) -> None: ...
 
 class StepReply(_message.Message):
     __slots__ = ("obs", "result", "done", "day")

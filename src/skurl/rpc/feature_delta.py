@@ -1,0 +1,139 @@
+"""Lossless day-to-day delta of the observation features, for lean EnvService replies.
+
+A collector's biggest input is the feature matrix float32 [N, D] (70 columns by default),
+yet from one day to the next only ~10% of its elements change and ~80% are zero (stock
+by age, pipeline slots, one-hot day of week, per-SKU constants). So a lean reply carries
+a bitmask of the elements whose bits changed since the session's previous reply (reset:
+since all-zero) and those elements' values in row-major order: ~1/8 + 4 x 0.1 bytes per
+element instead of 4. Elements are compared as uint32 bit patterns, so the client's
+copy is bit-identical to the server's (-0.0, NaN payloads included).
+
+Both sides hold the previous matrix: the server `FeatureDeltaEncoder` per session, the
+client `FeatureDeltaDecoder`, which can also place the server's columns into a wider
+schema (the catalog's, sim/layout.py) so the collector needs no further copy. Each delta
+names the day it is relative to (-1: zeros), and the decoder refuses one that does not
+follow its own day: a lost reply can never silently corrupt the features.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from skurl.rpc.errors import WireError
+
+BASE_ZEROS = -1  # the base of a reset's delta: an all-zero matrix
+
+
+@njit(cache=True, nogil=True)
+def _encode(cur: np.ndarray, prev: np.ndarray, mask: np.ndarray, values: np.ndarray) -> int:
+    """Set mask bits (little bit order) where cur != prev, append those cur values to
+    `values`, update prev; returns the count. cur/prev: uint32 [M]; mask: uint8 [ceil(M/8)]."""
+    k = 0
+    m = cur.shape[0]
+    for byte in range(mask.shape[0]):
+        bits = 0
+        base = byte * 8
+        for b in range(min(8, m - base)):
+            i = base + b
+            v = cur[i]
+            if v != prev[i]:
+                bits |= 1 << b
+                values[k] = v
+                prev[i] = v
+                k += 1
+        mask[byte] = bits
+    return k
+
+
+@njit(cache=True, nogil=True)
+def _decode(mask: np.ndarray, values: np.ndarray, cols: np.ndarray, out: np.ndarray) -> int:
+    """out[i // D, cols[i % D]] = next value for every set bit i of mask (D = len(cols));
+    returns how many values were used. out: uint32 [N, D'] with D' >= max(cols) + 1."""
+    d = cols.shape[0]
+    n = out.shape[0]
+    k = 0
+    for byte in range(mask.shape[0]):
+        bits = mask[byte]
+        if bits == 0:
+            continue
+        base = byte * 8
+        for b in range(8):
+            if bits & (1 << b):
+                i = base + b
+                row = i // d
+                if row >= n or k >= values.shape[0]:
+                    return -1
+                out[row, cols[i % d]] = values[k]
+                k += 1
+    return k
+
+
+def mask_bytes(rows: int, dim: int) -> int:
+    return (rows * dim + 7) // 8
+
+
+class FeatureDeltaEncoder:
+    """Server side: the features last sent to one session, and deltas against them."""
+
+    def __init__(self, rows: int, dim: int) -> None:
+        self.shape = (rows, dim)
+        self._prev = np.zeros(rows * dim, np.uint32)
+        self._mask = np.empty(mask_bytes(rows, dim), np.uint8)
+        self._values = np.empty(rows * dim, np.uint32)
+        self.day = BASE_ZEROS  # the day of the features held (-1: none sent yet)
+
+    def reset(self) -> None:
+        self._prev[:] = 0
+        self.day = BASE_ZEROS
+
+    def encode(self, features: np.ndarray, day: int) -> dict[str, np.ndarray]:
+        """The delta tensors of `features` (float32 [N, D]) against the previous day's:
+        features_mask uint8, features_values float32 [k], features_base int64 [1]."""
+        if features.shape != self.shape or features.dtype != np.float32:
+            raise ValueError(f"features {features.dtype}{list(features.shape)}, expected "
+                             f"float32{list(self.shape)}")
+        cur = np.ascontiguousarray(features).reshape(-1).view(np.uint32)
+        base = self.day
+        k = _encode(cur, self._prev, self._mask, self._values)
+        self.day = int(day)
+        return {"features_mask": self._mask, "features_values": self._values[:k].view(np.float32),
+                "features_base": np.array([base], np.int64)}
+
+
+class FeatureDeltaDecoder:
+    """Client side: the features held, patched by each delta; `cols[j]` is the column of
+    the held matrix that the server's column j fills (a wider schema's layout)."""
+
+    def __init__(self, rows: int, server_dim: int, out_dim: int, cols: np.ndarray | None = None) -> None:
+        self.server_dim = server_dim
+        self.cols = np.arange(server_dim, dtype=np.int64) if cols is None else np.asarray(cols, np.int64)
+        if self.cols.shape != (server_dim,) or (server_dim and self.cols.max() >= out_dim):
+            raise ValueError(f"column map of shape {self.cols.shape} does not fit {server_dim} -> {out_dim}")
+        self.features = np.zeros((rows, out_dim), np.float32)
+        self._view = self.features.view(np.uint32)
+        self.day = BASE_ZEROS
+
+    def apply(self, arrays: dict[str, np.ndarray], day: int) -> np.ndarray:
+        """Patch the held features with a reply's delta; returns them read-only (they are
+        the base of the next delta: a caller writing into them would corrupt it)."""
+        mask, values, base = arrays["features_mask"], arrays["features_values"], arrays["features_base"]
+        rows = self.features.shape[0]
+        if mask.shape != (mask_bytes(rows, self.server_dim),):
+            raise WireError(f"reply tensor 'features_mask': shape {list(mask.shape)}, expected "
+                            f"[{mask_bytes(rows, self.server_dim)}] for {rows} x {self.server_dim} features")
+        if base.shape != (1,):
+            raise WireError(f"reply tensor 'features_base': shape {list(base.shape)}, expected [1]")
+        if int(base[0]) == BASE_ZEROS:
+            self.features[:] = 0
+        elif int(base[0]) != self.day:
+            raise WireError(f"lean reply: features delta against day {int(base[0])}, but this "
+                            f"client holds day {self.day} (a reply was lost); reset the env")
+        used = _decode(mask, np.ascontiguousarray(values).view(np.uint32), self.cols, self._view)
+        if used != values.shape[0]:
+            self.day = BASE_ZEROS - 1  # held features are now unusable: only a reset helps
+            raise WireError(f"lean reply: features mask and {values.shape[0]} values disagree")
+        self.day = int(day)
+        out = self.features.view()
+        out.flags.writeable = False
+        return out
