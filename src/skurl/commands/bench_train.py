@@ -48,6 +48,7 @@ def run_collect(args: argparse.Namespace) -> int:
     from skurl.collect.evaluate import make_env
     from skurl.policy.learned import grid_for
     from skurl.policy.nets import ActorCritic
+    from skurl.sim.layout import catalog_widths
 
     if args.skus < 1 or args.steps < 1:
         raise UserError(f"skurl bench collect: --skus {args.skus} --steps {args.steps}, expected integers >= 1")
@@ -57,7 +58,9 @@ def run_collect(args: argparse.Namespace) -> int:
     grid = grid_for(cfg)
     env = make_env(catalog, cfg.sim)
     model = ActorCritic(env.schema.dim, grid.n, cfg.policy.hidden)
-    warm = Collector(make_env(catalog.subset(np.arange(min(1000, len(catalog)))), cfg.sim), model, grid,
+    # The warm-up subset shows the whole catalog's feature widths (the model's input width).
+    warm_env = make_env(catalog.subset(np.arange(min(1000, len(catalog)))), cfg.sim, catalog_widths(catalog))
+    warm = Collector(warm_env, model, grid,
                      chunk=cfg.train.chunk, infer_dtype=cfg.train.infer_dtype)
     warm.collect(cfg.train.seed, 0, record=False)  # JIT compilation and thread pools
     collector = Collector(env, model, grid, chunk=cfg.train.chunk, infer_dtype=cfg.train.infer_dtype)
