@@ -9,7 +9,6 @@ each); collector 1 is killed in the middle of iteration 1's collection.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,9 @@ from prometheus_client import CollectorRegistry
 
 ray = pytest.importorskip("ray")
 
-from test_ray_mode import ITERATIONS, config, final_weights  # noqa: E402
+from test_ray_mode import ITERATIONS, config, final_weights, local_ray  # noqa: E402, F401
 
-from skurl.config import Config, RayConfig  # noqa: E402
+from skurl.config import Config  # noqa: E402
 from skurl.deploy import ray_mode  # noqa: E402
 from skurl.deploy.ray_collect import RayCollectors, Share  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
@@ -29,14 +28,6 @@ from skurl.telemetry.metrics import use_registry  # noqa: E402
 
 KILL_AT, VICTIM = 1, 1
 TWO = ("ray.collectors=2", "ppo.reward_scale=sku")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    started = ray_mode.start_ray(RayConfig(num_cpus=2))
-    yield
-    if started:
-        ray.shutdown()
 
 
 class KillingCollectors(RayCollectors):

@@ -5,7 +5,6 @@ uninterrupted run (one collector: bit for bit equal to --mode colocated)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +13,15 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from test_ray_mode import ITERATIONS, config, final_weights  # noqa: E402
+from test_ray_mode import ITERATIONS, config, final_weights, local_ray  # noqa: E402, F401
 
 from skurl.cli import main  # noqa: E402
-from skurl.config import RayConfig  # noqa: E402
 from skurl.deploy import colocated, ray_mode  # noqa: E402
 from skurl.deploy.ray_collect import RayCollectors  # noqa: E402
 from skurl.store.local import LocalRolloutStore  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
 
 DIES_AT = 1
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    started = ray_mode.start_ray(RayConfig(num_cpus=2))
-    yield
-    if started:
-        ray.shutdown()
 
 
 class LearnerDied(RuntimeError):
