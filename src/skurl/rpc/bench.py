@@ -5,7 +5,9 @@
 Servers run as separate `skurl serve-sim` processes (as in a deployment), so client and
 server do not share a GIL. Every variant steps the same catalog with the same cheap
 order-up-to rule from the raw state; the figure is SKU-steps per second over `steps`
-days after one warm-up day (the first call compiles and allocates).
+days after one warm-up day (the first call compiles and allocates). The `lean` variants
+ask for lean replies (what a collector reads: no raw state but today's forecast), so
+they order today's forecast instead, in process too (`in_process_lean_rule`).
 """
 
 from __future__ import annotations
@@ -32,13 +34,17 @@ def order_up_to(obs: Obs) -> np.ndarray:
     return np.maximum(np.round(target - raw.on_hand - raw.pipeline.sum(axis=1)), 0)
 
 
-def time_env(env: Env, steps: int, seed: int = 0) -> float:
+def order_forecast(obs: Obs) -> np.ndarray:
+    return np.round(obs.raw.forecast[:, 0].astype(np.float64))
+
+
+def time_env(env: Env, steps: int, seed: int = 0, rule: Any = order_up_to) -> float:
     """SKU-steps per second of `steps` days after a warm-up day."""
     obs = env.reset(seed)
-    obs = env.step(order_up_to(obs)).obs
+    obs = env.step(rule(obs)).obs
     start = time.perf_counter()
     for _ in range(steps):
-        obs = env.step(order_up_to(obs)).obs
+        obs = env.step(rule(obs)).obs
     return env.num_skus * steps / (time.perf_counter() - start)
 
 
@@ -74,22 +80,28 @@ def stop_servers(procs: list[subprocess.Popen]) -> None:
 
 def run(cfg: Config, overrides: list[str], steps: int, shard_counts: list[int]) -> dict[str, Any]:
     from skurl.catalog import load_catalog
+    from skurl.rpc.env_client import RemoteEnv
     from skurl.rpc.multi_shard import MultiShardEnv
     from skurl.sim.env import VectorEnv
 
     catalog = load_catalog(cfg.catalog)
     local = VectorEnv(catalog, cfg.sim)
     out: dict[str, Any] = {"skus": len(catalog), "steps": steps,
-                           "in_process_sku_steps_per_s": time_env(local, steps)}
+                           "in_process_sku_steps_per_s": time_env(local, steps),
+                           "in_process_lean_rule_sku_steps_per_s": time_env(local, steps,
+                                                                             rule=order_forecast)}
     local.close()
     for shards in shard_counts:
         procs, addresses = start_servers(overrides, shards)
         try:
             with MultiShardEnv.from_addresses(addresses, cfg.rpc) as env:
-                rate = time_env(env, steps)
+                out[f"remote_{shards}_shards_sku_steps_per_s"] = time_env(env, steps)
+            lean = [RemoteEnv(a, cfg.rpc, lean=True) for a in addresses]
+            with MultiShardEnv(lean, [e.catalog_rows for e in lean]) as env:
+                out[f"remote_{shards}_shards_lean_sku_steps_per_s"] = time_env(
+                    env, steps, rule=order_forecast)
         finally:
             stop_servers(procs)
-        out[f"remote_{shards}_shards_sku_steps_per_s"] = rate
     return out
 
 

@@ -79,5 +79,5 @@ class LocalObjects:
 class LocalRolloutStore(ShardStore):
     """RolloutStore in directory `root` (created when missing)."""
 
-    def __init__(self, root: str | Path, compression_level: int = 3) -> None:
+    def __init__(self, root: str | Path, compression_level: int = 1) -> None:
         super().__init__(LocalObjects(root), compression_level)

@@ -75,7 +75,7 @@ def payload_key(manifest: ShardManifest) -> str:
 class ShardStore:
     """The RolloutStore contract over an ObjectBackend."""
 
-    def __init__(self, backend: ObjectBackend, compression_level: int = 3) -> None:
+    def __init__(self, backend: ObjectBackend, compression_level: int = 1) -> None:
         self.backend = backend
         self.url = backend.url
         self.compression_level = compression_level

@@ -170,7 +170,7 @@ class S3RolloutStore(ShardStore):
         self,
         url: str,
         endpoint_url: str | None = None,
-        compression_level: int = 3,
+        compression_level: int = 1,
         create_bucket: bool = False,
         timeout_s: float = 10.0,
     ) -> None:
