@@ -204,6 +204,10 @@ class TrainConfig:
     infer_dtype: Literal["auto", "float32", "bfloat16"] = opt(
         "auto", "collector inference precision: auto (bfloat16 where the CPU has native bf16) | float32 | bfloat16"
     )
+    collect_values: bool = opt(
+        False, "collectors also record value estimates; the learner recomputes values of rollouts "
+        "at its own version in fp32, so only stale rollouts need them (halves collector inference)"
+    )
     keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
 
     def __post_init__(self) -> None:

@@ -117,6 +117,7 @@ class Collector:
         days: int | None = None,
         sku_ids: np.ndarray | None = None,
         timer: Timer | None = None,
+        record_values: bool = True,
     ) -> None:
         self.env = env
         self.grid = grid
@@ -128,6 +129,10 @@ class Collector:
         if self.sku_ids.shape != (env.num_skus,):
             raise ValueError(f"collector: {self.sku_ids.shape[0]} sku_ids for {env.num_skus} SKUs")
         self.timer: Timer = timer or _NoTimer()
+        # Without values (train.collect_values=false) rollouts carry NaN values and
+        # bootstraps: the learner recomputes both for rollouts at its version and refuses
+        # stale ones without them. The value net is half of the inference cost.
+        self.record_values = bool(record_values)
         self.model = model
         self.version = 0
         self.nets = InferenceNets(model, self.dtype)
@@ -153,7 +158,7 @@ class Collector:
         noise = ActionUniforms(seed, episode, self.sku_ids)
         actions = np.empty(n, np.int64)
         logp = np.empty(n, np.float32)
-        values = np.empty(n, np.float32)
+        values = np.full(n, np.nan, np.float32)
         self.stats.sim_seconds += t_sim - start
         for day in range(self.days):
             t0 = time.perf_counter()
@@ -187,8 +192,11 @@ class Collector:
             raise RuntimeError(f"collector: episode ended after {self.stats.days} days, expected {self.days}")
         rollout.dones[-1] = True  # the end of the collected episode is a truncation
         rollout.last_obs[:] = obs.features
-        with self.timer.stage("infer"):
-            self._values(obs.features, rollout.bootstrap)
+        if self.record_values:
+            with self.timer.stage("infer"):
+                self._values(obs.features, rollout.bootstrap)
+        else:
+            rollout.bootstrap[:] = np.nan
         rollout.policy_version, rollout.seed, rollout.episode = self.version, seed, episode
         return rollout
 
@@ -198,11 +206,14 @@ class Collector:
         uniforms = torch.from_numpy(u)
         for s in range(0, features.shape[0], self.chunk):
             e = s + self.chunk
-            logits, value = self.nets(feats[s:e])
+            if self.record_values:
+                logits, value = self.nets(feats[s:e])
+                values[s:e] = value.numpy()
+            else:
+                logits = self.nets.logits(feats[s:e])
             idx, lp = sample_inverse_cdf(logits, uniforms[s:e])
             actions[s:e] = idx.numpy()
             logp[s:e] = lp.numpy()
-            values[s:e] = value.numpy()
 
     @torch.inference_mode()
     def _values(self, features: np.ndarray, out: np.ndarray) -> None:

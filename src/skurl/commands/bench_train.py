@@ -63,7 +63,8 @@ def run_collect(args: argparse.Namespace) -> int:
     warm = Collector(warm_env, model, grid,
                      chunk=cfg.train.chunk, infer_dtype=cfg.train.infer_dtype)
     warm.collect(cfg.train.seed, 0, record=False)  # JIT compilation and thread pools
-    collector = Collector(env, model, grid, chunk=cfg.train.chunk, infer_dtype=cfg.train.infer_dtype)
+    collector = Collector(env, model, grid, chunk=cfg.train.chunk, infer_dtype=cfg.train.infer_dtype,
+                          record_values=cfg.train.collect_values)
     collector.collect(cfg.train.seed, 0, record=False)
     s = collector.stats
     out = {

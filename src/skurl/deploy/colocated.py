@@ -109,7 +109,8 @@ class ColocatedRun:
     def collector(self, iteration: int) -> Collector:
         env = self._env(iteration % len(self.shards))
         return Collector(env, self.model, self.grid, chunk=self.cfg.train.chunk,
-                         infer_dtype=self.cfg.train.infer_dtype, timer=self.timer)
+                         infer_dtype=self.cfg.train.infer_dtype, timer=self.timer,
+                         record_values=self.cfg.train.collect_values)
 
     def run(self, stop_after: int | None = None) -> TrainResult:
         """Iterate from the restored iteration to train.iterations (or stop after

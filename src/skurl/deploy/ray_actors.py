@@ -384,7 +384,8 @@ class CollectorWorker:
             self.model = ActorCritic.from_state(tensors)
         if key not in self.collectors:
             self.collectors[key] = Collector(self.envs[key], self.model, grid_for(self.cfg),
-                                             chunk=self.cfg.train.chunk, infer_dtype=self.cfg.train.infer_dtype)
+                                             chunk=self.cfg.train.chunk, infer_dtype=self.cfg.train.infer_dtype,
+                                             record_values=self.cfg.train.collect_values)
         return self.collectors[key]
 
     def collect(self, key: str, seed: int, episode: int, version: int) -> dict[str, Any]:

@@ -186,7 +186,8 @@ class CollectorProcess:
             grid = grid_for(cfg)
             model = ActorCritic(env.schema.dim, grid.n, cfg.policy.hidden)
             collector = Collector(env, model, grid, chunk=cfg.train.chunk,
-                                  infer_dtype=cfg.train.infer_dtype, timer=StageTimer())
+                                  infer_dtype=cfg.train.infer_dtype, timer=StageTimer(),
+                                  record_values=cfg.train.collect_values)
             self.servicer = RoleCollectorServicer(collector_id, collector, env, cfg,
                                                   open_store(cfg.store), run_name, shard_envs)
             self.server = CollectorServer(self.servicer, cfg.rpc, host, port)
