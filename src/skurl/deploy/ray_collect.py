@@ -181,7 +181,8 @@ class RayCollectors:
             return Loss()
         p, threshold = self.placement, self.run.cfg.deploy.max_lost_share
         skus = sum(int(s.rows.size) for s in lost)
-        loss = Loss([s.index for s in lost], skus, skus / p.num_skus, waited=skus / p.num_skus > threshold)
+        waited = skus / p.num_skus > threshold or len(lost) == len(p.shares)  # nothing left to train on
+        loss = Loss([s.index for s in lost], skus, skus / p.num_skus, waited=waited)
         what = (f"ray collectors {_ids(lost)} died collecting '{p.key}': {skus} of {p.num_skus} SKUs "
                 f"({100 * loss.share:.1f}%, deploy.max_lost_share {100 * threshold:g}%)")
         if loss.waited:

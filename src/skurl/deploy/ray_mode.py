@@ -9,6 +9,13 @@ sync interface) and hand rollouts back through the object store or the rollout s
 With ray.collectors = 1 the collector runs the whole SKU set in catalog order, so the
 same config and seed give bit-identical weights to --mode colocated (DESIGN 6).
 
+Faults: a dead simulator worker is restarted or replaced and its shard replayed
+(ray_actors.py); a collector that dies mid-iteration is replaced, and its share is either
+left out of that iteration or re-collected (deploy.max_lost_share; ray_collect.py); a
+restarted learner (--resume) trains on the interrupted iteration's shards when they are in
+the rollout store (ray.rollouts=store). `--resume RUN --catalog NEW` goes through
+catalog_change.py (a RayRun with the SKU set changed).
+
 `skurl train --mode ray [--address ADDR]` (commands/train_cmd.py) calls `run(cfg, args)`.
 """
 
