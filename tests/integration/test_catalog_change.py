@@ -6,11 +6,13 @@ statistics; catalogs with duplicate ids or that need wider features are one-line
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from skurl.catalog import load_catalog
 from skurl.catalog.io import write_catalog
@@ -20,6 +22,7 @@ from skurl.config import load_config
 from skurl.deploy import colocated
 from skurl.deploy.catalog_change import CHANGE_FILE, CatalogChange
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
+from skurl.policy.learned import CONFIG_FILE
 from skurl.sim.layout import catalog_widths
 from skurl.telemetry.logger import read_metrics
 
@@ -102,4 +105,16 @@ def test_bad_new_catalogs_are_one_line_errors(trained: tuple[Path, Path, Catalog
         assert main(["train", "--resume", str(run_dir), "--catalog", str(path), "--no-baseline"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0], err
+    assert main(["train", "--resume", str(run_dir), "--set", f"catalog.path={tmp_path / 'wide.csv'}"]) == 2
+    assert "does not fit the trained network" in capsys.readouterr().err  # --set catalog.* is a change too
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before  # nothing trained
+    # The run's own catalog edited in place (wider than its network), then a change: one line too.
+    edited = tmp_path / "edited"
+    shutil.copytree(run_dir, edited)
+    (edited / CHANGE_FILE).unlink(missing_ok=True)
+    cfg = yaml.safe_load((edited / CONFIG_FILE).read_text())
+    cfg["catalog"].update(kind="file", path=str(tmp_path / "wide.csv"))
+    (edited / CONFIG_FILE).write_text(yaml.safe_dump(cfg))
+    assert main(["train", "--resume", str(edited), "--catalog", str(tmp_path / "ok.csv"), "--no-baseline"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the checkpoint's network takes" in err[0], err

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     catalog = getattr(args, "catalog", None)
     if catalog and not args.resume:
         extra += ["catalog.kind=file", f"catalog.path={catalog}"]
-    if args.resume and _changes_catalog(args.resume, catalog):
+    if args.resume and _changes_catalog(args.resume, catalog, list(args.overrides)):
         from skurl.deploy import catalog_change
 
         result = catalog_change.resume(args.resume, catalog, list(args.overrides) + extra, mode=mode,
@@ -84,12 +84,13 @@ def run(args: argparse.Namespace) -> int:
     return _finish(args, result, colocated.BASELINE)
 
 
-def _changes_catalog(run_dir: str, catalog: str | None) -> bool:
-    """--resume through deploy/catalog_change.py: with --catalog, or for a run whose SKU set
-    changed before (its network keeps the feature widths of the first catalog)."""
+def _changes_catalog(run_dir: str, catalog: str | None, overrides: list[str]) -> bool:
+    """--resume through deploy/catalog_change.py: with --catalog or catalog.* overrides, or
+    for a run whose SKU set changed before (its network keeps its first feature widths)."""
     from skurl.deploy.catalog_change import CHANGE_FILE
 
-    return bool(catalog) or (Path(run_dir) / CHANGE_FILE).is_file()
+    touched = any(o.strip().startswith("catalog.") for o in overrides)
+    return bool(catalog) or touched or (Path(run_dir) / CHANGE_FILE).is_file()
 
 
 def _finish(args: argparse.Namespace, result: Any, baseline: str) -> int:

@@ -47,7 +47,7 @@ from skurl.deploy.colocated import BASELINE, BASELINE_FILE, ColocatedRun, TrainR
 from skurl.errors import CatalogError, UserError
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
 from skurl.policy.learned import CONFIG_FILE
-from skurl.sim.layout import catalog_widths
+from skurl.sim.layout import catalog_widths, schema_for
 
 log = logging.getLogger("skurl.catalog_change")
 
@@ -259,8 +259,8 @@ class ChangedColocatedRun(CatalogChangeRun, ColocatedRun):
 
 
 def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str]) -> tuple[Config, CatalogChange, np.ndarray | None]:
-    """The resumed run's config (on `catalog_path` if given), its change record and the
-    previous SKU ids (None when the SKU set does not change now)."""
+    """The resumed run's config (on `catalog_path` if given, or on catalog.* overrides), its
+    change record and the previous SKU ids (None when the catalog does not change now)."""
     run_dir = Path(run_dir)
     cfg_file = run_dir / CONFIG_FILE
     if not cfg_file.is_file():
@@ -268,19 +268,24 @@ def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str])
     path = latest_checkpoint(run_dir)
     if path is None:
         raise UserError(f"--resume {run_dir}: no checkpoint to resume from")
-    old_cfg = load_config(cfg_file, overrides)
-    widths = trained_widths(run_dir, old_cfg)
+    saved = load_config(cfg_file)  # the catalog the run trained on until now
+    widths = trained_widths(run_dir, saved)
+    tensors, meta = load_checkpoint(path)
+    dim, want = int(tensors["model/obs_norm.mean"].shape[0]), schema_for(*widths).dim
+    if dim != want:  # e.g. the run's catalog file was edited in place since it was trained
+        raise UserError(f"--resume {run_dir}: the checkpoint's network takes {dim} features, but the run's "
+                        f"catalog gives {want} (shelf-life/pipeline widths {widths}); expected the catalog it was trained on")
+    moved = ["catalog.kind=file", f"catalog.path={catalog_path}"] if catalog_path else []
+    cfg = load_config(cfg_file, [*overrides, *moved])
     change = CatalogChange.load(run_dir) or CatalogChange(widths)
-    if catalog_path is None:
-        return old_cfg, change, None
-    cfg = load_config(cfg_file, [*overrides, "catalog.kind=file", f"catalog.path={catalog_path}"])
     new = load_catalog(cfg.catalog)  # validated: duplicate ids, bad fields are one line each
-    check_fits(new, widths, f"--catalog {catalog_path}")
-    old_ids = np.sort(load_catalog(old_cfg.catalog).sku_id)
-    iteration = int(load_checkpoint(path)[1]["iteration"])
+    check_fits(new, widths, f"--catalog {catalog_path}" if catalog_path else f"catalog of {cfg_file}")
+    if cfg.catalog == saved.catalog:
+        return cfg, change, None
+    old_ids = np.sort(load_catalog(saved.catalog).sku_id)
     added = np.setdiff1d(new.sku_id, old_ids)
     removed = int(np.setdiff1d(old_ids, new.sku_id).size)
-    return cfg, CatalogChange(widths, iteration, added, removed, len(new)), old_ids
+    return cfg, CatalogChange(widths, int(meta["iteration"]), added, removed, len(new)), old_ids
 
 
 def resume(run_dir: str | Path, catalog_path: str | None, overrides: list[str] | None = None, *,
