@@ -1,0 +1,138 @@
+"""Train and evaluate skurl on Zipkin's lost-sales instances; print a table against the
+optimal and the best base-stock average costs.
+
+Each instance is exactly what a user runs (the shipped config, instance parameters by
+--set, then the evaluation of the run's last checkpoint on held-out seeds):
+
+    skurl train --config configs/lost_sales.yaml --set catalog.lead_time=L \\
+        --set catalog.lost_sale_cost=p --no-baseline --run-dir OUT/LxPy
+    skurl eval --run OUT/LxPy --json
+
+Reference costs (h = 1, Poisson mean 5) are the exact ones of lost_sales_optimal.py
+(relative value iteration; best base stock from the exact Markov chain), stored below so
+the table needs no minutes of value iteration; --exact recomputes them. Per instance: the
+trained policy's cost, its gap to the optimum and to the best base stock, the training
+wall time, and the training time until an in-training evaluation (train.eval_every) first
+came within 2% of the optimum (summed iteration seconds from metrics.jsonl; the
+evaluations themselves are not counted).
+
+    .venv/bin/python benchmarks/lost_sales_grid.py --instances L1p4 L2p9 L4p39 L4p4 --jobs 2
+    .venv/bin/python benchmarks/lost_sales_grid.py --instances all --jobs 2 --json grid.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SKURL = [sys.executable, "-m", "skurl.cli"]
+LEADS, PENALTIES = (1, 2, 3, 4), (4, 9, 19, 39)
+# (L, p) -> (optimal average cost, best base-stock average cost), exact (lost_sales_optimal.py).
+REFERENCE = {
+    (1, 4): (4.0407, 4.1647), (1, 9): (5.4382, 5.5539), (1, 19): (6.6757, 6.7323), (1, 39): (7.8359, 7.8692),
+    (2, 4): (4.3953, 4.6432), (2, 9): (6.0936, 6.3219), (2, 19): (7.6644, 7.8481), (2, 39): (9.1064, 9.2001),
+    (3, 4): (4.5987, 4.9750), (3, 9): (6.5314, 6.8640), (3, 19): (8.3625, 8.6045), (3, 39): (10.0385, 10.2176),
+    (4, 4): (4.7285, 5.1978), (4, 9): (6.8359, 7.2709), (4, 19): (8.8872, 9.2319), (4, 39): (10.7944, 11.0623),
+}
+
+
+def parse_instances(names: list[str]) -> list[tuple[int, int]]:
+    if names == ["all"]:
+        return [(lead, p) for lead in LEADS for p in PENALTIES]
+    out = []
+    for name in names:
+        m = re.fullmatch(r"L(\d+)p(\d+)", name)
+        if not m or (int(m[1]), int(m[2])) not in REFERENCE:
+            raise SystemExit(f"instance {name!r}: expected LxPy with L in {LEADS}, p in {PENALTIES}, or 'all'")
+        out.append((int(m[1]), int(m[2])))
+    return out
+
+
+def exact_reference(lead: int, p: int) -> tuple[float, float]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from lost_sales_optimal import solve
+
+    row = solve(lead, float(p), margin=2, with_base_stock=True)
+    return row["optimal_cost"], row["best_base_stock_cost"]
+
+
+def time_to_within(run_dir: Path, optimal: float, gap: float) -> float | None:
+    """Training seconds until an in-training evaluation first came within `gap` of optimal."""
+    elapsed = 0.0
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        elapsed += rec.get("iteration_seconds", 0.0)
+        cost = rec.get("eval_cost")
+        if cost is not None and cost <= optimal * (1.0 + gap):
+            return elapsed
+    return None
+
+
+def run_instance(lead: int, p: int, args: argparse.Namespace, threads: int) -> dict:
+    run_dir = Path(args.out) / f"L{lead}p{p}"
+    sets = [f"catalog.lead_time={lead}", f"catalog.lost_sale_cost={p}", f"train.torch_threads={threads}",
+            f"sim.threads={threads}", *args.set]
+    train = ["nice", "-n", str(args.nice), *SKURL, "train", "--config", args.config, "--no-baseline",
+             "--run-dir", str(run_dir), *[a for s in sets for a in ("--set", s)]]
+    start = time.perf_counter()
+    subprocess.run(train, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - start
+    out = subprocess.run(["nice", "-n", str(args.nice), *SKURL, "eval", "--run", str(run_dir), "--json"],
+                         check=True, cwd=ROOT, capture_output=True, text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    optimal, base_stock = exact_reference(lead, p) if args.exact else REFERENCE[(lead, p)]
+    cost = result["avg_cost_per_sku_day"]
+    return {"lead_time": lead, "penalty": p, "cost": cost, "cost_se": result["cost_se"],
+            "optimal": optimal, "gap_pct": 100 * (cost / optimal - 1),
+            "best_base_stock": base_stock, "vs_base_stock_pct": 100 * (cost / base_stock - 1),
+            "train_seconds": wall, "seconds_to_2pct": time_to_within(run_dir, optimal, 0.02),
+            "run_dir": str(run_dir)}
+
+
+def print_row(r: dict) -> None:
+    t2 = r["seconds_to_2pct"]
+    print(f"L{r['lead_time']} p{r['penalty']:<3} {r['cost']:>8.4f} {r['cost_se']:>7.4f} {r['optimal']:>8.4f} "
+          f"{r['gap_pct']:>+7.2f}% {r['best_base_stock']:>8.4f} {r['vs_base_stock_pct']:>+7.2f}% "
+          f"{r['train_seconds']:>7.0f} {('-' if t2 is None else f'{t2:.0f}'):>7}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--instances", nargs="+", default=["L1p4", "L2p9", "L4p39", "L4p4"],
+                    help="LxPy names (e.g. L2p9), or 'all' for the 16")
+    ap.add_argument("--jobs", type=int, default=1, help="trainings at once (cores are split among them)")
+    ap.add_argument("--config", default="configs/lost_sales.yaml")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra config override")
+    ap.add_argument("--out", default="runs/lost_sales_grid", help="run directories go here")
+    ap.add_argument("--nice", type=int, default=10, help="niceness of the trainings")
+    ap.add_argument("--exact", action="store_true", help="recompute the reference costs (minutes)")
+    ap.add_argument("--json", help="write the rows to this file")
+    args = ap.parse_args(argv)
+    instances = parse_instances(args.instances)
+    threads = max((os.cpu_count() or 1) // args.jobs, 1)
+    print(f"{'inst':<7} {'cost':>8} {'se':>7} {'optimal':>8} {'gap':>8} {'base-stk':>8} {'vs S':>8} "
+          f"{'train s':>7} {'to 2% s':>7}")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run_instance, lead, p, args, threads) for lead, p in instances]
+        rows = []
+        for f in futures:
+            rows.append(f.result())
+            print_row(rows[-1])
+    gaps = [r["gap_pct"] for r in rows]
+    print(f"mean gap {sum(gaps) / len(gaps):+.2f}%  max gap {max(gaps):+.2f}%  "
+          f"longest training {max(r['train_seconds'] for r in rows):.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "sets": args.set}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
