@@ -116,17 +116,22 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class ActionsConfig:
-    kind: Literal["multiplier", "units"] = opt(
-        "multiplier", "multiplier: order = round(m_k x forecast x review days); units: order = k x step units"
+    kind: Literal["multiplier", "units", "cover"] = opt(
+        "multiplier", "multiplier: order = round(m_k x forecast x review days); units: order = k x step units; "
+        "cover: order up to the forecast over lead + review days + z_k x its std dev (z_k in z_min..z_max)"
     )
     n: int = opt(20, "number of discrete actions")
     max: float = opt(
         4.75, "largest multiplier (multiplier grid 0..max, evenly spaced); ignored for units"
     )
     step: int = opt(1, "units per action step for the units grid (order = k x step)")
+    z_min: float = opt(-1.0, "smallest safety factor of the cover grid (z_min..z_max, evenly spaced)")
+    z_max: float = opt(4.0, "largest safety factor of the cover grid")
 
     def __post_init__(self) -> None:
         check(self.n >= 2, "policy.actions.n", self.n, "an integer >= 2")
+        check(self.z_max > self.z_min, "policy.actions.z_max", self.z_max,
+              f"a number > policy.actions.z_min ({self.z_min})")
         check(self.max > 0, "policy.actions.max", self.max, "a number > 0")
         check(self.step >= 1, "policy.actions.step", self.step, "an integer >= 1")
 

@@ -21,7 +21,7 @@ import torch
 from numba import njit, prange
 
 from skurl.buffer.rollout import Rollout
-from skurl.policy.actions import ActionGrid, report_clipped
+from skurl.policy.actions import ActionGrid, bind_to_env, report_clipped
 from skurl.policy.nets import ActorCritic, InferenceNets, sample_inverse_cdf
 from skurl.sim import rng
 from skurl.sim.api import STREAM_ACTION, Env
@@ -88,7 +88,7 @@ class CollectStats:
     seconds: float = 0.0
     infer_seconds: float = 0.0
     sim_seconds: float = 0.0
-    clipped_orders: int = 0  # SKU-days whose order was clipped (ActionGrid.to_orders_checked)
+    clipped_orders: int = 0  # SKU-days whose order was clipped (ActionGrid.orders_for)
 
     @property
     def transitions(self) -> int:
@@ -120,7 +120,7 @@ class Collector:
         record_values: bool = True,
     ) -> None:
         self.env = env
-        self.grid = grid
+        self.grid = bind_to_env(grid, env)  # a cover grid needs the env's SKUs
         self.chunk = int(chunk)
         self.dtype = infer_dtype if isinstance(infer_dtype, torch.dtype) else resolve_infer_dtype(infer_dtype)
         info = env.info()
@@ -171,7 +171,7 @@ class Collector:
                 rollout.logp[day] = logp
                 rollout.values[day] = values
             with self.timer.stage("simulate"):
-                orders, clipped = self.grid.to_orders_checked(actions, obs.raw.forecast[:, 0])
+                orders, clipped = self.grid.orders_for(actions, obs.raw)
                 if clipped.any():
                     self.stats.clipped_orders += report_clipped(log, clipped, self.sku_ids, day)
                 result = self.env.step(orders)

@@ -67,7 +67,7 @@ def resolve_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog,
     if getattr(args, "run", None):
         from skurl.policy.learned import LearnedPolicy
 
-        return LearnedPolicy.from_run(args.run), None
+        return LearnedPolicy.from_run(args.run, catalog=catalog), None
     if args.policy is None:
         raise UserError(f"skurl eval: --policy is required (one of: {', '.join(POLICY_NAMES)})")
     name = check_policy_name(args.policy)

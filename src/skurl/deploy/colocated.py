@@ -184,7 +184,7 @@ class ColocatedRun:
             # The weights after this iteration's update, the ones its label and checkpoint
             # name (self.model still holds the version the collectors ran with).
             model = ActorCritic.from_state(self.learner.weights())
-            policy = LearnedPolicy(model, self.grid, name=TRAINED,  # fp32: argmax is rounding-sensitive
+            policy = LearnedPolicy(model, self.grid.bind(self.eval_catalog), name=TRAINED,  # fp32: argmax is rounding-sensitive
                                    info={"iteration": it + 1, "version": self.learner.version})
             result = self._score(policy)
         self.last_eval = _policy_result(result, self.eval_catalog)

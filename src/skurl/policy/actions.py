@@ -1,36 +1,86 @@
-"""Discrete action grids: action index -> order quantity in units (DESIGN section 3)."""
+"""Discrete action grids: action index -> order quantity in units (DESIGN section 3).
+
+`multiplier` and `units` need only today's forecast. `cover` is an order-up-to action:
+index k picks a safety factor z_k and the order is what ForecastBaseStock (baselines.py)
+orders with z = z_k, max(0, ceil(F + z_k sigma) - IP), F and sigma^2 the forecast mean and
+variance over the SKU's lead + review days and IP the inventory position. A network on
+this grid contains every per-SKU constant-z base-stock policy (the tuned baseline) and
+learns when to deviate, instead of learning inventory-position arithmetic itself. It
+needs per-SKU lead times and demand distributions (`bind(catalog)`) and the full raw
+state (on hand, pipeline, backlog, forecast window) in each observation.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
 import numpy as np
 
+from skurl.catalog.schema import Catalog
 from skurl.config import ActionsConfig
+from skurl.errors import ConfigError
+from skurl.policy.baselines import (
+    inventory_position,
+    order_up_to_level,
+    protection_days,
+    protection_moments,
+)
+from skurl.sim.api import RawState
 from skurl.sim.env import MAX_ORDER
+
+
+@dataclass(frozen=True)
+class CoverParams:
+    """Per-SKU inputs of the cover grid, row-aligned with the env's SKUs."""
+
+    cover_days: np.ndarray  # int64 [N]: L_i + R
+    dist: np.ndarray  # int8 [N]
+    dispersion: np.ndarray  # float64 [N]
+
+    @classmethod
+    def of(cls, catalog: Catalog, review_days: int) -> CoverParams:
+        return cls(protection_days(catalog, review_days), np.asarray(catalog.demand_dist),
+                   catalog.dispersion.astype(np.float64))
 
 
 @dataclass(frozen=True)
 class ActionGrid:
     """`multiplier`: order = round(m_k x max(forecast x review_days, 1)); the floor of one
-    unit lets slow movers (forecast << 1/day) order at all. `units`: order = k x step."""
+    unit lets slow movers (forecast << 1/day) order at all. `units`: order = k x step.
+    `cover`: order up to forecast + z_k sigma over lead + review days (module docstring)."""
 
     kind: str
-    values: np.ndarray  # float64 [n]: multipliers or units per index
+    values: np.ndarray  # float64 [n]: multipliers, units or safety factors per index
     review_days: int = 1
+    cover: CoverParams | None = None  # kind=cover, after bind()
 
     @classmethod
-    def from_config(cls, cfg: ActionsConfig, review_days: int = 1) -> ActionGrid:
+    def from_config(cls, cfg: ActionsConfig, review_days: int = 1, catalog: Catalog | None = None) -> ActionGrid:
         if cfg.kind == "multiplier":
             values = np.linspace(0.0, cfg.max, cfg.n)
+        elif cfg.kind == "cover":
+            values = np.linspace(cfg.z_min, cfg.z_max, cfg.n)
         else:
             values = np.arange(cfg.n, dtype=np.float64) * cfg.step
-        return cls(kind=cfg.kind, values=values, review_days=review_days)
+        grid = cls(kind=cfg.kind, values=values, review_days=review_days)
+        return grid if catalog is None else grid.bind(catalog)
 
     @property
     def n(self) -> int:
         return int(self.values.shape[0])
+
+    @property
+    def needs_catalog(self) -> bool:
+        """True for a cover grid not yet bound to the SKUs it will order for."""
+        return self.kind == "cover" and self.cover is None
+
+    def bind(self, catalog: Catalog) -> ActionGrid:
+        """This grid for `catalog`'s SKUs, in its row order (a no-op for multiplier/units)."""
+        if self.kind != "cover":
+            return self
+        return dataclasses.replace(self, cover=CoverParams.of(catalog, self.review_days))
 
     def to_orders(self, index: np.ndarray, forecast_today: np.ndarray) -> np.ndarray:
         """Units (float64 [N]) for action indices [N] given today's forecast [N]."""
@@ -44,17 +94,77 @@ class ActionGrid:
     def to_orders_checked(self, index: np.ndarray, forecast_today: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Units (float64 [N]) and the mask of SKUs whose order was clipped into [0, MAX_ORDER]:
         a forecast that exploded (or is NaN) must not make the env reject the whole batch
-        (DESIGN 3: a failing SKU is isolated and reported). NaN orders become 0."""
+        (DESIGN 3: a failing SKU is isolated and reported). NaN orders become 0.
+        multiplier/units only: a cover grid needs the whole state (orders_for)."""
+        if self.kind == "cover":
+            raise ValueError("actions: the cover grid needs the raw state: call orders_for(index, raw)")
         v = self.values[np.asarray(index)]
         if self.kind == "units":
             return v, np.zeros(v.shape[0], bool)
         base = np.maximum(forecast_today.astype(np.float64) * self.review_days, 1.0)
         with np.errstate(invalid="ignore", over="ignore"):
             units = np.floor(v * base + 0.5)
-        bad = ~((units >= 0.0) & (units <= MAX_ORDER))  # NaN fails both
-        if bad.any():
-            units[bad] = np.where(units[bad] > MAX_ORDER, MAX_ORDER, 0.0)
-        return units, bad
+        return _clip_orders(units)
+
+    def orders_for(self, index: np.ndarray, raw: RawState) -> tuple[np.ndarray, np.ndarray]:
+        """Units (float64 [N]) and the clipped mask for action indices [N] in state `raw`
+        (every kind; what collectors and LearnedPolicy call)."""
+        if self.kind != "cover":
+            return self.to_orders_checked(index, raw.forecast[:, 0])
+        idx = np.asarray(index)
+        table = self.unit_table(raw, slice(0, idx.shape[0]), self.values[idx][:, None])
+        return _clip_orders(table[:, 0])
+
+    def unit_table(self, raw: RawState, rows: slice, z: np.ndarray | None = None) -> np.ndarray:
+        """Cover grid: orders (float64 [B, A]) of SKU rows `rows` for every safety factor
+        (or for `z` [B, 1]); zeros off review days, as ForecastBaseStock."""
+        cover = self._bound(raw)
+        zz = self.values[None, :] if z is None else z
+        if self.review_days > 1 and raw.day % self.review_days:
+            return np.zeros((raw.forecast[rows].shape[0], zz.shape[1]))
+        mean, var = protection_moments(raw.forecast[rows], cover.cover_days[rows], cover.dist[rows],
+                                       cover.dispersion[rows])
+        with np.errstate(invalid="ignore", over="ignore"):
+            level = order_up_to_level(mean[:, None], np.sqrt(var)[:, None], zz)
+            return np.maximum(0.0, level - inventory_position(_rows(raw, rows))[:, None])
+
+    def _bound(self, raw: RawState) -> CoverParams:
+        if self.cover is None:
+            raise ConfigError("policy.actions.kind=cover: the action grid is not bound to the catalog's SKUs "
+                              "(lead times, demand distributions); expected ActionGrid.bind(catalog)")
+        n, width = raw.forecast.shape[0], int(self.cover.cover_days.max(initial=1))
+        if self.cover.cover_days.shape[0] != n:
+            raise ValueError(f"actions: cover grid bound to {self.cover.cover_days.shape[0]} SKUs, "
+                             f"the observation has {n}")
+        if raw.forecast.shape[1] < width:
+            raise ConfigError(f"policy.actions.kind=cover: observations carry {raw.forecast.shape[1]} forecast "
+                              f"day(s), the grid needs {width} (lead + review) and the full raw state; lean "
+                              "remote env replies do not carry it (expected --mode colocated)")
+        return self.cover
+
+
+def _rows(raw: RawState, rows: slice) -> RawState:
+    return RawState(raw.on_hand[rows], raw.pipeline[rows], raw.backlog[rows], raw.forecast[rows], raw.day)
+
+
+def _clip_orders(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    bad = ~((units >= 0.0) & (units <= MAX_ORDER))  # NaN fails both
+    if bad.any():
+        units[bad] = np.where(units[bad] > MAX_ORDER, MAX_ORDER, 0.0)
+    return units, bad
+
+
+def bind_to_env(grid: ActionGrid, env: object) -> ActionGrid:
+    """`grid` bound to the SKUs of `env` (its `catalog`) when it needs them; an env without
+    a catalog (a remote or multi-shard env) cannot run a cover grid: one clear error."""
+    if not grid.needs_catalog:
+        return grid
+    catalog = getattr(env, "catalog", None)
+    if catalog is None:
+        raise ConfigError(f"policy.actions.kind=cover: env {type(env).__name__} does not expose its catalog "
+                          "and the full raw state the cover grid needs (expected --mode colocated, or "
+                          "policy.actions.kind=multiplier)")
+    return grid.bind(catalog)
 
 
 def report_clipped(log: logging.Logger, bad: np.ndarray, sku_ids: np.ndarray | None, day: int) -> int:

@@ -127,6 +127,26 @@ def static_level(catalog: Catalog, sim_cfg: SimConfig, z: np.ndarray | float) ->
     return np.maximum(level, 0.0)
 
 
+def protection_moments(forecast: np.ndarray, cover_days: np.ndarray, dist: np.ndarray,
+                       dispersion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and variance (float64 [N]) of the demand over each SKU's next cover_days days
+    (forecast [N, H] of daily means; days independent, see daily_variance)."""
+    width = int(cover_days.max(initial=1))
+    fc = forecast[:, :width].astype(np.float64)
+    if fc.shape[1] < width:
+        raise ValueError(f"forecast has {fc.shape[1]} days, policy needs {width} (lead + review)")
+    last = (cover_days - 1)[:, None]
+    mean = np.take_along_axis(np.cumsum(fc, axis=1), last, axis=1)[:, 0]
+    var_days = daily_variance(fc, dist[:, None], dispersion[:, None])
+    var = np.take_along_axis(np.cumsum(var_days, axis=1), last, axis=1)[:, 0]
+    return mean, var
+
+
+def order_up_to_level(mean: np.ndarray, sigma: np.ndarray, z: np.ndarray | float) -> np.ndarray:
+    """Whole-unit level max(0, ceil(mean + z sigma)); broadcasts (e.g. [N, 1] with z [A])."""
+    return np.maximum(0.0, np.ceil(mean + z * sigma - 1e-9))
+
+
 def eoq(catalog: Catalog) -> np.ndarray:
     """Economic order quantity sqrt(2 K m / h) in whole units >= 1 (Harris 1913)."""
     m = long_run_mean(catalog)
@@ -246,15 +266,8 @@ class ForecastBaseStock:
     name: str = "forecast-base-stock"
 
     def level(self, raw: RawState) -> np.ndarray:
-        width = int(self.cover_days.max(initial=1))
-        fc = raw.forecast[:, :width].astype(np.float64)
-        if fc.shape[1] < width:
-            raise ValueError(f"forecast has {fc.shape[1]} days, policy needs {width} (lead + review)")
-        last = (self.cover_days - 1)[:, None]
-        mean = np.take_along_axis(np.cumsum(fc, axis=1), last, axis=1)[:, 0]
-        var_days = daily_variance(fc, self.dist[:, None], self.dispersion[:, None])
-        var = np.take_along_axis(np.cumsum(var_days, axis=1), last, axis=1)[:, 0]
-        return np.maximum(0.0, np.ceil(mean + self.z * np.sqrt(var) - 1e-9))
+        mean, var = protection_moments(raw.forecast, self.cover_days, self.dist, self.dispersion)
+        return order_up_to_level(mean, np.sqrt(var), self.z)
 
     def orders(self, obs: Obs) -> np.ndarray:
         if not _review_mask(obs, self.review_days):

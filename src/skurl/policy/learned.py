@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from skurl.catalog.schema import Catalog
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.policy.actions import ActionGrid, report_clipped
@@ -83,17 +84,24 @@ class LearnedPolicy:
             elif self.grid.kind == "units":
                 idx = greedy(logits)
             else:
-                idx = self._most_likely_quantity(logits, obs.raw.forecast[s:e, 0])
+                idx = self._most_likely_quantity(logits, self._unit_table(obs, slice(s, e)))
             out[s:e] = idx.numpy()
         return out
 
-    def _most_likely_quantity(self, logits: torch.Tensor, forecast: np.ndarray) -> torch.Tensor:
+    def _unit_table(self, obs: Obs, rows: slice) -> np.ndarray:
+        """Units (float64 [B, A]) each action would order for SKU rows `rows`."""
+        if self.grid.kind == "cover":
+            return self.grid.unit_table(obs.raw, rows)
+        forecast = obs.raw.forecast[rows, 0]
+        base = np.maximum(forecast.astype(np.float64) * self.grid.review_days, 1.0)
+        return np.floor(self.grid.values[None, :] * base[:, None] + 0.5)
+
+    def _most_likely_quantity(self, logits: torch.Tensor, unit_table: np.ndarray) -> torch.Tensor:
         """The index of the most probable order *quantity*: several multipliers round to
         the same units for slow movers (0 and 0.25 both order 0 units at a forecast of
-        1), and the most probable single index would favour the quantity split over
-        fewer indices, ordering too little."""
-        base = np.maximum(forecast.astype(np.float64) * self.grid.review_days, 1.0)
-        units = torch.from_numpy(np.floor(self.grid.values[None, :] * base[:, None] + 0.5))
+        1), several safety factors all order 0 when stock is high (cover grid), and the
+        most probable single index would favour the quantity split over fewer indices."""
+        units = torch.from_numpy(unit_table)
         probs = torch.softmax(logits.double(), dim=-1)
         same = units.unsqueeze(-1) == units.unsqueeze(-2)  # [B, A, A]
         mass = (same * probs.unsqueeze(-2)).sum(-1)  # probability of each index's quantity
@@ -105,7 +113,7 @@ class LearnedPolicy:
             raise UserError(f"policy '{self.name}': observations have {obs.features.shape[1]} features, "
                             f"the network expects {self.nets_dim} (evaluate on the catalog it was "
                             "trained on, or a subset shown with its feature widths)")
-        units, clipped = self.grid.to_orders_checked(self.action_indices(obs), obs.raw.forecast[:, 0])
+        units, clipped = self.grid.orders_for(self.action_indices(obs), obs.raw)
         if clipped.any():
             self.clipped_orders += report_clipped(log, clipped, self.sku_ids, obs.raw.day)
         return units
@@ -114,9 +122,11 @@ class LearnedPolicy:
         return {"greedy": not self.sample, "actions": self.grid.kind, "n_actions": self.grid.n, **self.info}
 
     @classmethod
-    def from_run(cls, run_dir: str | Path, checkpoint: str | Path | None = None, **kw: Any) -> LearnedPolicy:
+    def from_run(cls, run_dir: str | Path, checkpoint: str | Path | None = None, *,
+                 catalog: Catalog | None = None, **kw: Any) -> LearnedPolicy:
         """The policy of a training run: RUN_DIR/config.yaml + its latest checkpoint
-        (or `checkpoint`)."""
+        (or `checkpoint`); `catalog`: the SKUs it will order for, in the env's row order
+        (needed by policy.actions.kind=cover)."""
         from skurl.config import load_config
         from skurl.learn.checkpoint import latest_checkpoint, model_state
 
@@ -129,8 +139,10 @@ class LearnedPolicy:
         cfg = load_config(run / CONFIG_FILE)
         state, meta = model_state(path)
         info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"]}
-        return cls(ActorCritic.from_state(state), grid_for(cfg), info=info, **kw)
+        return cls(ActorCritic.from_state(state), grid_for(cfg, catalog), info=info, **kw)
 
 
-def grid_for(cfg: Config) -> ActionGrid:
-    return ActionGrid.from_config(cfg.policy.actions, cfg.sim.review_days)
+def grid_for(cfg: Config, catalog: Catalog | None = None) -> ActionGrid:
+    """The run's action grid; bound to `catalog`'s SKUs (row order) when given (the cover
+    grid needs them; collectors bind it to their env's catalog themselves)."""
+    return ActionGrid.from_config(cfg.policy.actions, cfg.sim.review_days, catalog)
