@@ -127,6 +127,10 @@ class ActionsConfig:
     step: int = opt(1, "units per action step for the units grid (order = k x step)")
     z_min: float = opt(-1.0, "smallest safety factor of the cover grid (z_min..z_max, evenly spaced)")
     z_max: float = opt(4.0, "largest safety factor of the cover grid")
+    skip: bool = opt(
+        False, "cover grid: action 0 orders nothing and the other n - 1 span z_min..z_max (lets the policy "
+        "batch orders where each order has a fixed cost)"
+    )
 
     def __post_init__(self) -> None:
         check(self.n >= 2, "policy.actions.n", self.n, "an integer >= 2")

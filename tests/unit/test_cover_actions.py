@@ -170,3 +170,19 @@ def test_cover_grid_refuses_envs_and_states_it_cannot_use() -> None:
 def _lean_raw(n: int) -> RawState:
     zero = np.zeros(n, np.int64)
     return RawState(zero, np.zeros((n, 1), np.int64), zero, np.ones((n, 1), np.float32), 0)
+
+
+def test_skip_action_orders_nothing_and_the_rest_span_z_range() -> None:
+    cfg = config("policy.actions.skip=true", "policy.actions.n=6", "policy.actions.z_min=0",
+                 "policy.actions.z_max=2")
+    catalog = load_catalog(cfg.catalog)
+    grid = grid_for(cfg, catalog)
+    np.testing.assert_array_equal(grid.values, [-np.inf, 0.0, 0.5, 1.0, 1.5, 2.0])
+    env = make_env(catalog, cfg.sim)
+    obs = env.reset(seed=2, episode=0)  # empty stock: every z > -inf orders something somewhere
+    table = grid.unit_table(obs.raw, slice(None))
+    assert not np.isnan(table).any() and np.all(table[:, 0] == 0.0) and table[:, 1].sum() > 0
+    got, clipped = grid.orders_for(np.zeros(len(catalog), np.int64), obs.raw)
+    assert np.all(got == 0.0) and not clipped.any()
+    baseline = make_policy("forecast-base-stock", catalog, cfg.sim, {"z": 1.5})
+    np.testing.assert_array_equal(grid.orders_for(np.full(len(catalog), 4), obs.raw)[0], baseline.orders(obs))

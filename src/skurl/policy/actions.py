@@ -30,6 +30,8 @@ from skurl.policy.baselines import (
 from skurl.sim.api import RawState
 from skurl.sim.env import MAX_ORDER
 
+SKIP = -np.inf  # cover grid safety factor of "order nothing" (policy.actions.skip)
+
 
 @dataclass(frozen=True)
 class CoverParams:
@@ -61,7 +63,8 @@ class ActionGrid:
         if cfg.kind == "multiplier":
             values = np.linspace(0.0, cfg.max, cfg.n)
         elif cfg.kind == "cover":
-            values = np.linspace(cfg.z_min, cfg.z_max, cfg.n)
+            z = np.linspace(cfg.z_min, cfg.z_max, cfg.n - 1 if cfg.skip else cfg.n)
+            values = np.concatenate([[SKIP], z]) if cfg.skip else z
         else:
             values = np.arange(cfg.n, dtype=np.float64) * cfg.step
         grid = cls(kind=cfg.kind, values=values, review_days=review_days)
@@ -126,7 +129,8 @@ class ActionGrid:
                                        cover.dispersion[rows])
         with np.errstate(invalid="ignore", over="ignore"):
             level = order_up_to_level(mean[:, None], np.sqrt(var)[:, None], zz)
-            return np.maximum(0.0, level - inventory_position(_rows(raw, rows))[:, None])
+            units = np.maximum(0.0, level - inventory_position(_rows(raw, rows))[:, None])
+        return np.where(zz == SKIP, 0.0, units)  # up to -inf: nothing (-inf x 0 would be NaN)
 
     def _bound(self, raw: RawState) -> CoverParams:
         if self.cover is None:
