@@ -192,7 +192,7 @@ class DDPLearner(Learner):
         else:
             old_logp, values = data[Columns.LOGP].reshape(-1).float(), data[Columns.VALUES].reshape(-1).float()
             bootstrap = data[Columns.BOOTSTRAP].float()
-        rewards = data[Columns.REWARDS].float()
+        rewards = self.centered(data[Columns.REWARDS].float(), sl.padded)[0]
         if self.ppo.normalize_reward:
             if sl.padded:
                 self.reward_scaler.stats.merge(torch.zeros((), **f64), torch.zeros((), **f64), 0.0,
@@ -200,7 +200,6 @@ class DDPLearner(Learner):
             else:
                 self.reward_scaler.update(rewards, data[Columns.DONES])
             rewards = self.reward_scaler.scale(rewards)
-        rewards = self.centered(rewards, sl.padded)[0]
         adv, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
                            data[Columns.TERMINALS], self.ppo.gamma, self.ppo.gae_lambda)
         adv, returns = adv.reshape(-1), returns.reshape(-1)

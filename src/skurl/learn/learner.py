@@ -145,12 +145,13 @@ class Learner:
         else:  # stale rollout: only the recorded behaviour outputs are right
             old_logp, values = data[Columns.LOGP].reshape(-1).float(), data[Columns.VALUES].reshape(-1).float()
             bootstrap = data[Columns.BOOTSTRAP].float()
-        rewards = data[Columns.REWARDS].float()
+        # Centred first, so the scale is that of the differential returns, not of the
+        # mean reward piling up over an episode (which is ~1/(1 - gamma) times larger).
+        rewards, avg_reward = self.centered(data[Columns.REWARDS].float())
         if self.ppo.normalize_reward:
             by_sku = (data[Columns.SKU_IDS],) if self.ppo.reward_scale == "sku" else ()
             self.reward_scaler.update(rewards, data[Columns.DONES], *by_sku)
             rewards = self.reward_scaler.scale(rewards, *by_sku)
-        rewards, avg_reward = self.centered(rewards)
         adv, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
                            data[Columns.TERMINALS], self.ppo.gamma, self.ppo.gae_lambda)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
