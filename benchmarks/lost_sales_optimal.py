@@ -165,6 +165,36 @@ def best_base_stock(lead: int, mean: float, h: float, p: float) -> tuple[int, fl
     return best
 
 
+def discounted_policy(model: Model, gamma: float, tol: float = 1e-6, max_iter: int = 20_000) -> np.ndarray:
+    """The order (per state) of the gamma-discounted optimal policy, by value iteration
+    (Puterman 1994, section 6.3): how much the discount alone moves the policy that PPO
+    approximates away from the average-cost optimum."""
+    v = np.zeros(model.states.shape[0])
+    npairs = model.pair_state.size
+    for _ in range(max_iter):
+        cont = np.bincount(model.out_pair, weights=model.out_prob * v[model.out_next], minlength=npairs)
+        new = model.stage_cost + gamma * np.minimum.reduceat(cont, model.pair_first)
+        done = np.abs(new - v).max() < tol
+        v = new
+        if done:
+            break
+    cont = np.bincount(model.out_pair, weights=model.out_prob * v[model.out_next], minlength=npairs)
+    best = np.minimum.reduceat(cont, model.pair_first)
+    # Pairs of a state are its orders 0, 1, ...: the first pair reaching the minimum.
+    is_best = cont <= best[model.pair_state] + 1e-12
+    first = np.full(model.states.shape[0], np.iinfo(np.int64).max)
+    np.minimum.at(first, model.pair_state[is_best], np.flatnonzero(is_best))
+    return first - model.pair_first
+
+
+def discounted_policy_cost(lead: int, p: float, margin: int, gamma: float) -> float:
+    """Exact average cost of the gamma-discounted optimal policy."""
+    bound = backorder_level(MEAN, lead, HOLDING, p) + margin
+    q = discounted_policy(build_model(lead, bound, MEAN, HOLDING, p), gamma)
+    g, _, _ = relative_value_iteration(build_model(lead, bound, MEAN, HOLDING, p, q))
+    return g
+
+
 def solve(lead: int, p: float, margin: int, with_base_stock: bool) -> dict:
     start = time.perf_counter()
     bound = backorder_level(MEAN, lead, HOLDING, p) + margin
@@ -187,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--margin", type=int, default=2, help="states above the backorder level kept")
     ap.add_argument("--no-base-stock", action="store_true", help="skip the exact best base-stock scan")
     ap.add_argument("--json", help="write the rows to this JSON file")
+    ap.add_argument("--gamma", type=float, nargs="*", default=[],
+                    help="also print the average cost of the gamma-discounted optimal policy")
     args = ap.parse_args(argv)
     rows = []
     print(f"{'L':>2} {'p':>4} {'optimal':>8} {'published':>9} {'best S':>6} {'S cost':>7} "
@@ -198,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{lead:>2} {p:>4g} {row['optimal_cost']:>8.4f} {pub if pub else '-':>9} "
               f"{row.get('best_base_stock_level', '-'):>6} {row.get('best_base_stock_cost', float('nan')):>7.4f} "
               f"{row['states']:>7} {row['sweeps']:>6} {row['seconds']:>6}", flush=True)
+        for gamma in args.gamma:
+            g = discounted_policy_cost(lead, p, args.margin, gamma)
+            row[f"discounted_{gamma:g}_cost"] = round(g, 4)
+            print(f"   gamma {gamma:g}: discounted-optimal policy costs {g:.4f} "
+                  f"({100 * (g / row['optimal_cost'] - 1):+.3f}% vs optimal)", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"mean": MEAN, "holding": HOLDING, "rows": rows}, f, indent=1)
