@@ -93,6 +93,7 @@ class ColocatedRun:
         self.weights = InProcWeights(TRAINED)
         self.weights.publish(self.learner.version, self.learner.weights())
         self.model = ActorCritic.from_state(self.learner.weights())
+        self.eval_model = ActorCritic.from_state(self.learner.weights())  # built once: no RNG draws later
         self.eval_catalog = eval_subset(self.catalog, cfg.eval.skus)
         self.eval_env: Any = None
         self.want_baseline = baseline
@@ -183,8 +184,8 @@ class ColocatedRun:
         with self.timer.stage("eval"):
             # The weights after this iteration's update, the ones its label and checkpoint
             # name (self.model still holds the version the collectors ran with).
-            model = ActorCritic.from_state(self.learner.weights())
-            policy = LearnedPolicy(model, self.grid.bind(self.eval_catalog), name=TRAINED,  # fp32: argmax is rounding-sensitive
+            self.eval_model.load_state_dict(self.learner.weights())
+            policy = LearnedPolicy(self.eval_model, self.grid.bind(self.eval_catalog), name=TRAINED,  # fp32: argmax is rounding-sensitive
                                    info={"iteration": it + 1, "version": self.learner.version})
             result = self._score(policy)
         self.last_eval = _policy_result(result, self.eval_catalog)
