@@ -127,6 +127,10 @@ class ActionsConfig:
     step: int = opt(1, "units per action step for the units grid (order = k x step)")
     z_min: float = opt(-1.0, "smallest safety factor of the cover grid (z_min..z_max, evenly spaced)")
     z_max: float = opt(4.0, "largest safety factor of the cover grid")
+    z_center: Literal["zero", "newsvendor"] = opt(
+        "zero", "cover grid: z_min..z_max are safety factors (zero) or offsets from each SKU's newsvendor "
+        "factor Phi^-1(cu / (cu + co)) (newsvendor: the middle of the grid starts near a sound level)"
+    )
     skip: bool = opt(
         False, "cover grid: action 0 orders nothing and the other n - 1 span z_min..z_max (lets the policy "
         "batch orders where each order has a fixed cost)"

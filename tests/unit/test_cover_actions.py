@@ -17,7 +17,7 @@ from skurl.collect.evaluate import make_env, run_episode
 from skurl.config import ActionsConfig, Config, load_config
 from skurl.errors import ConfigError
 from skurl.policy.actions import ActionGrid, bind_to_env
-from skurl.policy.baselines import make_policy
+from skurl.policy.baselines import default_z, make_policy
 from skurl.policy.learned import LearnedPolicy, grid_for
 from skurl.policy.nets import ActorCritic
 from skurl.sim.api import Obs, RawState
@@ -186,3 +186,18 @@ def test_skip_action_orders_nothing_and_the_rest_span_z_range() -> None:
     assert np.all(got == 0.0) and not clipped.any()
     baseline = make_policy("forecast-base-stock", catalog, cfg.sim, {"z": 1.5})
     np.testing.assert_array_equal(grid.orders_for(np.full(len(catalog), 4), obs.raw)[0], baseline.orders(obs))
+
+
+def test_newsvendor_centre_offsets_each_skus_critical_ratio_factor() -> None:
+    cfg = config("policy.actions.z_center=newsvendor", "policy.actions.z_min=-2", "policy.actions.z_max=2",
+                 "policy.actions.n=5")
+    catalog = load_catalog(cfg.catalog)
+    grid = grid_for(cfg, catalog)
+    z0 = default_z(catalog, cfg.sim)
+    assert grid.cover is not None and np.ptp(z0) > 0
+    np.testing.assert_array_equal(grid.cover.z0, z0)
+    env = make_env(catalog, cfg.sim)
+    obs = env.reset(seed=4, episode=0)
+    for k in (0, 2, 4):
+        baseline = make_policy("forecast-base-stock", catalog, cfg.sim, {"z": z0 + grid.values[k]})
+        np.testing.assert_array_equal(grid.orders_for(np.full(len(catalog), k), obs.raw)[0], baseline.orders(obs))

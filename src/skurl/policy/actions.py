@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from skurl.catalog.schema import Catalog
-from skurl.config import ActionsConfig
+from skurl.config import ActionsConfig, SimConfig
 from skurl.errors import ConfigError
 from skurl.policy.baselines import (
+    default_z,
     inventory_position,
     order_up_to_level,
     protection_days,
@@ -40,11 +41,16 @@ class CoverParams:
     cover_days: np.ndarray  # int64 [N]: L_i + R
     dist: np.ndarray  # int8 [N]
     dispersion: np.ndarray  # float64 [N]
+    z0: np.ndarray  # float64 [N]: added to every safety factor (policy.actions.z_center)
 
     @classmethod
-    def of(cls, catalog: Catalog, review_days: int) -> CoverParams:
+    def of(cls, catalog: Catalog, review_days: int, center: str = "zero", reward: str = "profit") -> CoverParams:
+        if center == "newsvendor":
+            z0 = default_z(catalog, SimConfig(review_days=review_days, reward=reward))  # type: ignore[arg-type]
+        else:
+            z0 = np.zeros(len(catalog))
         return cls(protection_days(catalog, review_days), np.asarray(catalog.demand_dist),
-                   catalog.dispersion.astype(np.float64))
+                   catalog.dispersion.astype(np.float64), z0)
 
 
 @dataclass(frozen=True)
@@ -57,9 +63,12 @@ class ActionGrid:
     values: np.ndarray  # float64 [n]: multipliers, units or safety factors per index
     review_days: int = 1
     cover: CoverParams | None = None  # kind=cover, after bind()
+    z_center: str = "zero"  # kind=cover: policy.actions.z_center
+    reward: str = "profit"  # sim.reward (the newsvendor centre's underage cost depends on it)
 
     @classmethod
-    def from_config(cls, cfg: ActionsConfig, review_days: int = 1, catalog: Catalog | None = None) -> ActionGrid:
+    def from_config(cls, cfg: ActionsConfig, review_days: int = 1, catalog: Catalog | None = None,
+                    reward: str = "profit") -> ActionGrid:
         if cfg.kind == "multiplier":
             values = np.linspace(0.0, cfg.max, cfg.n)
         elif cfg.kind == "cover":
@@ -67,7 +76,7 @@ class ActionGrid:
             values = np.concatenate([[SKIP], z]) if cfg.skip else z
         else:
             values = np.arange(cfg.n, dtype=np.float64) * cfg.step
-        grid = cls(kind=cfg.kind, values=values, review_days=review_days)
+        grid = cls(kind=cfg.kind, values=values, review_days=review_days, z_center=cfg.z_center, reward=reward)
         return grid if catalog is None else grid.bind(catalog)
 
     @property
@@ -83,7 +92,7 @@ class ActionGrid:
         """This grid for `catalog`'s SKUs, in its row order (a no-op for multiplier/units)."""
         if self.kind != "cover":
             return self
-        return dataclasses.replace(self, cover=CoverParams.of(catalog, self.review_days))
+        return dataclasses.replace(self, cover=CoverParams.of(catalog, self.review_days, self.z_center, self.reward))
 
     def to_orders(self, index: np.ndarray, forecast_today: np.ndarray) -> np.ndarray:
         """Units (float64 [N]) for action indices [N] given today's forecast [N]."""
@@ -115,14 +124,14 @@ class ActionGrid:
         if self.kind != "cover":
             return self.to_orders_checked(index, raw.forecast[:, 0])
         idx = np.asarray(index)
-        table = self.unit_table(raw, slice(0, idx.shape[0]), self.values[idx][:, None])
+        table = self.unit_table(raw, slice(0, idx.shape[0]), idx[:, None])
         return _clip_orders(table[:, 0])
 
-    def unit_table(self, raw: RawState, rows: slice, z: np.ndarray | None = None) -> np.ndarray:
-        """Cover grid: orders (float64 [B, A]) of SKU rows `rows` for every safety factor
-        (or for `z` [B, 1]); zeros off review days, as ForecastBaseStock."""
+    def unit_table(self, raw: RawState, rows: slice, index: np.ndarray | None = None) -> np.ndarray:
+        """Cover grid: orders (float64 [B, A]) of SKU rows `rows` for every action (or for
+        action indices `index` [B, 1]); zeros off review days, as ForecastBaseStock."""
         cover = self._bound(raw)
-        zz = self.values[None, :] if z is None else z
+        zz = (self.values[None, :] if index is None else self.values[index]) + cover.z0[rows, None]
         if self.review_days > 1 and raw.day % self.review_days:
             return np.zeros((raw.forecast[rows].shape[0], zz.shape[1]))
         mean, var = protection_moments(raw.forecast[rows], cover.cover_days[rows], cover.dist[rows],

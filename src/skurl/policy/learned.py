@@ -145,4 +145,4 @@ class LearnedPolicy:
 def grid_for(cfg: Config, catalog: Catalog | None = None) -> ActionGrid:
     """The run's action grid; bound to `catalog`'s SKUs (row order) when given (the cover
     grid needs them; collectors bind it to their env's catalog themselves)."""
-    return ActionGrid.from_config(cfg.policy.actions, cfg.sim.review_days, catalog)
+    return ActionGrid.from_config(cfg.policy.actions, cfg.sim.review_days, catalog, cfg.sim.reward)
