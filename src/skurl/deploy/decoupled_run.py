@@ -45,6 +45,7 @@ from skurl.errors import UserError
 from skurl.learn.checkpoint import save_checkpoint
 from skurl.rpc.collector_client import CollectorClient
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
+from skurl.rpc.feature_delta import PACKED, decode_days
 from skurl.sim.layout import layout_for
 from skurl.store import CorruptShardError, ShardManifest, open_store
 from skurl.telemetry.metrics import get_metrics
@@ -316,11 +317,20 @@ class DecoupledRun(ColocatedRun):
         return out
 
     def _load(self, manifest: ShardManifest) -> dict[str, np.ndarray] | str:
-        """The shard's arrays, or why they cannot be read (a damaged shard)."""
+        """The shard's arrays (packed obs unpacked), or why they cannot be read (damaged)."""
         try:
-            return self.store.get_shard(manifest)
+            arrays = self.store.get_shard(manifest)
         except CorruptShardError as exc:
             return f"is damaged ({exc.reason})"
+        if all(k in arrays for k in PACKED) and Columns.SKU_IDS in arrays:
+            rows, dim = arrays[Columns.SKU_IDS].shape[0], self.learner.model.obs_dim
+            try:
+                arrays[Columns.OBS] = decode_days(arrays, rows, dim)
+            except ValueError as exc:
+                return f"is damaged ({exc})"
+            for k in PACKED:
+                del arrays[k]
+        return arrays
 
     def _stored_shares(self, it: int, report: CollectReport) -> dict[str, tuple[ShardManifest, dict]]:
         """After a restart: the interrupted iteration's shards already in the store."""

@@ -40,6 +40,7 @@ from skurl.rpc.env_wire import (
 )
 from skurl.rpc.errors import CapacityError, WireError
 from skurl.rpc.feature_delta import FeatureDeltaEncoder
+from skurl.rpc.feature_delta import warm_up as warm_up_delta
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.servicer_base import GrpcServer, check_reply_size, rpc_method, to_json
@@ -106,6 +107,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
         self._spare: Env | None = make_env()
         self._spare.reset(0, 0)
         self._spare.step(np.zeros(self._spare.num_skus))
+        warm_up_delta()
         self.num_skus = self._spare.num_skus
         self.schema = self._spare.schema
         self._orders_spec = orders_spec(self.num_skus)
