@@ -9,6 +9,7 @@ import torch
 
 from skurl.buffer.rollout import Rollout
 from skurl.config import Config, load_config
+from skurl.errors import UserError
 from skurl.learn.learner import Learner, allreduce_mean_std
 
 OBS, ACTIONS, DAYS = 4, 5, 8
@@ -77,6 +78,19 @@ def test_stale_rollout_uses_the_recorded_behaviour() -> None:
     rollout.logp[:] -= 0.5  # the old policy was less likely to take these actions
     stats = learner.update(rollout)
     assert stats["clip_frac"] > 0.5  # ratios start at e^0.5, beyond the clip range
+
+
+def test_stale_rollout_without_recorded_values_is_refused() -> None:
+    # Collectors skip the value net unless train.collect_values (their rollouts carry NaN):
+    # fine at the learner's version (it recomputes), refused when stale.
+    learner = Learner(cfg(), OBS, ACTIONS, "cpu")
+    rollout = bandit_rollout(learner, 16, 0)
+    rollout.values[:] = np.nan
+    rollout.bootstrap[:] = np.nan
+    assert np.isfinite(learner.update(rollout)["policy_loss"])
+    rollout.policy_version = learner.version - 1
+    with pytest.raises(UserError, match=r"train\.collect_values"):
+        learner.update(rollout)
 
 
 def test_target_kl_stops_epochs_early_and_bf16_amp_runs() -> None:

@@ -34,7 +34,14 @@ from skurl.buffer.gae import gae
 from skurl.buffer.minibatch import seeded_generator
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
-from skurl.learn.learner import EVAL_ROWS, MINIBATCH_KEY, Learner, PreparedBatch, allreduce_mean_std
+from skurl.learn.learner import (
+    EVAL_ROWS,
+    MINIBATCH_KEY,
+    Learner,
+    PreparedBatch,
+    allreduce_mean_std,
+    recorded_behaviour,
+)
 from skurl.learn.normalize import RunningMeanStd
 from skurl.learn.ppo_loss import ppo_loss
 
@@ -190,8 +197,7 @@ class DDPLearner(Learner):
             old_logp, values = self._logp_values(norm_obs, actions)
             bootstrap = self.model.value(self.model.normalize(data[Columns.LAST_OBS]))
         else:
-            old_logp, values = data[Columns.LOGP].reshape(-1).float(), data[Columns.VALUES].reshape(-1).float()
-            bootstrap = data[Columns.BOOTSTRAP].float()
+            old_logp, values, bootstrap = recorded_behaviour(data)
         rewards = self.centered(data[Columns.REWARDS].float(), sl.padded)[0]
         if self.ppo.normalize_reward:
             if sl.padded:

@@ -19,6 +19,7 @@ from skurl.buffer.gae import gae
 from skurl.buffer.minibatch import minibatch_indices, seeded_generator
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
+from skurl.errors import UserError
 from skurl.learn.normalize import RewardScaler, SkuRewardScaler
 from skurl.learn.ppo_loss import ppo_loss
 from skurl.policy.nets import ActorCritic
@@ -59,6 +60,18 @@ class PreparedBatch:
     advantages: torch.Tensor  # normalized
     returns: torch.Tensor
     old_values: torch.Tensor
+
+
+def recorded_behaviour(data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The collector's log-probs, values and bootstraps of a rollout from an older policy
+    version (the learner cannot recompute them). Collectors record values only with
+    train.collect_values (NaN otherwise): refuse rather than train on NaN."""
+    values, bootstrap = data[Columns.VALUES].reshape(-1).float(), data[Columns.BOOTSTRAP].float()
+    if bool(torch.isnan(values).any()) or bool(torch.isnan(bootstrap).any()):
+        raise UserError("learner: a rollout from an older policy version has no recorded values "
+                        "(its collectors ran with train.collect_values=false); expected "
+                        "train.collect_values=true when rollouts can be stale")
+    return data[Columns.LOGP].reshape(-1).float(), values, bootstrap
 
 
 class Learner:
@@ -143,8 +156,7 @@ class Learner:
             old_logp, values = self._logp_values(norm_obs, actions)
             bootstrap = self.model.value(self.model.normalize(data[Columns.LAST_OBS]))
         else:  # stale rollout: only the recorded behaviour outputs are right
-            old_logp, values = data[Columns.LOGP].reshape(-1).float(), data[Columns.VALUES].reshape(-1).float()
-            bootstrap = data[Columns.BOOTSTRAP].float()
+            old_logp, values, bootstrap = recorded_behaviour(data)
         # Centred first, so the scale is that of the differential returns, not of the
         # mean reward piling up over an episode (which is ~1/(1 - gamma) times larger).
         rewards, avg_reward = self.centered(data[Columns.REWARDS].float())
