@@ -20,11 +20,16 @@ from skurl.errors import UserError
 # simulates all SKUs and trains on a fresh sample of them. --set keys still override these.
 EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "ppo.reward_scale=sku", "train.iterations=40",
             "train.eval_every=10")
+# The order-up-to action grid (policy/actions.py: cover) needs each SKU's full raw state,
+# which collectors get only from in-process envs (lean remote replies carry today's
+# forecast alone), so the embedded decoupled/ray jobs keep the multiplier grid.
+EMBEDDED_COLOCATED = ("policy.actions.kind=cover", "policy.actions.skip=true")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a PPO replenishment policy (co-located: one process)",
-                       description="Without --config: synthetic catalog with " + ", ".join(EMBEDDED))
+                       description="Without --config: synthetic catalog with " + ", ".join(EMBEDDED)
+                       + " (colocated: also " + ", ".join(EMBEDDED_COLOCATED) + ")")
     add_config_flags(p)
     p.add_argument("--run-dir", help="where checkpoints, logs and the report go (default runs/TIMESTAMP)")
     p.add_argument("--iterations", type=int, help="total training iterations (sets train.iterations)")
@@ -48,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from skurl.deploy import colocated
 
     if not args.config and not args.resume:
-        args.overrides = [*EMBEDDED, *args.overrides]
+        local = EMBEDDED_COLOCATED if getattr(args, "mode", "colocated") == "colocated" else ()
+        args.overrides = [*EMBEDDED, *local, *args.overrides]
     extra = []
     if args.iterations is not None:
         if args.iterations < 0:
