@@ -98,8 +98,14 @@ def run(args: argparse.Namespace) -> int:
     full = load_catalog(cfg.catalog)
     catalog = eval_subset(full, cfg.eval.skus)
     policy, tuning = resolve_policy(args, cfg, catalog)
-    env = make_env(catalog, dataclasses.replace(cfg.sim, days=cfg.eval.warmup + cfg.eval.days),
-                   catalog_widths(full))
+    widths = catalog_widths(full)
+    if getattr(args, "run", None):  # a run whose catalog changed keeps its network's widths
+        from skurl.deploy.catalog_change import CatalogChange
+
+        change = CatalogChange.load(Path(args.run))
+        if change is not None:
+            widths = (max(widths[0], change.widths[0]), max(widths[1], change.widths[1]))
+    env = make_env(catalog, dataclasses.replace(cfg.sim, days=cfg.eval.warmup + cfg.eval.days), widths)
     start = time.perf_counter()
     result = evaluate(catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
                       seed=cfg.eval.seed, episodes=args.episodes, env=env)
