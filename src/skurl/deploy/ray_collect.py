@@ -162,7 +162,7 @@ class RayCollectors:
 
     def _gather(self, refs: dict[int, Any]) -> tuple[dict[int, dict[str, Any]], list[Share]]:
         """Each collector's reply, or its share in the lost list when its actor died."""
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
 
         from skurl.deploy.ray_actors import get
 
@@ -172,7 +172,9 @@ class RayCollectors:
         for index, ref in refs.items():
             try:
                 replies[index] = get(ref, rc.get_timeout_s, f"ray collector {index}: collect '{key}'")
-            except RayActorError:
+            except RayActorError as exc:
+                if isinstance(exc, RayTaskError):  # the collector raised (e.g. a worker it could not
+                    raise  # recover): its error, not its death
                 lost.append(by_index[index])
         return replies, lost
 
