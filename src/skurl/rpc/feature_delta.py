@@ -57,16 +57,27 @@ def _decode(mask: np.ndarray, values: np.ndarray, cols: np.ndarray, out: np.ndar
         bits = mask[byte]
         if bits == 0:
             continue
-        base = byte * 8
+        row, col = divmod(byte * 8, d)  # once per byte, then stepped: no division per bit
         for b in range(8):
             if bits & (1 << b):
-                i = base + b
-                row = i // d
                 if row >= n or k >= values.shape[0]:
                     return -1
-                out[row, cols[i % d]] = values[k]
+                out[row, cols[col]] = values[k]
                 k += 1
+            col += 1
+            if col == d:
+                row, col = row + 1, 0
     return k
+
+
+def _frozen(a: np.ndarray, dtype: type) -> np.ndarray:
+    """An aligned, C-ordered, read-only view (a copy only when unaligned) reinterpreted as
+    `dtype`: one array type for the kernels whatever the source (received bytes, store
+    buffers), so `warm_up` compiles every specialization they will ever need."""
+    out = np.require(a, requirements=["C", "A"]).view(dtype)
+    out = out.view()
+    out.flags.writeable = False
+    return out
 
 
 def mask_bytes(rows: int, dim: int) -> int:
@@ -130,7 +141,7 @@ class FeatureDeltaDecoder:
         elif int(base[0]) != self.day:
             raise WireError(f"lean reply: features delta against day {int(base[0])}, but this "
                             f"client holds day {self.day} (a reply was lost); reset the env")
-        used = _decode(mask, np.ascontiguousarray(values).view(np.uint32), self.cols, self._view)
+        used = _decode(_frozen(mask, np.uint8), _frozen(values, np.uint32), self.cols, self._view)
         if used != values.shape[0]:
             self.day = BASE_ZEROS - 1  # held features are now unusable: only a reset helps
             raise WireError(f"lean reply: features mask and {values.shape[0]} values disagree")
@@ -143,11 +154,7 @@ def warm_up() -> None:
     """Compile (or load from numba's cache) the kernels for the arrays they get on both
     sides (received bytes are read-only views), before any call has a deadline."""
     features = np.arange(12, dtype=np.float32).reshape(4, 3)
-    delta = FeatureDeltaEncoder(4, 3).encode(features, 0)
-    for name in ("features_mask", "features_values"):
-        delta[name] = delta[name].copy()
-        delta[name].flags.writeable = False
-    FeatureDeltaDecoder(4, 3, 3).apply(delta, 0)
+    FeatureDeltaDecoder(4, 3, 3).apply(FeatureDeltaEncoder(4, 3).encode(features, 0), 0)
     decode_days(encode_days(features[None]), 4, 3)
 
 
@@ -187,7 +194,7 @@ def decode_days(arrays: dict[str, np.ndarray], rows: int, dim: int) -> np.ndarra
         raise ValueError(f"packed obs: day counts sum to {int(counts.sum())}, "
                          f"{values.shape[0]} values")
     out = np.empty((days, rows, dim), np.float32)
-    view, bits = out.view(np.uint32), np.ascontiguousarray(values).view(np.uint32)
+    view, bits, masks = out.view(np.uint32), _frozen(values, np.uint32), _frozen(masks, np.uint8)
     cols = np.arange(dim, dtype=np.int64)
     start = 0
     for d in range(days):
