@@ -87,6 +87,8 @@ def test_malformed_parquet_and_missing_file(tmp_path: Path, capsys: pytest.Captu
         (["catalog", "synth", "--skus", "10"], "--out"),
         (["catalog", "synth", "--skus", "10", "--out", "x.json"], "unknown extension '.json'"),
         (["catalog", "frobnicate"], "invalid choice: 'frobnicate'"),
+        (["train", "--mode", "decoupled", "--set", "policy.actions.kind=cover"], "only --mode colocated"),
+        (["train", "--mode", "ray", "--set", "policy.actions.kind=cover"], "only --mode colocated"),
     ],
 )
 def test_bad_flags_and_config_values(

@@ -15,21 +15,20 @@ from typing import Any
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 
-# Without --config, `skurl train` is a laptop-sized job on the synthetic catalog that beats
-# the tuned forecast-base-stock within about ten minutes on 2 CPU cores: every iteration
-# simulates all SKUs and trains on a fresh sample of them. --set keys still override these.
+# Without --config, `skurl train` is a laptop-sized job on the synthetic catalog (about ten
+# minutes on 2 quiet CPU cores): every iteration simulates all SKUs and trains on a fresh
+# sample of them. The same settings in every --mode, so a mode never changes the policy.
+# --set keys still override these.
 EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "ppo.reward_scale=sku", "train.iterations=40",
             "train.eval_every=10")
-# The order-up-to action grid (policy/actions.py: cover) needs each SKU's full raw state,
-# which collectors get only from in-process envs (lean remote replies carry today's
-# forecast alone), so the embedded decoupled/ray jobs keep the multiplier grid.
-EMBEDDED_COLOCATED = ("policy.actions.kind=cover", "policy.actions.skip=true")
+# The order-up-to grid (policy.actions.kind=cover) needs each SKU's full raw state, which
+# only in-process envs give collectors (lean remote replies carry today's forecast alone).
+IN_PROCESS_ACTIONS = ("cover",)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a PPO replenishment policy (co-located: one process)",
-                       description="Without --config: synthetic catalog with " + ", ".join(EMBEDDED)
-                       + " (colocated: also " + ", ".join(EMBEDDED_COLOCATED) + ")")
+                       description="Without --config: synthetic catalog with " + ", ".join(EMBEDDED))
     add_config_flags(p)
     p.add_argument("--run-dir", help="where checkpoints, logs and the report go (default runs/TIMESTAMP)")
     p.add_argument("--iterations", type=int, help="total training iterations (sets train.iterations)")
@@ -53,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from skurl.deploy import colocated
 
     if not args.config and not args.resume:
-        local = EMBEDDED_COLOCATED if getattr(args, "mode", "colocated") == "colocated" else ()
-        args.overrides = [*EMBEDDED, *local, *args.overrides]
+        args.overrides = [*EMBEDDED, *args.overrides]
     extra = []
     if args.iterations is not None:
         if args.iterations < 0:
@@ -80,14 +78,23 @@ def run(args: argparse.Namespace) -> int:
     if mode == "ray":
         from skurl.deploy import ray_mode
 
-        result = ray_mode.run(None if args.resume else config_from_args(args, extra), args)
+        result = ray_mode.run(None if args.resume else _checked(config_from_args(args, extra), mode), args)
     elif args.resume:
         result = runner.resume(args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
     else:
-        cfg = config_from_args(args, extra)
+        cfg = _checked(config_from_args(args, extra), mode)
         run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
         result = runner.train(cfg, run_dir, baseline=not args.no_baseline)
     return _finish(args, result, colocated.BASELINE)
+
+
+def _checked(cfg: Any, mode: str) -> Any:
+    """Refuse, before anything starts, settings this mode's collectors cannot run."""
+    kind = cfg.policy.actions.kind
+    if mode != "colocated" and kind in IN_PROCESS_ACTIONS:
+        raise UserError(f"policy.actions.kind={kind}: needs each SKU's full state in the collector, "
+                        f"which only --mode colocated gives; expected multiplier or units with --mode {mode}")
+    return cfg
 
 
 def _changes_catalog(run_dir: str, catalog: str | None, overrides: list[str]) -> bool:
