@@ -168,8 +168,6 @@ class DecoupledRun(ColocatedRun):
         cfg, timer = self.cfg, self.timer
         timer.reset()
         start = time.perf_counter()
-        # As the co-located loop: the collectors' version is what evaluation scores.
-        self.model.load_state_dict(self.learner.weights())
         report = CollectReport()
         shares = self._stored_shares(it, report) if self._resumed else {}
         self._resumed = False
