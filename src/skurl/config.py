@@ -190,6 +190,10 @@ class PPOConfig:
         0.9, "weight kept by the history of the observation/reward statistics at each iteration "
         "(1 = plain running stats; < 1 forgets the early, untrained policy's states)"
     )
+    vf_lambda: float = opt(
+        -1.0, "lambda of the value net's TD(lambda) targets, apart from the advantages' gae_lambda "
+        "(lower: less noisy targets, more bootstrapping); < 0 = the same as gae_lambda"
+    )
 
     def __post_init__(self) -> None:
         check(self.epochs >= 1, "ppo.epochs", self.epochs, "an integer >= 1")
@@ -202,6 +206,7 @@ class PPOConfig:
         check(self.sample_skus >= 0, "ppo.sample_skus", self.sample_skus, "an integer >= 0")
         check(self.target_kl >= 0, "ppo.target_kl", self.target_kl, "a number >= 0")
         check(0 < self.stats_decay <= 1, "ppo.stats_decay", self.stats_decay, "a number in (0, 1]")
+        check(self.vf_lambda <= 1, "ppo.vf_lambda", self.vf_lambda, "a number <= 1 (< 0: gae_lambda)")
 
 
 @dataclass(frozen=True)

@@ -160,3 +160,16 @@ def test_average_reward_centres_rewards_and_ignores_an_offset() -> None:
     plain, _ = _weights_after_update(0.0)
     plain_shifted, _ = _weights_after_update(-7.0)  # without centring the offset moves the values
     assert any(not torch.allclose(a, b, atol=1e-4) for a, b in zip(plain, plain_shifted, strict=True))
+
+
+def test_vf_lambda_sets_the_value_targets_only() -> None:
+    same, same_stats = _weights_after_update(0.0, "ppo.vf_lambda=0.95")  # = gae_lambda: no change
+    default, default_stats = _weights_after_update(0.0)
+    for a, b in zip(same, default, strict=True):
+        assert torch.equal(a, b)
+    td0, td0_stats = _weights_after_update(0.0, "ppo.vf_lambda=0")
+    # TD(0) targets r + gamma V(s') differ from the GAE(0.95) returns, so the value net moves
+    # differently; the advantages (and so the first policy step's loss) are the same
+    assert td0_stats["return_mean"] != pytest.approx(default_stats["return_mean"], abs=1e-6)
+    assert any(not torch.equal(a, b) for a, b in zip(td0, default, strict=True))
+    assert same_stats["return_mean"] == default_stats["return_mean"]

@@ -166,6 +166,9 @@ class Learner:
             rewards = self.reward_scaler.scale(rewards, *by_sku)
         adv, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
                            data[Columns.TERMINALS], self.ppo.gamma, self.ppo.gae_lambda)
+        if 0 <= self.ppo.vf_lambda != self.ppo.gae_lambda:  # value targets of their own lambda
+            _, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
+                             data[Columns.TERMINALS], self.ppo.gamma, self.ppo.vf_lambda)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
         mean, std = allreduce_mean_std(adv)
         batch = PreparedBatch(norm_obs, actions, old_logp, (adv - mean) / (std + 1e-8), returns, values)
