@@ -30,7 +30,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from skurl.buffer.gae import gae
 from skurl.buffer.minibatch import seeded_generator
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
@@ -206,8 +205,7 @@ class DDPLearner(Learner):
             else:
                 self.reward_scaler.update(rewards, data[Columns.DONES])
             rewards = self.reward_scaler.scale(rewards)
-        adv, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
-                           data[Columns.TERMINALS], self.ppo.gamma, self.ppo.gae_lambda)
+        adv, returns = self.advantages_and_returns(rewards, values.reshape(steps, n), bootstrap, data)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
         real = adv[:0] if sl.padded else adv
         mean, std = allreduce_mean_std(real) if self.advantage_norm == "global" else _local_mean_std(real)

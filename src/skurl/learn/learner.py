@@ -164,11 +164,7 @@ class Learner:
             by_sku = (data[Columns.SKU_IDS],) if self.ppo.reward_scale == "sku" else ()
             self.reward_scaler.update(rewards, data[Columns.DONES], *by_sku)
             rewards = self.reward_scaler.scale(rewards, *by_sku)
-        adv, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
-                           data[Columns.TERMINALS], self.ppo.gamma, self.ppo.gae_lambda)
-        if 0 <= self.ppo.vf_lambda != self.ppo.gae_lambda:  # value targets of their own lambda
-            _, returns = gae(rewards, values.reshape(steps, n), bootstrap, data[Columns.DONES],
-                             data[Columns.TERMINALS], self.ppo.gamma, self.ppo.vf_lambda)
+        adv, returns = self.advantages_and_returns(rewards, values.reshape(steps, n), bootstrap, data)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
         mean, std = allreduce_mean_std(adv)
         batch = PreparedBatch(norm_obs, actions, old_logp, (adv - mean) / (std + 1e-8), returns, values)
@@ -180,6 +176,16 @@ class Learner:
             "average_reward": avg_reward,
         }
         return batch, stats
+
+    def advantages_and_returns(self, rewards: torch.Tensor, values: torch.Tensor, bootstrap: torch.Tensor,
+                               data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE(gamma, gae_lambda) advantages [T, N] and the value targets: the same GAE's
+        returns, or TD(vf_lambda) returns when ppo.vf_lambda is set apart."""
+        dones, terminals = data[Columns.DONES], data[Columns.TERMINALS]
+        adv, returns = gae(rewards, values, bootstrap, dones, terminals, self.ppo.gamma, self.ppo.gae_lambda)
+        if 0 <= self.ppo.vf_lambda != self.ppo.gae_lambda:
+            _, returns = gae(rewards, values, bootstrap, dones, terminals, self.ppo.gamma, self.ppo.vf_lambda)
+        return adv, returns
 
     def _logp_values(self, norm_obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logps, values = [], []
