@@ -168,9 +168,11 @@ class PPOConfig:
     sample_skus: int = opt(0, "train on this many sampled SKUs per iteration; 0 = all collected")
     normalize_obs: bool = opt(True, "running observation normalization")
     normalize_reward: bool = opt(True, "running reward scaling")
-    lr_schedule: Literal["constant", "linear"] = opt(
-        "linear", "learning rate over the run: constant | linear (decays to 0 at train.iterations)"
+    lr_schedule: Literal["constant", "linear", "adaptive"] = opt(
+        "linear", "learning rate over the run: constant | linear (decays to 0 at train.iterations) | "
+        "adaptive (steered by each iteration's approx KL towards ppo.lr_kl; starts at ppo.lr)"
     )
+    lr_kl: float = opt(0.01, "lr_schedule=adaptive: the approx KL per iteration the learning rate is steered to")
     amp: Literal["none", "bf16"] = opt(
         "none", "mixed precision of the update: none (fp32) | bf16 (torch.autocast on CPU/GPU)"
     )
@@ -206,6 +208,7 @@ class PPOConfig:
         check(self.sample_skus >= 0, "ppo.sample_skus", self.sample_skus, "an integer >= 0")
         check(self.target_kl >= 0, "ppo.target_kl", self.target_kl, "a number >= 0")
         check(0 < self.stats_decay <= 1, "ppo.stats_decay", self.stats_decay, "a number in (0, 1]")
+        check(self.lr_kl > 0, "ppo.lr_kl", self.lr_kl, "a number > 0")
         check(self.vf_lambda <= 1, "ppo.vf_lambda", self.vf_lambda, "a number <= 1 (< 0: gae_lambda)")
 
 

@@ -173,3 +173,29 @@ def test_vf_lambda_sets_the_value_targets_only() -> None:
     assert td0_stats["return_mean"] != pytest.approx(default_stats["return_mean"], abs=1e-6)
     assert any(not torch.equal(a, b) for a, b in zip(td0, default, strict=True))
     assert same_stats["return_mean"] == default_stats["return_mean"]
+
+
+def test_adaptive_lr_follows_the_kl_and_survives_a_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from skurl.learn.checkpoint import restore_learner, save_checkpoint
+
+    learner = Learner(cfg("ppo.lr_schedule=adaptive", "ppo.lr=0.001", "ppo.lr_kl=0.01"), OBS, ACTIONS, "cpu")
+    assert learner.lr_at(0) == pytest.approx(0.001)
+    learner.adapt_lr(0.001)  # far below the target: faster
+    assert learner.lr_at(1) == pytest.approx(0.0015)
+    learner.adapt_lr(0.05)  # far above: slower
+    learner.adapt_lr(0.05)
+    assert learner.lr_at(3) == pytest.approx(0.0015 / 1.5**2)
+    learner.adapt_lr(0.01)  # on target: kept
+    assert learner.lr_at(4) == pytest.approx(0.0015 / 1.5**2)
+    for _ in range(40):
+        learner.adapt_lr(1.0)
+    assert learner.lr_at(5) == pytest.approx(1e-5)  # bounded
+    stats = learner.update(bandit_rollout(learner, 16, 0))
+    assert stats["lr"] == pytest.approx(1e-5)
+    path = save_checkpoint(tmp_path, learner)
+    other = Learner(cfg("ppo.lr_schedule=adaptive", "ppo.lr=0.001"), OBS, ACTIONS, "cpu")
+    restore_learner(other, path)
+    assert other.lr_at(other.iteration) == learner.lr_at(learner.iteration)
+    fixed = Learner(cfg("ppo.lr=0.001"), OBS, ACTIONS, "cpu")
+    fixed.adapt_lr(0.0)  # other schedules ignore the kl
+    assert fixed.lr_at(0) == pytest.approx(0.001)

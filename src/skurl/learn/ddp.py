@@ -174,6 +174,7 @@ class DDPLearner(Learner):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         stats = self._epochs_slice(batch, sl, part.days)
+        self.adapt_lr(stats["last_epoch_kl"])  # the kl is global: every rank takes the same lr
         self.iteration += 1
         self.version += 1
         return {**prep_stats, **stats, "lr": lr, "transitions": float(part.days * sl.total)}

@@ -29,6 +29,9 @@ EVAL_ROWS = 65_536
 # Keys of generators derived from (seed, iteration, key): no state to checkpoint.
 SKU_SAMPLE_KEY = 1
 MINIBATCH_KEY = 2
+# lr_schedule=adaptive: step factor and bounds of the learning rate (rsl_rl's).
+ADAPTIVE_LR_FACTOR = 1.5
+ADAPTIVE_LR_BOUNDS = (1e-5, 1e-2)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -92,8 +95,28 @@ class Learner:
     def lr_at(self, iteration: int) -> float:
         if self.ppo.lr_schedule == "constant":
             return self.ppo.lr
+        if self.ppo.lr_schedule == "adaptive":  # kept in the optimizer's state (so in checkpoints)
+            return float(self.optimizer.param_groups[0]["lr"])
         total = max(self.cfg.train.iterations, 1)
         return self.ppo.lr * max(1.0 - iteration / total, 1.0 / total)
+
+    def adapt_lr(self, kl: float) -> None:
+        """lr_schedule=adaptive: after an iteration whose policy moved by approx KL `kl`
+        (its last epoch's mean), scale the next iteration's learning rate by 1/1.5 when
+        kl > 2 lr_kl and by 1.5 when kl < lr_kl / 2, within [1e-5, 1e-2]: the adaptive
+        schedule of Rudin et al. (2022), "Learning to Walk in Minutes Using Massively
+        Parallel Deep RL" (rsl_rl). A fixed decay freezes a policy whose advantages are
+        small against their noise long before it is sharp; this keeps it moving at the
+        pace the trust region allows."""
+        if self.ppo.lr_schedule != "adaptive":
+            return
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        if kl > 2.0 * self.ppo.lr_kl:
+            lr = max(lr / ADAPTIVE_LR_FACTOR, ADAPTIVE_LR_BOUNDS[0])
+        elif kl < 0.5 * self.ppo.lr_kl:
+            lr = min(lr * ADAPTIVE_LR_FACTOR, ADAPTIVE_LR_BOUNDS[1])
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def ent_coef_at(self, iteration: int) -> float:
         """The entropy bonus of update `iteration`: constant, or decaying linearly to 0 at
@@ -126,6 +149,7 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         stats = self._epochs(batch)
+        self.adapt_lr(stats["last_epoch_kl"])
         self.iteration += 1
         self.version += 1
         return {**prep_stats, **stats, "lr": lr, "ent_coef": self.ent_coef_at(self.iteration - 1),
