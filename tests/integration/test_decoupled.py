@@ -116,6 +116,25 @@ def test_decoupled_training_equals_colocated_and_every_process_serves_metrics(
         assert sample(text, 'business_mean_on_hand{policy="collect"') > 0
 
 
+def test_a_learner_on_a_sample_of_skus_decodes_only_those_and_still_equals_colocated(
+        tmp_path: Path) -> None:
+    sampled = ("ppo.sample_skus=100", "train.iterations=3")
+    colocated.train(tiny(*sampled), tmp_path / "colocated", baseline=False)
+    decoded: list[int] = []
+
+    class Counting(DecoupledRun):
+        def _sample(self, full: Any, placed: list[Any]) -> Any:
+            decoded.append(sum(obs.shape[1] for _, obs in placed))
+            return super()._sample(full, placed)
+
+    decoupled.train(tiny("sync.backend=grpc", *sampled), tmp_path / "decoupled", baseline=False,
+                    run_cls=Counting)
+    assert decoded == [100, 100, 100]  # of 240 SKUs collected
+    assert_same_training(tmp_path / "colocated", tmp_path / "decoupled")
+    for rec in read_metrics(tmp_path / "decoupled" / "metrics.jsonl"):
+        assert rec["transitions"] == 240 * 8 and rec["trained_transitions"] == 100 * 8
+
+
 @pytest.mark.parametrize(("setting", "match"), [
     ("sync.backend=inproc", "sync.backend = 'inproc'"),
     ("train.collect_skus=50", "train.collect_skus = 50"),

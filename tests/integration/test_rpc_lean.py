@@ -190,3 +190,25 @@ def test_rollout_obs_pack_round_trip_is_bitwise() -> None:
         decode_days(bad, 40, 9)
     with pytest.raises(ValueError, match="expected"):
         decode_days(packed, 41, 9)
+
+
+@pytest.mark.parametrize("select", [[], [0], [39], [3, 4, 5, 17, 38, 39], list(range(40))])
+def test_decoding_some_rows_equals_those_rows_of_the_full_decode(select: list[int]) -> None:
+    # 9 columns: rows start at every bit offset within a byte, so the skipped-bit count
+    # crosses byte boundaries in every way.
+    rng = np.random.default_rng(2)
+    obs = np.where(rng.random((4, 40, 9)) < 0.6, 0.0, rng.standard_normal((4, 40, 9))).astype(np.float32)
+    obs[2] = obs[1]
+    packed = encode_days(obs)
+    rows = np.array(select, np.int64)
+    np.testing.assert_array_equal(bits(decode_days(packed, 40, 9, rows)), bits(obs[:, rows]))
+    bad = dict(packed, obs_counts=packed["obs_counts"] + np.array([1, -1, 0, 0]))
+    with pytest.raises(ValueError, match="disagree"):
+        decode_days(bad, 40, 9, rows)
+
+
+@pytest.mark.parametrize("select", [[5, 3], [2, 2], [-1], [40]])
+def test_rows_to_decode_must_be_sorted_distinct_and_in_range(select: list[int]) -> None:
+    packed = encode_days(np.zeros((2, 40, 9), np.float32))
+    with pytest.raises(ValueError, match="sorted, distinct"):
+        decode_days(packed, 40, 9, np.array(select, np.int64))

@@ -171,7 +171,8 @@ class ColocatedRun:
         per_sku = rollout.rewards.mean(axis=0, dtype=np.float64)
         p5, p50, p95 = np.percentile(per_sku, [5, 50, 95])
         return {
-            **collector.stats.scalars(), **stats,
+            **stats, **collector.stats.scalars(),  # transitions: collected, not trained on
+            "trained_transitions": stats["transitions"],
             "reward_p5": p5, "reward_p50": p50, "reward_p95": p95,
             "policy_version": self.learner.version,
             "iteration_seconds": time.perf_counter() - start,

@@ -55,6 +55,7 @@ WIRE_FILE = "wire_versions.jsonl"
 PER_STEP = (Columns.OBS, Columns.ACTIONS, Columns.LOGP, Columns.VALUES, Columns.REWARDS,
             Columns.DONES, Columns.TERMINALS)
 PER_SKU = (Columns.LAST_OBS, Columns.BOOTSTRAP)
+OBS_ROWS = "obs_rows"  # a shard's rows whose obs were decoded (the learner's sample)
 _UNAVAILABLE_PAUSE_S = 0.5
 
 
@@ -132,6 +133,7 @@ class DecoupledRun(ColocatedRun):
         self._pool = ThreadPoolExecutor(len(self.clients), "collect")
         self._sorter = np.argsort(self.catalog.sku_id, kind="stable")
         self.metrics_url: str | None = None  # this process's /metrics, once served
+        self._chosen: np.ndarray | None = None  # catalog rows the learner trains on (None: all)
 
     def _env(self, shard: int) -> Any:
         return _SchemaOnly(layout_for(self.catalog, self.cfg.sim.review_days).schema)
@@ -169,6 +171,7 @@ class DecoupledRun(ColocatedRun):
         timer.reset()
         start = time.perf_counter()
         report = CollectReport()
+        self._chosen = self._learner_rows()
         shares = self._stored_shares(it, report) if self._resumed else {}
         self._resumed = False
         missing = [cid for cid in self.clients if cid not in shares]
@@ -177,7 +180,7 @@ class DecoupledRun(ColocatedRun):
                 self._ensure_published()
             shares.update(self._collect_shares(it, missing, report))
         with timer.stage("gather"):
-            rollout = self._assemble(it, shares)
+            rollout, scalars = self._assemble(it, shares, report)
         with timer.stage("learn"):
             learn_start = time.perf_counter()
             stats = self.learner.update(rollout)
@@ -190,7 +193,7 @@ class DecoupledRun(ColocatedRun):
                 self.store.delete_before(self.learner.iteration)  # resume needs no older shards
         seconds = time.perf_counter() - start
         self._record_metrics(stats, learn_seconds, report)
-        return {**self._rollout_scalars(rollout, report), **stats,
+        return {**stats, **scalars, "trained_transitions": stats["transitions"],
                 "policy_version": self.learner.version, "iteration_seconds": seconds,
                 **self._report_scalars(report, seconds), **timer.as_scalars(exclusive=True)}
 
@@ -322,8 +325,12 @@ class DecoupledRun(ColocatedRun):
             return f"is damaged ({exc.reason})"
         if all(k in arrays for k in PACKED) and Columns.SKU_IDS in arrays:
             rows, dim = arrays[Columns.SKU_IDS].shape[0], self.learner.model.obs_dim
+            select = None
+            if self._chosen is not None:  # only the learner's sample of SKUs is decoded
+                select = np.flatnonzero(self._chosen[self._rows(arrays[Columns.SKU_IDS])])
+                arrays[OBS_ROWS] = select
             try:
-                arrays[Columns.OBS] = decode_days(arrays, rows, dim)
+                arrays[Columns.OBS] = decode_days(arrays, rows, dim, select)
             except ValueError as exc:
                 return f"is damaged ({exc})"
             for k in PACKED:
@@ -353,7 +360,7 @@ class DecoupledRun(ColocatedRun):
         missing = [k for k in (*PER_STEP, *PER_SKU, Columns.SKU_IDS) if k not in arrays]
         if missing:
             return f"lacks arrays {missing}"
-        n = arrays[Columns.SKU_IDS].shape[0]
+        n = arrays[OBS_ROWS].shape[0] if OBS_ROWS in arrays else arrays[Columns.SKU_IDS].shape[0]
         want = (self.cfg.sim.days, n, self.learner.model.obs_dim)
         if arrays[Columns.OBS].shape != want:
             return f"has obs of shape {arrays[Columns.OBS].shape}, expected {want}"
@@ -371,24 +378,67 @@ class DecoupledRun(ColocatedRun):
                                "not in the learner's catalog (same catalog config everywhere?)")
         return rows
 
-    def _assemble(self, it: int, shares: dict[str, tuple[ShardManifest, dict]]) -> Rollout:
-        """The shards' columns scattered into catalog row order: the co-located Rollout."""
+    def _learner_rows(self) -> np.ndarray | None:
+        """Catalog rows (as a mask) the learner trains on this iteration; None for all."""
+        index = self.learner.sample_index(len(self.catalog))
+        if index is None:
+            return None
+        chosen = np.zeros(len(self.catalog), bool)
+        chosen[index] = True
+        return chosen
+
+    def _assemble(self, it: int, shares: dict[str, tuple[ShardManifest, dict]],
+                  report: CollectReport) -> tuple[Rollout, dict[str, float]]:
+        """The shards' columns scattered into catalog row order: the co-located Rollout,
+        restricted to the learner's sample of SKUs when it trains on one (the only SKUs
+        whose obs were decoded), and the figures of the whole rollout."""
         n, days, dim = len(self.catalog), self.cfg.sim.days, self.learner.model.obs_dim
         out = Rollout.allocate(days, self.catalog.sku_id, dim)
+        if self._chosen is not None:
+            out.obs = np.empty((days, 0, dim), np.float32)  # placed in `sample` below
         seen = np.zeros(n, np.int32)
+        placed = []
         for _, arrays in shares.values():
             rows = self._rows(arrays[Columns.SKU_IDS])
             np.add.at(seen, rows, 1)
             for name in PER_STEP:
-                getattr(out, name)[:, rows] = arrays[name]
+                if name != Columns.OBS:
+                    getattr(out, name)[:, rows] = arrays[name]
             for name in PER_SKU:
                 getattr(out, name)[rows] = arrays[name]
+            if self._chosen is None:
+                out.obs[:, rows] = arrays[Columns.OBS]
+            else:
+                placed.append((rows[arrays[OBS_ROWS]], arrays[Columns.OBS]))
         if not (seen == 1).all():
             i = int(np.argmax(seen != 1))
             raise CollectError(f"iteration {it}: SKU {int(self.catalog.sku_id[i])} is in "
                                f"{int(seen[i])} shards, expected exactly one")
         out.policy_version, out.seed, out.episode = self.learner.version, self.cfg.train.seed, it
-        return out
+        scalars = self._rollout_scalars(out, report)
+        return (out if self._chosen is None else self._sample(out, placed)), scalars
+
+    def _sample(self, full: Rollout, placed: list[tuple[np.ndarray, np.ndarray]]) -> Rollout:
+        """`full` (obs left out) restricted to the learner's sample, with the decoded obs
+        of the sampled rows: what Learner.update would select from the whole rollout."""
+        assert self._chosen is not None
+        index = np.flatnonzero(self._chosen)
+        position = np.full(len(self.catalog), -1, np.int64)
+        position[index] = np.arange(index.size)
+        obs = np.empty((full.days, index.size, full.last_obs.shape[1]), np.float32)
+        filled = np.zeros(index.size, bool)
+        for rows, part in placed:
+            obs[:, position[rows]] = part
+            filled[position[rows]] = True
+        if not filled.all():
+            raise CollectError(f"the shards hold obs for {int(filled.sum())} of the learner's "
+                               f"{index.size} sampled SKUs")
+        kw = {name: np.ascontiguousarray(getattr(full, name)[:, index])
+              for name in PER_STEP if name != Columns.OBS}
+        kw |= {name: np.ascontiguousarray(getattr(full, name)[index])
+               for name in (*PER_SKU, Columns.SKU_IDS)}
+        return Rollout(obs=obs, **kw, policy_version=full.policy_version, seed=full.seed,
+                       episode=full.episode)
 
     # ------------------------------------------------------------------ figures
     def _rollout_scalars(self, rollout: Rollout, report: CollectReport) -> dict[str, float]:
