@@ -76,11 +76,10 @@ def _poisson_inversion(mean: float, skey: np.uint64, day: np.int64, stream: np.i
 def _poisson_ptrs(mean: float, skey: np.uint64, day: np.int64, stream: np.int64,
                   k: np.int64) -> tuple[float, np.int64]:
     # Hörmann (1993), algorithm PTRS; constants from table/equations of that paper.
+    # log(mean) and 1 / alpha serve only the rare full test (~10% of draws): computed there.
     slam = math.sqrt(mean)
-    loglam = math.log(mean)
     b = 0.931 + 2.53 * slam
     a = -0.059 + 0.02483 * b
-    inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
     v_r = 0.9277 - 3.6224 / (b - 2.0)
     for _ in range(MAX_ATTEMPTS):
         u = uniform(skey, day, stream, k) - 0.5
@@ -92,8 +91,9 @@ def _poisson_ptrs(mean: float, skey: np.uint64, day: np.int64, stream: np.int64,
             return x, k
         if x < 0.0 or (us < 0.013 and v > us):
             continue
+        inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
         lhs = math.log(v * inv_alpha / (a / (us * us) + b))
-        rhs = -mean + x * loglam - math.lgamma(x + 1.0)
+        rhs = -mean + x * math.log(mean) - math.lgamma(x + 1.0)
         if lhs <= rhs:
             return x, k
     return math.floor(mean), k

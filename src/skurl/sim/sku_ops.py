@@ -106,6 +106,12 @@ def delay_days(par: np.ndarray, i: np.int64, key: np.uint64, day: np.int64) -> n
     return min(extra, dmax)
 
 
+@njit(cache=True, inline="always")
+def slot_of(day: np.int64, slots: np.int64) -> np.int64:
+    """day % slots (day >= 0) without a division for the one-slot (non-perishable) SKUs."""
+    return np.int64(0) if slots == 1 else day % slots
+
+
 @sku_jit
 def issue(stock: np.ndarray, base: np.int64, slots: np.int64, day: np.int64,
           amount: np.int64, left_before: np.int64, lifo: bool) -> None:
@@ -121,15 +127,20 @@ def issue(stock: np.ndarray, base: np.int64, slots: np.int64, day: np.int64,
     if slots == 1:
         stock[base] -= amount
         return
-    j = day % slots if lifo else (day + 1) % slots
-    step = slots - 1 if lifo else 1  # (j + step) % slots walks newer->older or older->newer
+    j = day % slots
+    if not lifo:
+        j = 0 if j == slots - 1 else j + 1  # (day + 1) % slots
     for _ in range(slots):
         take = min(stock[base + j], amount)
         stock[base + j] -= take
         amount -= take
         if amount == 0:
             return
-        j = (j + step) % slots
+        # Next slot without a division: newer->older (lifo) or older->newer (fifo).
+        if lifo:
+            j = slots - 1 if j == 0 else j - 1
+        else:
+            j = 0 if j == slots - 1 else j + 1
 
 
 @njit(cache=True, inline="always")
@@ -144,7 +155,7 @@ def advance(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.nda
         st[i, k] = st[i, k + 1]
     st[i, S_PIPE + span - 1] = 0
     tomorrow = day + 1
-    stock[st[i, S_SLOT_OFF] + tomorrow % ipar(par, i, P_SLOTS)] += arrival
+    stock[st[i, S_SLOT_OFF] + slot_of(tomorrow, ipar(par, i, P_SLOTS))] += arrival
     st[i, S_ON_HAND] += arrival
     st[i, S_ARRIVED] = arrival
     h = forecast.shape[1]
