@@ -12,13 +12,14 @@ from skurl.sim.demand import (
     DIST_GEOMETRIC,
     DIST_NEGBIN,
     DIST_POISSON,
+    _below_exp_neg,
     daily_mean,
     gamma,
     is_promo_day,
     normal,
     sample_many,
 )
-from skurl.sim.rng import run_key, sku_key
+from skurl.sim.rng import run_key, sku_key, uniform
 
 N = 200_000
 KEY = np.uint64(sku_key(run_key(2024, 0), 17))
@@ -62,6 +63,28 @@ def test_poisson_pmf_small_mean_chi_square() -> None:
     pmf = stats.poisson.pmf(np.arange(top), mean)
     expected = N * np.append(pmf, 1 - pmf.sum())
     assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+@pytest.mark.parametrize(("mean", "size"), [(0.4, 0.3), (2.5, 4.0), (9.0, 1.0), (9.5, 1.0)])
+def test_negative_binomial_pmf_chi_square(mean: float, size: float) -> None:
+    # (9.0, 1.0) is inverted (q = 0.9), (9.5, 1.0) goes through Gamma-Poisson (q > 0.9).
+    x = sample_many(DIST_NEGBIN, mean, size, KEY, N, 3).astype(int)
+    top = 12
+    observed = np.bincount(np.minimum(x, top), minlength=top + 1)
+    pmf = stats.nbinom.pmf(np.arange(top), size, size / (size + mean))
+    expected = N * np.append(pmf, 1 - pmf.sum())
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("mean", [1e-7, 1e-6, 0.003, 0.01, 0.5, 1.9999, 2.0, 2.5])
+def test_poisson_zero_shortcut_matches_plain_inversion(mean: float) -> None:
+    # The shortcut must only answer 0 where the sequential search would: compare with a
+    # plain inversion of the very same uniforms.
+    x = sample_many(DIST_POISSON, mean, 1.0, KEY, 20_000, 4)
+    u = np.array([uniform(KEY, d, 4, 0) for d in range(20_000)])
+    p0 = math.exp(-mean)
+    assert np.array_equal(x == 0.0, u <= p0)
+    assert _below_exp_neg(mean) < p0
 
 
 def test_large_mean_poisson_distribution_ks() -> None:

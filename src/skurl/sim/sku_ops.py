@@ -127,20 +127,17 @@ def issue(stock: np.ndarray, base: np.int64, slots: np.int64, day: np.int64,
     if slots == 1:
         stock[base] -= amount
         return
-    j = day % slots
-    if not lifo:
-        j = 0 if j == slots - 1 else j + 1  # (day + 1) % slots
+    step = slots - 1 if lifo else 1  # (j + step) % slots walks newer->older or older->newer
+    j = day % slots if lifo else (day + 1) % slots
     for _ in range(slots):
         take = min(stock[base + j], amount)
         stock[base + j] -= take
         amount -= take
         if amount == 0:
             return
-        # Next slot without a division: newer->older (lifo) or older->newer (fifo).
-        if lifo:
-            j = slots - 1 if j == 0 else j - 1
-        else:
-            j = 0 if j == slots - 1 else j + 1
+        j += step  # < 2 * slots: one subtraction is the modulo
+        if j >= slots:
+            j -= slots
 
 
 @njit(cache=True, inline="always")
