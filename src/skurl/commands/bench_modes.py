@@ -1,0 +1,122 @@
+"""`skurl bench modes`: training throughput of each `--mode` on the same config and seed.
+
+    skurl bench modes --skus 100000 --days 10 --iterations 5 [--modes colocated,decoupled]
+                      [--config FILE] [--set k=v ...] [--json]
+
+Each mode runs `skurl train --mode M` in its own process and run directory, one after
+another (they would compete for the cores otherwise), with the same settings. From each
+run's metrics.jsonl the first iteration is left out (start-up: processes, JIT caches,
+thread pools) and the rest give the figure: SKU-day transitions collected per second of
+whole iteration (collect + gather + learn + sync), with the mean seconds per stage. The
+first mode is the reference of the `ratio` column.
+
+By default the learner trains one epoch on a sample of 5000 SKUs per iteration
+(`ppo.epochs=1`, `ppo.sample_skus=5000`: the settings of a large catalog, where the update
+must not dwarf collection) and skips evaluation until the end; `--set` overrides them.
+Decoupled and ray modes use `sync.backend=grpc` unless `--set sync.backend=redis` (then
+sync.redis_url must reach a running Redis).
+
+Registered under `skurl bench` by skurl.commands.bench_cmd (`register_bench(subparsers)`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from skurl.commands.common import add_config_flags, print_json
+from skurl.errors import UserError
+
+MODES = ("colocated", "decoupled", "ray")
+DEFAULTS = ("ppo.epochs=1", "ppo.sample_skus=5000", "train.eval_every=0", "eval.skus=1000",
+            "eval.days=20", "eval.warmup=5", "train.checkpoint_every=1000")
+
+
+def register_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("modes", help="training throughput of each --mode on the same config and seed")
+    add_config_flags(p)
+    p.add_argument("--skus", type=int, default=100_000, help="SKUs in the catalog")
+    p.add_argument("--days", type=int, default=10, help="days per collected episode (sim.days)")
+    p.add_argument("--iterations", type=int, default=5, help="iterations per mode (the first is warm-up)")
+    p.add_argument("--modes", default="colocated,decoupled", help=f"comma-separated, from {', '.join(MODES)}")
+    p.add_argument("--keep", metavar="DIR", help="keep the run directories under DIR")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_modes)
+
+
+def run_modes(args: argparse.Namespace) -> int:
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise UserError(f"bench modes: --modes {args.modes!r}, expected a comma-separated list of {', '.join(MODES)}")
+    if args.skus < 1 or args.days < 1 or args.iterations < 2:
+        raise UserError(f"bench modes: --skus {args.skus} --days {args.days} --iterations {args.iterations}, "
+                        "expected >= 1, >= 1 and >= 2 (the first iteration is warm-up)")
+    settings = [*DEFAULTS, f"catalog.skus={args.skus}", f"sim.days={args.days}",
+                f"train.iterations={args.iterations}"]
+    with tempfile.TemporaryDirectory(prefix="skurl-bench-modes-") as tmp:
+        root = Path(args.keep or tmp)
+        results = {m: _run_mode(args, m, settings, root / m) for m in modes}
+    ref = results[modes[0]]["transitions_per_s"]
+    for r in results.values():
+        r["ratio"] = round(r["transitions_per_s"] / ref, 3)
+    out = {"bench": "modes", "skus": args.skus, "days": args.days, "iterations": args.iterations,
+           "settings": settings + list(args.overrides), "modes": results,
+           "load_avg_1m": round(os.getloadavg()[0], 2)}
+    if args.json:
+        print_json(out)
+    else:
+        for m, r in results.items():
+            stages = ", ".join(f"{k} {v:.2f}s" for k, v in r["stages_s"].items())
+            print(f"{m:10s} {r['transitions_per_s']:>12,.0f} transitions/s  x{r['ratio']:.2f}  "
+                  f"({r['seconds_per_iteration']:.2f} s/iteration: {stages})")
+    return 0
+
+
+def _run_mode(args: argparse.Namespace, mode: str, settings: list[str], run_dir: Path) -> dict[str, Any]:
+    extra = [] if mode == "colocated" or _sets(args, "sync.backend") else ["sync.backend=grpc"]
+    cmd = [sys.executable, "-m", "skurl.cli", "train", "--mode", mode, "--run-dir", str(run_dir),
+           "--no-baseline", *(["--config", args.config] if args.config else [])]
+    for kv in settings + extra + list(args.overrides):
+        cmd += ["--set", kv]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"bench modes: `skurl train --mode {mode}` failed (exit {proc.returncode}): {last}")
+    return _summarize(run_dir, wall)
+
+
+def _sets(args: argparse.Namespace, key: str) -> bool:
+    return any(kv.split("=", 1)[0].strip() == key for kv in args.overrides)
+
+
+def _summarize(run_dir: Path, wall: float) -> dict[str, Any]:
+    from skurl.telemetry.logger import read_metrics
+
+    rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "iteration_seconds" in r][1:]
+    if not rows:
+        raise UserError(f"bench modes: {run_dir}/metrics.jsonl has no iteration after the warm-up")
+    seconds = sum(float(r["iteration_seconds"]) for r in rows)
+    stages = sorted({k for r in rows for k in r if k.startswith("time_")})
+    collector = sorted({k for r in rows for k in r if k.startswith("collector_") and k.endswith("_s")})
+    return {
+        "transitions_per_s": round(sum(float(r["transitions"]) for r in rows) / seconds, 1),
+        "seconds_per_iteration": round(seconds / len(rows), 4),
+        "iterations_timed": len(rows),
+        "stages_s": {k.removeprefix("time_"): round(_mean(rows, k), 4) for k in stages},
+        "collector_s": {k: round(_mean(rows, k), 4) for k in collector},
+        "wall_s": round(wall, 2),
+    }
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float:
+    values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    return sum(values) / max(len(values), 1)

@@ -1,0 +1,34 @@
+"""`skurl bench modes`: argument checks and the figure read from metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skurl.cli import main
+from skurl.commands.bench_modes import _summarize
+
+
+@pytest.mark.parametrize("argv", [["--modes", "colocated,spaceship"], ["--modes", ","],
+                                  ["--iterations", "1"], ["--skus", "0"]])
+def test_bad_flags_are_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "modes", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bench modes" in err[0]
+
+
+def test_figure_leaves_out_the_warm_up_iteration_and_eval_records(tmp_path: Path) -> None:
+    records = [
+        {"iteration": 0, "transitions": 1000, "iteration_seconds": 50.0, "time_collect": 40.0},
+        {"iteration": 1, "transitions": 1000, "iteration_seconds": 2.0, "time_collect": 1.5,
+         "collector_store_s": 0.2},
+        {"iteration": 2, "transitions": 1000, "iteration_seconds": 3.0, "time_collect": 2.5,
+         "collector_store_s": 0.4},
+        {"iteration": 2, "eval_cost": 3.0},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = _summarize(tmp_path, wall=60.0)
+    assert out["transitions_per_s"] == 400.0 and out["iterations_timed"] == 2
+    assert out["stages_s"] == {"collect": 2.0} and out["collector_s"] == {"collector_store_s": 0.3}
