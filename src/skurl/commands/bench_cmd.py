@@ -21,7 +21,8 @@ from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 
 # Modules adding `skurl bench` subcommands (skipped while they do not exist).
-BENCH_MODULES = ("skurl.commands.bench_train", "skurl.commands.bench_shards", "skurl.commands.bench_modes")
+BENCH_MODULES = ("skurl.commands.bench_train", "skurl.commands.bench_shards", "skurl.commands.bench_modes",
+                 "skurl.commands.bench_sync")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
