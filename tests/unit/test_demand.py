@@ -67,7 +67,6 @@ def test_poisson_pmf_small_mean_chi_square() -> None:
 
 @pytest.mark.parametrize(("mean", "size"), [(0.4, 0.3), (2.5, 4.0), (9.0, 1.0), (9.5, 1.0)])
 def test_negative_binomial_pmf_chi_square(mean: float, size: float) -> None:
-    # (9.0, 1.0) is inverted (q = 0.9), (9.5, 1.0) goes through Gamma-Poisson (q > 0.9).
     x = sample_many(DIST_NEGBIN, mean, size, KEY, N, 3).astype(int)
     top = 12
     observed = np.bincount(np.minimum(x, top), minlength=top + 1)

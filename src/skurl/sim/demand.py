@@ -7,9 +7,6 @@ any carried generator state (see rng.py).
 Sources of the methods:
 - Poisson, small means: sequential search inversion (Devroye, "Non-Uniform Random Variate
   Generation", 1986, ch. X.3): one uniform per variate.
-- Negative binomial, small means: the same inversion on its pmf, by the recursion
-  P(x + 1) = P(x) * q (x + r) / (x + 1) (N. L. Johnson, A. W. Kemp & S. Kotz, "Univariate
-  Discrete Distributions", 3rd ed., 2005, ch. 5).
 - Poisson, large means: PTRS, transformed rejection with squeeze (W. Hörmann, "The
   transformed rejection method for generating Poisson random variables", Insurance:
   Mathematics and Economics 12, 1993), exact for mean >= 10.
@@ -17,8 +14,7 @@ Sources of the methods:
   ACM TOMS 26(3), 2000, with their boost Gamma(a) = Gamma(a + 1) * U^(1/a) for a < 1.
 - Normal: the ziggurat method (ziggurat.py; Marsaglia & Tsang 2000).
 - Geometric on {0, 1, ..}: inversion, X = floor(log U / log(1 - p)).
-- Negative binomial (mean m, size r), otherwise: Poisson(Gamma(r, m / r)) (Gamma-Poisson
-  mixture).
+- Negative binomial (mean m, size r): Poisson(Gamma(r, m / r)) (Gamma-Poisson mixture).
 """
 
 from __future__ import annotations
@@ -35,10 +31,6 @@ DIST_POISSON = 0
 DIST_GEOMETRIC = 1
 DIST_NEGBIN = 2
 POISSON_INVERSION_MAX_MEAN = 10.0
-# Negative binomial by inversion (one uniform) when the mean is small and the tail decays
-# at least as fast as 0.9^x (q = m / (m + r) <= 0.9); otherwise the Gamma-Poisson mixture.
-NEGBIN_INVERSION_MAX_MEAN = 10.0
-NEGBIN_INVERSION_MAX_RATIO = 9.0  # m / r <= 9 <=> q <= 0.9
 MAX_ATTEMPTS = 10_000  # rejection loops accept with prob > 0.5; this cap is never reached
 # Samples above this are "impossible" (the SKU is isolated); leaves headroom below 2^63.
 MAX_COUNT = 2**60
@@ -174,31 +166,12 @@ def gamma(shape: float, skey: np.uint64, day: np.int64, stream: np.int64,
     return d * boost, k
 
 
-@njit(cache=True, inline="always")
-def _negbin_inversion(mean: float, size: float, skey: np.uint64, day: np.int64,
-                      stream: np.int64, k: np.int64) -> tuple[float, np.int64]:
-    """Sequential search inversion (as for the Poisson) of the negative binomial pmf:
-    P(0) = (r / (r + m))^r, P(x + 1) = P(x) * q * (x + r) / (x + 1), q = m / (r + m)."""
-    u = uniform(skey, day, stream, k)
-    q = mean / (mean + size)
-    p = math.exp(-size * math.log1p(mean / size))
-    cdf = p
-    x = 0
-    while u > cdf and x < INVERSION_CAP:
-        p = p * (q * (x + size)) * _RECIPROCALS[x + 1]
-        x += 1
-        cdf += p
-    return float(x), k + 1
-
-
 @njit(cache=True)
 def negbin(mean: float, size: float, skey: np.uint64, day: np.int64, stream: np.int64,
            k: np.int64) -> tuple[float, np.int64]:
     """Negative binomial with this mean and size r (var = mean + mean^2 / r)."""
     if mean <= 0.0:
         return 0.0, k
-    if mean <= NEGBIN_INVERSION_MAX_MEAN and mean <= NEGBIN_INVERSION_MAX_RATIO * size:
-        return _negbin_inversion(mean, size, skey, day, stream, k)
     g, k = gamma(size, skey, day, stream, k)
     return poisson(g * (mean / size), skey, day, stream, k)
 
