@@ -39,10 +39,11 @@ from skurl.learn.learner import (
     Learner,
     PreparedBatch,
     allreduce_mean_std,
+    ppo_minibatch_loss,
     recorded_behaviour,
 )
 from skurl.learn.normalize import RunningMeanStd
-from skurl.learn.ppo_loss import ppo_loss
+from skurl.policy.twin_mlp import twin_forward
 
 AdvantageNorm = Literal["global", "per_rank"]
 # Minibatch stats averaged over an iteration's minibatches (ppo_loss's keys).
@@ -118,15 +119,17 @@ class GlobalRunningMeanStd(RunningMeanStd):
 
 class PolicyValueHeads(nn.Module):
     """The trained networks of an ActorCritic as one module for DDP to wrap: normalized
-    obs -> (logits, value). Parameters are the ActorCritic's own (shared, not copied)."""
+    obs -> fp32 (logits, value), computed in `dtype` (twin_forward). Parameters are the
+    ActorCritic's own (shared, not copied)."""
 
-    def __init__(self, policy: nn.Module, value: nn.Module) -> None:
+    def __init__(self, policy: nn.Module, value: nn.Module, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.policy = policy
         self.value = value
+        self.dtype = dtype
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.policy(x), self.value(x)
+        return twin_forward(self.policy, self.value, x, self.dtype)
 
 
 class DDPLearner(Learner):
@@ -140,7 +143,7 @@ class DDPLearner(Learner):
         self.advantage_norm = advantage_norm  # per_rank only exists to measure what global buys
         self.model.obs_norm = GlobalRunningMeanStd.like(self.model.obs_norm)
         self.reward_scaler.stats = GlobalRunningMeanStd.like(self.reward_scaler.stats)
-        heads = PolicyValueHeads(self.model.policy, self.model.value)
+        heads = PolicyValueHeads(self.model.policy, self.model.value, self.compute_dtype)
         if distributed():
             ids = [self.device] if self.device.type == "cuda" else None
             self.ddp: nn.Module = DistributedDataParallel(heads, device_ids=ids)
@@ -154,7 +157,7 @@ class DDPLearner(Learner):
         Call before `dist.destroy_process_group()`."""
         import gc
 
-        self.ddp = PolicyValueHeads(self.model.policy, self.model.value)
+        self.ddp = PolicyValueHeads(self.model.policy, self.model.value, self.compute_dtype)
         gc.collect()  # the DDP wrapper sits in reference cycles
 
     def update(self, rollout: Rollout) -> dict[str, float]:
@@ -253,8 +256,10 @@ class DDPLearner(Learner):
         size = self.ppo.minibatch
         n_mb = -(-total // size)
         params = list(self.model.parameters())
+        batch.obs = batch.obs.to(self.compute_dtype)  # cast once, not per minibatch
         sums = torch.zeros(len(LOSS_STATS), dtype=torch.float64, device=self.device)
-        grad_norm_sum, epochs_run, last_kl = 0.0, 0, 0.0
+        grad_norm_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # no host sync per step
+        epochs_run, last_kl = 0, 0.0
         kl_at = LOSS_STATS.index("approx_kl")
         for epoch in range(self.ppo.epochs):
             local, bounds = self._my_minibatches(epoch, total, sl, steps)
@@ -268,7 +273,7 @@ class DDPLearner(Learner):
                 loss, stats = self._slice_loss(batch, idx)
                 self.optimizer.zero_grad(set_to_none=True)
                 (loss * (rows * self.world / global_rows)).backward()
-                grad_norm_sum += float(torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm))
+                grad_norm_sum += torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
                 self.optimizer.step()
                 local_stats = torch.stack([stats[k].detach().to(torch.float64) for k in LOSS_STATS])
                 epoch_sums += local_stats * (rows / global_rows)
@@ -280,21 +285,13 @@ class DDPLearner(Learner):
                 break  # the same decision on every rank: the kl is global
         steps_run = n_mb * epochs_run
         out = {k: float(v) / steps_run for k, v in zip(LOSS_STATS, sums, strict=True)}
-        out.update(grad_norm=grad_norm_sum / steps_run, epochs=float(epochs_run), last_epoch_kl=last_kl)
+        out.update(grad_norm=float(grad_norm_sum) / steps_run, epochs=float(epochs_run), last_epoch_kl=last_kl)
         return out
 
     def _slice_loss(self, batch: PreparedBatch, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Learner._minibatch_loss through the DDP wrapper (its forward arms the all-reduce)."""
-        x = batch.obs[idx]
-        amp = self.ppo.amp == "bf16"
-        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=amp):
-            logits, values = self.ddp(x)
-        logp_all = torch.log_softmax(logits.float(), dim=-1)
-        new_logp = logp_all.gather(-1, batch.actions[idx].unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return ppo_loss(new_logp, batch.old_logp[idx], batch.advantages[idx], values.float(),
-                        batch.returns[idx], entropy, self.ppo.clip, self.ppo.vf_coef,
-                        self.ent_coef_at(self.iteration))
+        return ppo_minibatch_loss(self.ddp, batch.take(idx), self.ppo.clip, self.ppo.vf_coef,
+                                  self.ent_coef_at(self.iteration))
 
 
 def _local_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,22 +10,27 @@ Deployment wrappers (co-located loop, DDP, services) call it; it knows none of t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
 
 from skurl.buffer.gae import gae
-from skurl.buffer.minibatch import minibatch_indices, seeded_generator
+from skurl.buffer.minibatch import seeded_generator
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.learn.normalize import RewardScaler, SkuRewardScaler
 from skurl.learn.ppo_loss import ppo_loss
 from skurl.policy.nets import ActorCritic
+from skurl.policy.twin_mlp import twin_forward
 
 # Rows per no-grad forward pass when recomputing behaviour outputs (bounds memory).
 EVAL_ROWS = 65_536
+# Rows gathered at once when shuffling an epoch: whole minibatches, one index_select per
+# column per block instead of one gather per column per minibatch (bounds the copy).
+SHUFFLE_BLOCK_ROWS = 65_536
 # Keys of generators derived from (seed, iteration, key): no state to checkpoint.
 SKU_SAMPLE_KEY = 1
 MINIBATCH_KEY = 2
@@ -64,6 +69,38 @@ class PreparedBatch:
     returns: torch.Tensor
     old_values: torch.Tensor
 
+    def take(self, index: torch.Tensor) -> PreparedBatch:
+        """The rows `index` of every column (copies)."""
+        return PreparedBatch(*(getattr(self, f.name).index_select(0, index) for f in fields(self)))
+
+    def rows(self, start: int, stop: int) -> PreparedBatch:
+        """Rows [start, stop) of every column (views)."""
+        return PreparedBatch(*(getattr(self, f.name)[start:stop] for f in fields(self)))
+
+
+Forward = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def shuffled_minibatches(batch: PreparedBatch, perm: torch.Tensor, size: int) -> Iterator[PreparedBatch]:
+    """Minibatches perm[0:size], perm[size:2 size], ... of `batch` (the last may be
+    smaller), gathered SHUFFLE_BLOCK_ROWS rows at a time so that each is a contiguous view."""
+    per_block = max(1, SHUFFLE_BLOCK_ROWS // size) * size
+    for start in range(0, perm.numel(), per_block):
+        block = batch.take(perm[start:start + per_block])
+        rows = block.actions.numel()
+        for first in range(0, rows, size):
+            yield block.rows(first, min(first + size, rows))
+
+
+def ppo_minibatch_loss(forward: Forward, mb: PreparedBatch, clip: float, vf_coef: float,
+                       ent_coef: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO loss of one minibatch; `forward` maps its observations to fp32 (logits, values)."""
+    logits, values = forward(mb.obs)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    new_logp = logp_all.gather(-1, mb.actions.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return ppo_loss(new_logp, mb.old_logp, mb.advantages, values, mb.returns, entropy, clip, vf_coef, ent_coef)
+
 
 def recorded_behaviour(data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The collector's log-probs, values and bootstraps of a rollout from an older policy
@@ -89,6 +126,8 @@ class Learner:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.ppo.lr, eps=1e-5, fused=True)
         scaler = SkuRewardScaler if self.ppo.reward_scale == "sku" else RewardScaler
         self.reward_scaler = scaler(self.ppo.gamma, decay=self.ppo.stats_decay).to(self.device)
+        # bf16: GEMMs and activations in bfloat16 from the fp32 master weights (as autocast)
+        self.compute_dtype = torch.bfloat16 if self.ppo.amp == "bf16" else torch.float32
         self.iteration = 0  # updates done
         self.version = 0  # version of the current weights (bumped by each update)
 
@@ -227,41 +266,43 @@ class Learner:
 
     def _epochs(self, batch: PreparedBatch) -> dict[str, float]:
         total = batch.actions.numel()
-        sums: dict[str, torch.Tensor] = {}
-        steps, epochs_run = 0, 0
+        batch.obs = batch.obs.to(self.compute_dtype)  # cast once, not per minibatch
+        sums: torch.Tensor | None = None  # loss stats + grad norm, summed over minibatches
+        keys: list[str] = []
+        steps, epochs_run, last_kl = 0, 0, 0.0
         params = list(self.model.parameters())
         for epoch in range(self.ppo.epochs):
             gen = seeded_generator(self.cfg.train.seed, self.iteration, MINIBATCH_KEY, epoch)
-            kl_sum, kl_steps = torch.zeros((), device=self.device), 0
-            for idx in minibatch_indices(total, self.ppo.minibatch, gen, self.device):
-                loss, stats = self._minibatch_loss(batch, idx)
+            perm = torch.randperm(total, generator=gen).to(self.device)
+            epoch_sums: torch.Tensor | None = None
+            for mb in shuffled_minibatches(batch, perm, self.ppo.minibatch):
+                loss, stats = self._minibatch_loss(mb)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
                 self.optimizer.step()
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, torch.zeros((), device=self.device)) + v.detach().float()
-                kl_sum, kl_steps, steps = kl_sum + stats["approx_kl"], kl_steps + 1, steps + 1
-            epochs_run += 1
-            if self.ppo.target_kl > 0 and float(kl_sum) / kl_steps > self.ppo.target_kl:
+                keys = list(stats)
+                # one tensor per minibatch, no host sync: read once per epoch
+                row = torch.stack([v.detach().float() for v in stats.values()])
+                epoch_sums = row if epoch_sums is None else epoch_sums + row
+            if epoch_sums is None:  # an empty batch: nothing to train on
                 break
-        out = {k: float(v) / max(steps, 1) for k, v in sums.items()}
+            sums = epoch_sums if sums is None else sums + epoch_sums
+            n_mb = -(-total // self.ppo.minibatch)
+            steps, epochs_run = steps + n_mb, epochs_run + 1
+            last_kl = float(epoch_sums[keys.index("approx_kl")]) / n_mb
+            if self.ppo.target_kl > 0 and last_kl > self.ppo.target_kl:
+                break
+        out = {k: float(v) / max(steps, 1) for k, v in zip(keys, (sums if sums is not None else []), strict=True)}
         out["epochs"] = float(epochs_run)
-        out["last_epoch_kl"] = float(kl_sum) / max(kl_steps, 1)
+        out["last_epoch_kl"] = last_kl
         return out
 
-    def _minibatch_loss(self, batch: PreparedBatch, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x = batch.obs[idx]
-        amp = self.ppo.amp == "bf16"
-        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=amp):
-            logits = self.model.policy(x)
-            values = self.model.value(x)
-        logp_all = torch.log_softmax(logits.float(), dim=-1)
-        new_logp = logp_all.gather(-1, batch.actions[idx].unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return ppo_loss(new_logp, batch.old_logp[idx], batch.advantages[idx], values.float(),
-                        batch.returns[idx], entropy, self.ppo.clip, self.ppo.vf_coef,
-                        self.ent_coef_at(self.iteration))
+    def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return twin_forward(self.model.policy, self.model.value, x, self.compute_dtype)
+
+    def _minibatch_loss(self, mb: PreparedBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return ppo_minibatch_loss(self._forward, mb, self.ppo.clip, self.ppo.vf_coef, self.ent_coef_at(self.iteration))
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state (weights + normalizer) as contiguous CPU tensors, for publishing."""

@@ -1,0 +1,96 @@
+"""The policy and value MLPs of an ActorCritic evaluated together for training, with a
+hand-written backward pass: one autograd node instead of ~30, and no torch.autocast.
+
+Under autocast every linear casts its weight to bf16 in each minibatch and records the
+casts in the graph; here the weights are cast once per call (= once per optimizer step)
+from the fp32 masters, and the gradients come back in fp32 to the fp32 parameters. The
+arithmetic is autograd's own (addmm with the transposed weight forward; mm for the
+weight and input gradients, a bias gradient summed in the compute dtype, ReLU backward
+by `threshold_backward` on the saved ReLU outputs), so results are bit-identical to
+the nn.Modules in fp32 and to autocast in bf16 (tests/unit/test_twin_mlp.py).
+
+Measured and rejected (1-core CPU time, 1024-row bf16 minibatch): fusing both nets'
+first layers into one GEMM (x @ [W_p; W_v]^T) is no faster. As [B, H_p + H_v] the
+column halves are strided and get copied before every GEMM that reads them; computed
+transposed ([H_p + H_v, B], each half a contiguous slab read as a transposed operand)
+the transposed-operand GEMMs ran 3-10% slower alone and the whole step slower still.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def linears_of(net: nn.Module) -> list[nn.Linear]:
+    """The Linear layers of an `mlp()` stack (Linear, ReLU, ..., Linear), in order."""
+    seq = getattr(net, "net", net)
+    layers = list(seq.children()) if isinstance(seq, nn.Sequential) else []
+    linears = [m for m in layers if isinstance(m, nn.Linear)]
+    expected = [nn.Linear if i % 2 == 0 else nn.ReLU for i in range(2 * len(linears) - 1)]
+    if not linears or [type(m) for m in layers] != expected:
+        raise TypeError(f"twin_forward: expected a Linear-ReLU-...-Linear stack, got {net}")
+    return linears
+
+
+def twin_forward(policy: nn.Module, value: nn.Module, x: torch.Tensor,
+                 dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalized observations x [B, D] (data: no gradient flows to it) -> (logits
+    [B, A] float32, values [B] float32), differentiable in both nets' parameters.
+    `dtype`: compute dtype of the GEMMs and activations (float32 or bfloat16)."""
+    pol, val = linears_of(policy), linears_of(value)
+    if len(pol) != len(val):
+        raise ValueError(f"twin_forward: policy has {len(pol)} layers, value {len(val)}; expected equal depth")
+    params: list[torch.Tensor] = [p for lin in pol + val for p in (lin.weight, lin.bias)]
+    logits, values = _TwinMLP.apply(x, dtype, len(pol), *params)
+    return logits, values.squeeze(-1)
+
+
+class _TwinMLP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, dtype: torch.dtype, depth: int,  # type: ignore[override]
+                *params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if ctx.needs_input_grad[0]:
+            raise ValueError("twin_forward: x is data; no gradient with respect to it")
+        x_c = x.to(dtype)
+        heads, saved = [], []
+        for net in (params[:2 * depth], params[2 * depth:]):
+            weights = [w.to(dtype) for w in net[0::2]]
+            h, inputs = x_c, []
+            for i, (w, b) in enumerate(zip(weights, net[1::2], strict=True)):
+                inputs.append(h)
+                h = torch.addmm(b.to(dtype), h, w.t())
+                if i < depth - 1:
+                    h.relu_()
+            heads.append(h.float())
+            saved += weights + inputs
+        ctx.save_for_backward(*saved)
+        ctx.depth, ctx.dtype = depth, dtype
+        return heads[0], heads[1]
+
+    @staticmethod
+    def backward(ctx, g_logits: torch.Tensor | None,  # type: ignore[override]
+                 g_values: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        depth, dtype = ctx.depth, ctx.dtype
+        saved = ctx.saved_tensors
+        out: list[torch.Tensor | None] = [None, None, None]
+        for g_out, net_saved in ((g_logits, saved[:2 * depth]), (g_values, saved[2 * depth:])):
+            weights, inputs = net_saved[:depth], net_saved[depth:]
+            g = _output_grad(g_out, inputs[0].shape[0], weights[-1], dtype)
+            grads: list[torch.Tensor] = []
+            for i in reversed(range(depth)):
+                # bias gradient summed in the compute dtype (fp32 accumulation inside the
+                # reduction), as autograd does under autocast
+                grads[:0] = [torch.mm(g.t(), inputs[i]).float(), g.sum(0).float()]
+                if i > 0:
+                    g = torch.ops.aten.threshold_backward(torch.mm(g, weights[i]), inputs[i], 0)
+            out += grads
+        return tuple(out)
+
+
+def _output_grad(g_out: torch.Tensor | None, batch: int, head: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The gradient at a net's output in the compute dtype ([B, out]); zeros when that
+    output took no part in the loss."""
+    if g_out is None:
+        return torch.zeros(batch, head.shape[0], dtype=dtype, device=head.device)
+    return g_out.reshape(batch, head.shape[0]).to(dtype)

@@ -1,0 +1,72 @@
+"""twin_forward: the policy and value nets with one hand-written backward pass must give
+what autograd gives through the nn.Modules (fp32) and through torch.autocast (bf16)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from skurl.policy.nets import ActorCritic
+from skurl.policy.twin_mlp import linears_of, twin_forward
+
+
+def _outputs_and_grads(model: ActorCritic, forward) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:  # type: ignore[no-untyped-def]
+    gen = torch.Generator().manual_seed(1)
+    weights = torch.randn(64, model.n_actions, generator=gen)
+    value_weights = torch.randn(64, generator=gen)
+    model.zero_grad(set_to_none=True)
+    logits, values = forward()
+    ((logits * weights).sum() + (values * value_weights).sum()).backward()
+    grads = [p.grad.clone() for p in [*model.policy.parameters(), *model.value.parameters()]]  # type: ignore[union-attr]
+    return logits.detach(), values.detach(), grads
+
+
+@pytest.mark.parametrize("hidden", [[32, 16], [8], []])
+def test_fp32_matches_autograd_bit_for_bit(hidden: list[int]) -> None:
+    torch.manual_seed(0)
+    model = ActorCritic(7, 5, hidden)
+    x = torch.randn(64, 7)
+    ref = _outputs_and_grads(model, lambda: (model.policy(x), model.value(x)))
+    got = _outputs_and_grads(model, lambda: twin_forward(model.policy, model.value, x))
+    assert got[0].dtype == got[1].dtype == torch.float32 and got[1].shape == (64,)
+    assert torch.equal(ref[0], got[0]) and torch.equal(ref[1], got[1])
+    assert all(torch.equal(a, b) for a, b in zip(ref[2], got[2], strict=True))
+
+
+def test_bf16_matches_autocast_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    model = ActorCritic(7, 5, [32, 16])
+    x = torch.randn(64, 7)
+
+    def autocast() -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, values = model.policy(x), model.value(x)
+        return logits.float(), values.float()
+
+    ref = _outputs_and_grads(model, autocast)
+    got = _outputs_and_grads(model, lambda: twin_forward(model.policy, model.value, x, torch.bfloat16))
+    assert torch.equal(ref[0], got[0]) and torch.equal(ref[1], got[1])
+    assert all(g.dtype == torch.float32 for g in got[2])  # fp32 gradients for fp32 master weights
+    assert all(torch.equal(a, b) for a, b in zip(ref[2], got[2], strict=True))
+    fp32 = _outputs_and_grads(model, lambda: twin_forward(model.policy, model.value, x))
+    assert not torch.equal(fp32[0], got[0])  # it did compute in bf16
+
+
+def test_an_output_left_out_of_the_loss_gets_zero_gradients() -> None:
+    torch.manual_seed(0)
+    model = ActorCritic(7, 5, [16])
+    logits, _ = twin_forward(model.policy, model.value, torch.randn(10, 7))
+    logits.sum().backward()
+    assert all(p.grad is not None and not p.grad.any() for p in model.value.parameters())
+    assert any(p.grad is not None and p.grad.any() for p in model.policy.parameters())
+
+
+def test_refuses_what_it_cannot_differentiate() -> None:
+    model = ActorCritic(7, 5, [16])
+    with pytest.raises(TypeError, match="Linear-ReLU"):
+        linears_of(nn.Sequential(nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 5)))
+    with pytest.raises(ValueError, match="equal depth"):
+        twin_forward(model.policy, ActorCritic(7, 5, [16, 16]).value, torch.randn(3, 7))
+    with pytest.raises(ValueError, match="x is data"):
+        twin_forward(model.policy, model.value, torch.randn(3, 7, requires_grad=True))
