@@ -91,19 +91,25 @@ def run_learn(args: argparse.Namespace) -> int:
     learner = Learner(cfg, obs_dim, n_actions)
     rollout = _random_rollout(days, args.transitions // days, obs_dim, n_actions)
     learner.update(rollout)  # warm-up
-    seconds = 0.0
+    seconds = cpu_seconds = 0.0
+    load_before = os.getloadavg()[0]
     for _ in range(args.repeat):
         rollout.policy_version = learner.version
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         stats = learner.update(rollout)
         seconds += time.perf_counter() - start
+        cpu_seconds += time.process_time() - cpu_start
     n = rollout.transitions * args.repeat
     out = {
         "transitions": rollout.transitions, "epochs": int(stats["epochs"]), "minibatch": cfg.ppo.minibatch,
         "amp": cfg.ppo.amp, "hidden": list(cfg.policy.hidden), "seconds_per_update": round(seconds / args.repeat, 4),
         "transitions_per_s": round(n / seconds, 1),
         "transition_epochs_per_s": round(n * stats["epochs"] / seconds, 1),
-        "device": str(learner.device), "threads": threads, "load_avg_1m": round(os.getloadavg()[0], 2),
+        # CPU seconds of all threads: less distorted than wall time by other load on a shared
+        # machine (but counts OpenMP threads spinning while they wait for a core)
+        "transition_epochs_per_cpu_s": round(n * stats["epochs"] / max(cpu_seconds, 1e-9), 1),
+        "device": str(learner.device), "threads": threads,
+        "load_avg_1m": round(max(load_before, os.getloadavg()[0]), 2),
     }
     _print(args, out, f"learn: {out['transition_epochs_per_s']:,.0f} transitions x epochs/s "
                       f"({rollout.transitions:,} transitions x {out['epochs']} epochs in {seconds / args.repeat:.2f}s)")
