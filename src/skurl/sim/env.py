@@ -52,6 +52,19 @@ from skurl.sim.state import (
 )
 
 MAX_ORDER = 1e9  # units per SKU per day; larger orders are surely a unit/scale bug
+# Work items (chunks of ~512 rows, sim/chunks.py) a thread takes at a time. numba's default
+# splits the prange into one static block per thread: on a shared machine a thread that
+# loses its core leaves the other waiting at the end of the day. Small dynamic blocks keep
+# both busy; which thread runs a chunk changes no result (each SKU is one thread's).
+PARALLEL_CHUNK_ITEMS = 4
+
+
+def _run_kernel(kernel: Any, *args: Any) -> None:
+    previous = numba.set_parallel_chunksize(PARALLEL_CHUNK_ITEMS)
+    try:
+        kernel(*args)
+    finally:
+        numba.set_parallel_chunksize(previous)
 
 
 def check_structure(catalog: Catalog) -> None:
@@ -141,8 +154,8 @@ class VectorEnv:
         self._seed, self._episode = int(seed), int(episode)
         numba.set_num_threads(self.threads)
         init_days = float(self.cfg.initial_stock_days)
-        reset_kernel(self._params, self._state, self._out, run_key(self._seed, self._episode),
-                     init_days, np.int64(self.layout.pipeline))
+        _run_kernel(reset_kernel, self._params, self._state, self._out,
+                    run_key(self._seed, self._episode), init_days, np.int64(self.layout.pipeline))
         self._day = 0
         return self._obs()
 
@@ -171,8 +184,9 @@ class VectorEnv:
         arr = self._check_orders(orders)
         numba.set_num_threads(self.threads)
         cfg = self.cfg
-        step_kernel(self._params, self._state, self._out, arr, np.int64(self.layout.pipeline),
-                    np.int64(self._day), cfg.backorders, cfg.issuing == "lifo", cfg.reward == "cost")
+        _run_kernel(step_kernel, self._params, self._state, self._out, arr,
+                    np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
+                    cfg.issuing == "lifo", cfg.reward == "cost")
         self._day += 1
         return StepResult(self._obs(), self._out.reward, self.done, self._metrics, self._failed_view)
 
