@@ -121,15 +121,22 @@ def test_a_learner_on_a_sample_of_skus_decodes_only_those_and_still_equals_coloc
     sampled = ("ppo.sample_skus=100", "train.iterations=3")
     colocated.train(tiny(*sampled), tmp_path / "colocated", baseline=False)
     decoded: list[int] = []
+    stored: list[int] = []
 
     class Counting(DecoupledRun):
+        def _load(self, manifest: Any) -> Any:
+            # Collectors keep the obs of the learner's sample only (the rest is never read).
+            stored.append({a.name: a.shape for a in manifest.arrays}["obs_sku_ids"][0])
+            return super()._load(manifest)
+
         def _sample(self, full: Any, placed: list[Any]) -> Any:
-            decoded.append(sum(obs.shape[1] for _, obs in placed))
+            decoded.append(sum(obs.shape[1] for _, obs, _ in placed))
             return super()._sample(full, placed)
 
     decoupled.train(tiny("sync.backend=grpc", *sampled), tmp_path / "decoupled", baseline=False,
                     run_cls=Counting)
     assert decoded == [100, 100, 100]  # of 240 SKUs collected
+    assert len(stored) == 6 and sum(stored) == 300  # 2 collectors x 3 iterations
     assert_same_training(tmp_path / "colocated", tmp_path / "decoupled")
     for rec in read_metrics(tmp_path / "decoupled" / "metrics.jsonl"):
         assert rec["transitions"] == 240 * 8 and rec["trained_transitions"] == 100 * 8

@@ -23,20 +23,22 @@ class LearnerDied(RuntimeError):
 
 
 class DiesAfterCollecting(DecoupledRun):
-    def _assemble(self, it: int, shares: dict[str, Any]) -> Any:
+    def _assemble(self, it: int, shares: dict[str, Any], report: Any) -> Any:
         if it == 1:
             raise LearnerDied("the learner stops after iteration 1's shards are in the store")
-        return super()._assemble(it, shares)
+        return super()._assemble(it, shares, report)
 
 
+# With ppo.sample_skus the stored shards hold the obs of the learner's sample only.
+@pytest.mark.parametrize("sample", [[], ["ppo.sample_skus=100"]], ids=["all", "sampled"])
 def test_resumed_learner_trains_on_the_interrupted_iterations_stored_shards(
         tmp_path: Path, redis_url: str, s3_endpoint: str, s3_credentials: None,
-        unique_name: str) -> None:
+        unique_name: str, sample: list[str]) -> None:
     reference = tmp_path / "colocated"
-    colocated.train(tiny(), reference, baseline=False)
+    colocated.train(tiny(*sample), reference, baseline=False)
     cfg = tiny("sync.backend=redis", f"sync.redis_url={redis_url}", f"sync.key={unique_name}",
                f"store.url=s3://{unique_name}/rollouts", f"store.endpoint_url={s3_endpoint}",
-               "store.create_bucket=true")
+               "store.create_bucket=true", *sample)
     run_dir = tmp_path / "decoupled"
     with pytest.raises(LearnerDied):
         decoupled.train(cfg, run_dir, baseline=False, run_cls=DiesAfterCollecting)

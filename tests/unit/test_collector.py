@@ -120,6 +120,23 @@ def test_chunk_size_and_shard_do_not_change_actions() -> None:
     assert other is not None and not np.array_equal(whole.actions, other.actions)
 
 
+def test_obs_of_some_skus_only_and_everything_else_unchanged() -> None:
+    ids = np.arange(100, 140)
+    whole = make(ids)[0].collect(0, 2)
+    # Ids this collector does not run (999, 7) are somebody else's: ignored.
+    part = make(ids)[0].collect(0, 2, obs_skus=np.array([999, 139, 103, 7, 104]))
+    assert whole is not None and part is not None
+    keep = np.array([3, 4, 39])
+    np.testing.assert_array_equal(part.obs_sku_ids, ids[keep])
+    np.testing.assert_array_equal(part.obs, whole.obs[:, keep])
+    np.testing.assert_array_equal(part.last_obs, whole.last_obs[keep])
+    for name in ("actions", "logp", "rewards", "dones", "bootstrap", "sku_ids"):
+        np.testing.assert_array_equal(getattr(part, name), getattr(whole, name))
+    assert set(part.arrays()) == set(whole.arrays()) | {"obs_sku_ids"}
+    with pytest.raises(ValueError, match="3 of its 40 SKUs"):
+        part.select_skus(np.arange(2))
+
+
 def test_record_false_keeps_nothing_but_steps_the_env() -> None:
     collector, env = make(np.arange(8))
     assert collector.collect(0, 0, record=False) is None

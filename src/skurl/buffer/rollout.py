@@ -24,6 +24,9 @@ class Columns:
     LAST_OBS = "last_obs"  # float32 [N, D] observation after the last step
     BOOTSTRAP = "bootstrap"  # float32 [N] behaviour value of LAST_OBS
     SKU_IDS = "sku_ids"  # int64 [N]
+    # int64 [K]: when present, OBS [T, K, D] and LAST_OBS [K, D] hold only these SKUs (in
+    # column order): a collector records the observations of the learner's sample only.
+    OBS_SKU_IDS = "obs_sku_ids"
 
     # Advantage-estimation and minibatch keys (learner side).
     ADVANTAGES = "advantages"
@@ -45,6 +48,7 @@ class Rollout:
     policy_version: int = 0
     seed: int = 0
     episode: int = 0
+    obs_sku_ids: np.ndarray | None = None  # Columns.OBS_SKU_IDS (None: obs of every SKU)
 
     @classmethod
     def allocate(cls, days: int, sku_ids: np.ndarray, obs_dim: int) -> Rollout:
@@ -81,6 +85,7 @@ class Rollout:
 
     def select_skus(self, index: np.ndarray) -> Rollout:
         """The rollout restricted to SKU columns `index` (copies)."""
+        _require_every_obs(self, "select_skus")
         per_step = (Columns.OBS, Columns.ACTIONS, Columns.LOGP, Columns.VALUES, Columns.REWARDS,
                     Columns.DONES, Columns.TERMINALS)
         kw = {k: np.ascontiguousarray(getattr(self, k)[:, index]) for k in per_step}
@@ -92,8 +97,16 @@ class Rollout:
     def concat_skus(parts: list[Rollout]) -> Rollout:
         """Join rollouts of the same days and version along the SKU axis (shards)."""
         first = parts[0]
+        for p in parts:
+            _require_every_obs(p, "concat_skus")
         per_step_axis = {Columns.OBS: 1, Columns.ACTIONS: 1, Columns.LOGP: 1, Columns.VALUES: 1,
                          Columns.REWARDS: 1, Columns.DONES: 1, Columns.TERMINALS: 1,
                          Columns.LAST_OBS: 0, Columns.BOOTSTRAP: 0, Columns.SKU_IDS: 0}
         kw = {k: np.concatenate([getattr(p, k) for p in parts], axis=ax) for k, ax in per_step_axis.items()}
         return Rollout(**kw, policy_version=first.policy_version, seed=first.seed, episode=first.episode)
+
+
+def _require_every_obs(rollout: Rollout, what: str) -> None:
+    if rollout.obs_sku_ids is not None:
+        raise ValueError(f"Rollout.{what}: the rollout holds the observations of "
+                         f"{rollout.obs_sku_ids.shape[0]} of its {rollout.num_skus} SKUs only")

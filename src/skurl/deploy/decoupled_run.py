@@ -55,7 +55,7 @@ WIRE_FILE = "wire_versions.jsonl"
 PER_STEP = (Columns.OBS, Columns.ACTIONS, Columns.LOGP, Columns.VALUES, Columns.REWARDS,
             Columns.DONES, Columns.TERMINALS)
 PER_SKU = (Columns.LAST_OBS, Columns.BOOTSTRAP)
-OBS_ROWS = "obs_rows"  # a shard's rows whose obs were decoded (the learner's sample)
+OBS_ROWS = "obs_rows"  # catalog rows of a shard's decoded obs (the learner's sample)
 _UNAVAILABLE_PAUSE_S = 0.5
 
 
@@ -273,7 +273,8 @@ class DecoupledRun(ColocatedRun):
             start = time.perf_counter()
             try:
                 reply = client.collect(iteration=it, seed=cfg.train.seed, episode=it,
-                                       min_version=wire, wait_s=cfg.sync.timeout_s)
+                                       min_version=wire, wait_s=cfg.sync.timeout_s,
+                                       obs_sku_ids=self._obs_sku_ids())
                 report.rpc_seconds[cid] = time.perf_counter() - start
                 return reply
             except ServerUnavailableError:
@@ -318,23 +319,34 @@ class DecoupledRun(ColocatedRun):
         return out
 
     def _load(self, manifest: ShardManifest) -> dict[str, np.ndarray] | str:
-        """The shard's arrays (packed obs unpacked), or why they cannot be read (damaged)."""
+        """The shard's arrays (packed obs unpacked), or why they cannot be read (damaged).
+        When the learner trains on a sample of SKUs, OBS and LAST_OBS keep the sampled
+        SKUs' rows only (the only ones decoded) and OBS_ROWS names their catalog rows."""
         try:
             arrays = self.store.get_shard(manifest)
         except CorruptShardError as exc:
             return f"is damaged ({exc.reason})"
-        if all(k in arrays for k in PACKED) and Columns.SKU_IDS in arrays:
-            rows, dim = arrays[Columns.SKU_IDS].shape[0], self.learner.model.obs_dim
-            select = None
-            if self._chosen is not None:  # only the learner's sample of SKUs is decoded
-                select = np.flatnonzero(self._chosen[self._rows(arrays[Columns.SKU_IDS])])
-                arrays[OBS_ROWS] = select
+        ids = arrays.get(Columns.SKU_IDS)
+        if ids is None:
+            return arrays  # _check_share names what is missing
+        obs_ids = arrays.get(Columns.OBS_SKU_IDS, ids)
+        select = None
+        if self._chosen is not None:
+            obs_rows = self._rows(obs_ids)
+            select = np.flatnonzero(self._chosen[obs_rows])
+            arrays[OBS_ROWS] = obs_rows[select]
+            if Columns.LAST_OBS in arrays:
+                arrays[Columns.LAST_OBS] = arrays[Columns.LAST_OBS][select]
+        if all(k in arrays for k in PACKED):
             try:
-                arrays[Columns.OBS] = decode_days(arrays, rows, dim, select)
+                arrays[Columns.OBS] = decode_days(arrays, obs_ids.shape[0],
+                                                  self.learner.model.obs_dim, select)
             except ValueError as exc:
                 return f"is damaged ({exc})"
             for k in PACKED:
                 del arrays[k]
+        elif select is not None and Columns.OBS in arrays:
+            arrays[Columns.OBS] = arrays[Columns.OBS][:, select]
         return arrays
 
     def _stored_shares(self, it: int, report: CollectReport) -> dict[str, tuple[ShardManifest, dict]]:
@@ -360,10 +372,18 @@ class DecoupledRun(ColocatedRun):
         missing = [k for k in (*PER_STEP, *PER_SKU, Columns.SKU_IDS) if k not in arrays]
         if missing:
             return f"lacks arrays {missing}"
-        n = arrays[OBS_ROWS].shape[0] if OBS_ROWS in arrays else arrays[Columns.SKU_IDS].shape[0]
-        want = (self.cfg.sim.days, n, self.learner.model.obs_dim)
+        n = arrays[Columns.SKU_IDS].shape[0]
+        if self._chosen is None and Columns.OBS_SKU_IDS in arrays and arrays[Columns.OBS_SKU_IDS].shape[0] != n:
+            return (f"holds the obs of {arrays[Columns.OBS_SKU_IDS].shape[0]} of its {n} SKUs, but "
+                    "the learner trains on every SKU (was ppo.sample_skus changed?)")
+        if OBS_ROWS in arrays:
+            n = arrays[OBS_ROWS].shape[0]
+        dim = self.learner.model.obs_dim
+        want = (self.cfg.sim.days, n, dim)
         if arrays[Columns.OBS].shape != want:
             return f"has obs of shape {arrays[Columns.OBS].shape}, expected {want}"
+        if arrays[Columns.LAST_OBS].shape != (n, dim):
+            return f"has last_obs of shape {arrays[Columns.LAST_OBS].shape}, expected {(n, dim)}"
         return ""
 
     # ------------------------------------------------------------------ assembly
@@ -377,6 +397,10 @@ class DecoupledRun(ColocatedRun):
             raise CollectError(f"a shard holds SKU id {int(sku_ids[np.argmax(bad)])}, which is "
                                "not in the learner's catalog (same catalog config everywhere?)")
         return rows
+
+    def _obs_sku_ids(self) -> np.ndarray | None:
+        """The SKUs whose observations the collectors keep: the learner's sample."""
+        return None if self._chosen is None else self.catalog.sku_id[self._chosen]
 
     def _learner_rows(self) -> np.ndarray | None:
         """Catalog rows (as a mask) the learner trains on this iteration; None for all."""
@@ -394,8 +418,8 @@ class DecoupledRun(ColocatedRun):
         whose obs were decoded), and the figures of the whole rollout."""
         n, days, dim = len(self.catalog), self.cfg.sim.days, self.learner.model.obs_dim
         out = Rollout.allocate(days, self.catalog.sku_id, dim)
-        if self._chosen is not None:
-            out.obs = np.empty((days, 0, dim), np.float32)  # placed in `sample` below
+        if self._chosen is not None:  # placed in `_sample` below
+            out.obs, out.last_obs = np.empty((days, 0, dim), np.float32), np.empty((0, dim), np.float32)
         seen = np.zeros(n, np.int32)
         placed = []
         for _, arrays in shares.values():
@@ -404,12 +428,12 @@ class DecoupledRun(ColocatedRun):
             for name in PER_STEP:
                 if name != Columns.OBS:
                     getattr(out, name)[:, rows] = arrays[name]
-            for name in PER_SKU:
-                getattr(out, name)[rows] = arrays[name]
+            out.bootstrap[rows] = arrays[Columns.BOOTSTRAP]
             if self._chosen is None:
                 out.obs[:, rows] = arrays[Columns.OBS]
+                out.last_obs[rows] = arrays[Columns.LAST_OBS]
             else:
-                placed.append((rows[arrays[OBS_ROWS]], arrays[Columns.OBS]))
+                placed.append((arrays[OBS_ROWS], arrays[Columns.OBS], arrays[Columns.LAST_OBS]))
         if not (seen == 1).all():
             i = int(np.argmax(seen != 1))
             raise CollectError(f"iteration {it}: SKU {int(self.catalog.sku_id[i])} is in "
@@ -418,27 +442,30 @@ class DecoupledRun(ColocatedRun):
         scalars = self._rollout_scalars(out, report)
         return (out if self._chosen is None else self._sample(out, placed)), scalars
 
-    def _sample(self, full: Rollout, placed: list[tuple[np.ndarray, np.ndarray]]) -> Rollout:
+    def _sample(self, full: Rollout, placed: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Rollout:
         """`full` (obs left out) restricted to the learner's sample, with the decoded obs
         of the sampled rows: what Learner.update would select from the whole rollout."""
         assert self._chosen is not None
         index = np.flatnonzero(self._chosen)
         position = np.full(len(self.catalog), -1, np.int64)
         position[index] = np.arange(index.size)
-        obs = np.empty((full.days, index.size, full.last_obs.shape[1]), np.float32)
-        filled = np.zeros(index.size, bool)
-        for rows, part in placed:
+        dim = self.learner.model.obs_dim
+        obs = np.empty((full.days, index.size, dim), np.float32)
+        last_obs = np.empty((index.size, dim), np.float32)
+        filled = np.zeros(index.size, np.int64)
+        for rows, part, last in placed:
             obs[:, position[rows]] = part
-            filled[position[rows]] = True
-        if not filled.all():
-            raise CollectError(f"the shards hold obs for {int(filled.sum())} of the learner's "
-                               f"{index.size} sampled SKUs")
+            last_obs[position[rows]] = last
+            np.add.at(filled, position[rows], 1)
+        if not (filled == 1).all():
+            raise CollectError(f"the shards hold the obs of {int((filled > 0).sum())} of the "
+                               f"learner's {index.size} sampled SKUs, expected each exactly once")
         kw = {name: np.ascontiguousarray(getattr(full, name)[:, index])
               for name in PER_STEP if name != Columns.OBS}
         kw |= {name: np.ascontiguousarray(getattr(full, name)[index])
-               for name in (*PER_SKU, Columns.SKU_IDS)}
-        return Rollout(obs=obs, **kw, policy_version=full.policy_version, seed=full.seed,
-                       episode=full.episode)
+               for name in (Columns.BOOTSTRAP, Columns.SKU_IDS)}
+        return Rollout(obs=obs, last_obs=last_obs, **kw, policy_version=full.policy_version,
+                       seed=full.seed, episode=full.episode)
 
     # ------------------------------------------------------------------ figures
     def _rollout_scalars(self, rollout: Rollout, report: CollectReport) -> dict[str, float]:

@@ -50,7 +50,7 @@ class CollectorBackend(Protocol):
     def set_weights(self, version: int, tensors: dict[str, Any]) -> None: ...
 
     def collect(self, seed: int, episode: int, version: int | None = None,
-                record: bool = True) -> Any: ...
+                record: bool = True, obs_skus: np.ndarray | None = None) -> Any: ...
 
 
 class CollectorServicer(pb_grpc.CollectorServiceServicer):
@@ -93,7 +93,9 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
                 collector.set_weights(version, tensors)
                 self._loaded = version
             start = time.perf_counter()
-            rollout = collector.collect(int(request.seed), int(request.episode), self._loaded)
+            # Only asked-for keywords: a backend without the obs_skus option serves the rest.
+            extra = {"obs_skus": np.asarray(request.obs_sku_ids, np.int64)} if request.obs_sku_ids else {}
+            rollout = collector.collect(int(request.seed), int(request.episode), self._loaded, **extra)
             seconds = time.perf_counter() - start
             manifest = self._store_shard(int(request.iteration), rollout)
             self._rollouts[int(request.iteration)] = rollout

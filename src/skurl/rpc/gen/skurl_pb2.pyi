@@ -169,18 +169,20 @@ class VersionReply(_message.Message):
     def __init__(self, key: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class CollectRequest(_message.Message):
-    __slots__ = ("iteration", "seed", "episode", "min_version", "timeout_s")
+    __slots__ = ("iteration", "seed", "episode", "min_version", "timeout_s", "obs_sku_ids")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     MIN_VERSION_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    OBS_SKU_IDS_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     seed: int
     episode: int
     min_version: int
     timeout_s: float
-    def __init__(self, iteration: _Optional[int] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ..., min_version: _Optional[int] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    obs_sku_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, iteration: _Optional[int] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ..., min_version: _Optional[int] = ..., timeout_s: _Optional[float] = ..., obs_sku_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CollectReply(_message.Message):
     __slots__ = ("collector_id", "iteration", "policy_version", "transitions", "seconds", "manifest_json")
