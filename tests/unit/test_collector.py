@@ -135,6 +135,9 @@ def test_obs_of_some_skus_only_and_everything_else_unchanged() -> None:
     assert set(part.arrays()) == set(whole.arrays()) | {"obs_sku_ids"}
     with pytest.raises(ValueError, match="3 of its 40 SKUs"):
         part.select_skus(np.arange(2))
+    picked, want = part.select_skus(keep), whole.select_skus(keep)
+    for name, arr in want.arrays().items():
+        np.testing.assert_array_equal(getattr(picked, name), arr)
 
 
 def test_record_false_keeps_nothing_but_steps_the_env() -> None:

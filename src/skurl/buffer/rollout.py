@@ -84,13 +84,20 @@ class Rollout:
         return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
 
     def select_skus(self, index: np.ndarray) -> Rollout:
-        """The rollout restricted to SKU columns `index` (copies)."""
-        _require_every_obs(self, "select_skus")
-        per_step = (Columns.OBS, Columns.ACTIONS, Columns.LOGP, Columns.VALUES, Columns.REWARDS,
-                    Columns.DONES, Columns.TERMINALS)
+        """The rollout restricted to SKU columns `index` (sorted; copies). A rollout with
+        the observations of some SKUs only (obs_sku_ids) must be restricted to exactly those."""
+        partial = self.obs_sku_ids is not None
+        if partial and not np.array_equal(self.obs_sku_ids, self.sku_ids[index]):
+            raise ValueError(f"Rollout.select_skus: the rollout holds the observations of "
+                             f"{self.obs_sku_ids.shape[0]} of its {self.num_skus} SKUs only, not "
+                             f"of the {len(index)} selected")
+        per_step = (Columns.ACTIONS, Columns.LOGP, Columns.VALUES, Columns.REWARDS,
+                    Columns.DONES, Columns.TERMINALS) + (() if partial else (Columns.OBS,))
         kw = {k: np.ascontiguousarray(getattr(self, k)[:, index]) for k in per_step}
-        for k in (Columns.LAST_OBS, Columns.BOOTSTRAP, Columns.SKU_IDS):
+        for k in (Columns.BOOTSTRAP, Columns.SKU_IDS) + (() if partial else (Columns.LAST_OBS,)):
             kw[k] = np.ascontiguousarray(getattr(self, k)[index])
+        if partial:
+            kw[Columns.OBS], kw[Columns.LAST_OBS] = self.obs, self.last_obs
         return Rollout(**kw, policy_version=self.policy_version, seed=self.seed, episode=self.episode)
 
     @staticmethod

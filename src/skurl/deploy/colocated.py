@@ -113,6 +113,12 @@ class ColocatedRun:
                          infer_dtype=self.cfg.train.infer_dtype, timer=self.timer,
                          record_values=self.cfg.train.collect_values)
 
+    def obs_skus(self, collector: Any) -> np.ndarray | None:
+        """SKU ids whose observations the collector keeps: the learner's sample
+        (ppo.sample_skus), the only ones it reads; None for every SKU."""
+        index = self.learner.sample_index(collector.env.num_skus)
+        return None if index is None else collector.sku_ids[index]
+
     def run(self, stop_after: int | None = None) -> TrainResult:
         """Iterate from the restored iteration to train.iterations (or stop after
         `stop_after` iterations in total, as an interruption would)."""
@@ -159,7 +165,9 @@ class ColocatedRun:
         with timer.stage("sync"):
             version, tensors = self.weights.wait_for(self.learner.version, timeout=60.0)
             collector.set_weights(version, tensors)
-        rollout = collector.collect(cfg.train.seed, it, version)
+        obs_skus = self.obs_skus(collector)
+        rollout = collector.collect(cfg.train.seed, it, version,
+                                    **({} if obs_skus is None else {"obs_skus": obs_skus}))
         assert rollout is not None
         with timer.stage("learn"):
             stats = self.learner.update(rollout)

@@ -111,6 +111,9 @@ class RayRun(ColocatedRun):
         self._current = RayCollectors(self, self._placement(iteration % len(self.shards)))
         return self._current
 
+    def obs_skus(self, collector: Any) -> None:
+        return None  # Ray collectors keep every SKU's observations
+
     def iteration(self, it: int) -> dict[str, Any]:
         with warnings.catch_warnings():
             # Object-store arrays are read-only views; the learner only reads them.
