@@ -332,7 +332,10 @@ class RpcConfig:
 
 @dataclass(frozen=True)
 class DeployConfig:
-    sim_servers: int = opt(2, "simulator servers (catalog shards) in decoupled mode")
+    sim_servers: int = opt(
+        1, "simulator servers (catalog shards) in decoupled mode; on one machine one server "
+        "already runs on every core (sim.threads), so more only add a gRPC hop and a merge per "
+        "day: use more to spread the catalog over machines")
     collectors: int = opt(1, "collector processes in decoupled mode")
     sim_addresses: list[str] = opt(
         [], "host:port of each running sim server, shard order; empty = start sim_servers "

@@ -288,7 +288,7 @@ def collector_env(addresses: Sequence[str], shards: Sequence[int], cfg: RpcConfi
                   reconnect_timeout_s: float, connect_timeout_s: float = 30.0, *,
                   lean: bool = True) -> tuple[CatalogSchemaEnv, list[ReplayingRemoteEnv]]:
     """The env of a collector driving sim servers `shards` of `addresses` (shard order):
-    its SKUs in catalog row order, with the catalog's schema; and the shard envs. With
+    its SKUs shard by shard, with the catalog's schema; and the shard envs. With
     `lean` the servers send only what a collector reads, in the catalog's schema."""
     schema = catalog_schema(addresses, cfg, connect_timeout_s)
     envs: list[ReplayingRemoteEnv] = []
@@ -301,10 +301,11 @@ def collector_env(addresses: Sequence[str], shards: Sequence[int], cfg: RpcConfi
                 raise UserError(f"sim server {addresses[k]} serves shard {env.shard[0]}/"
                                 f"{env.shard[1]}, expected {k}/{len(addresses)} (deploy.sim_addresses "
                                 "lists the servers in shard order)")
-        rows = np.sort(np.concatenate([e.catalog_rows for e in envs]))
-        # Local positions in catalog row order: the collector's rollout columns follow the
-        # catalog, so the learner only scatters them into place.
-        local = [np.searchsorted(rows, e.catalog_rows) for e in envs]
+        # Shard after shard: each shard's rows are one contiguous block of the collector's
+        # arrays, so merging a reply is a block copy rather than a scatter of every row
+        # (the learner places rollout columns by SKU id, in whatever order they come).
+        ends = np.cumsum([e.catalog_rows.shape[0] for e in envs])
+        local = [np.arange(end - e.catalog_rows.shape[0], end) for e, end in zip(envs, ends, strict=True)]
         merged = MultiShardEnv(envs, local)
         return CatalogSchemaEnv(merged, schema, sums_from=envs if lean else ()), envs
     except BaseException:
