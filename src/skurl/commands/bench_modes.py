@@ -74,8 +74,9 @@ def run_modes(args: argparse.Namespace) -> int:
     else:
         for m, r in results.items():
             stages = ", ".join(f"{k} {v:.2f}s" for k, v in r["stages_s"].items())
+            barrier = f"; barrier {100 * r['barrier_share']:.3f}% of the iteration" if "barrier_share" in r else ""
             print(f"{m:10s} {r['transitions_per_s']:>12,.0f} transitions/s  x{r['ratio']:.2f}  "
-                  f"({r['seconds_per_iteration']:.2f} s/iteration: {stages})")
+                  f"({r['seconds_per_iteration']:.2f} s/iteration: {stages}{barrier})")
     return 0
 
 
@@ -113,6 +114,9 @@ def _summarize(run_dir: Path, wall: float) -> dict[str, Any]:
         "iterations_timed": len(rows),
         "stages_s": {k.removeprefix("time_"): round(_mean(rows, k), 4) for k in stages},
         "collector_s": {k: round(_mean(rows, k), 4) for k in collector},
+        # The sync barrier (decoupled): collectors' wait for the version, as a share of the
+        # iteration, and publish -> held lag of the weights.
+        **{k: round(_mean(rows, k), 6) for k in ("barrier_share", "weights_lag_s") if any(k in r for r in rows)},
         "wall_s": round(wall, 2),
     }
 
