@@ -176,6 +176,10 @@ class PPOConfig:
     amp: Literal["none", "bf16"] = opt(
         "none", "mixed precision of the update: none (fp32) | bf16 (torch.autocast on CPU/GPU)"
     )
+    side_by_side: bool = opt(
+        True, "on CPU with 2+ torch threads, train the policy and value nets side by side, one "
+        "thread each (minibatch ops are too small to split well over threads, and threads "
+        "that wait for each other stall badly on a shared machine)")
     target_kl: float = opt(0.0, "stop an iteration's epochs early once approx KL exceeds this; 0 = never")
     reward_scale: Literal["global", "sku"] = opt(
         "global", "reward scaling: global (one running std of discounted returns) | sku (one per SKU, "

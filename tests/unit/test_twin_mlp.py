@@ -70,3 +70,27 @@ def test_refuses_what_it_cannot_differentiate() -> None:
         twin_forward(model.policy, ActorCritic(7, 5, [16, 16]).value, torch.randn(3, 7))
     with pytest.raises(ValueError, match="x is data"):
         twin_forward(model.policy, model.value, torch.randn(3, 7, requires_grad=True))
+
+
+# Side by side each net runs single-threaded: the same arithmetic as a one-thread learner
+# (two threads splitting an op may round differently), whatever torch.get_num_threads().
+@pytest.mark.parametrize("amp", ["none", "bf16"])
+def test_nets_side_by_side_train_as_one_thread_does_and_restore_the_threads(amp: str) -> None:
+    from skurl.commands.bench_train import _random_rollout
+    from skurl.config import load_config
+    from skurl.learn.learner import Learner
+
+    threads = torch.get_num_threads()
+    try:
+        weights = []
+        for side_by_side, n in (("false", 1), ("true", 2)):
+            torch.set_num_threads(n)
+            cfg = load_config(None, [f"ppo.side_by_side={side_by_side}", f"ppo.amp={amp}", "ppo.epochs=2",
+                                     "ppo.minibatch=256", "policy.hidden=[32,32]"])
+            learner = Learner(cfg, 9, 5)
+            learner.update(_random_rollout(10, 100, 9, 5))
+            assert torch.get_num_threads() == n and not learner.side_by_side
+            weights.append(learner.model.state_dict())
+        assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    finally:
+        torch.set_num_threads(threads)

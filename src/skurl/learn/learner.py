@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -128,6 +129,7 @@ class Learner:
         self.reward_scaler = scaler(self.ppo.gamma, decay=self.ppo.stats_decay).to(self.device)
         # bf16: GEMMs and activations in bfloat16 from the fp32 master weights (as autocast)
         self.compute_dtype = torch.bfloat16 if self.ppo.amp == "bf16" else torch.float32
+        self.side_by_side = False  # set per update: the nets' threads (see _one_thread_per_net)
         self.iteration = 0  # updates done
         self.version = 0  # version of the current weights (bumped by each update)
 
@@ -265,6 +267,26 @@ class Learner:
         return torch.cat(logps), torch.cat(values)
 
     def _epochs(self, batch: PreparedBatch) -> dict[str, float]:
+        with self._one_thread_per_net():
+            return self._run_epochs(batch)
+
+    @contextmanager
+    def _one_thread_per_net(self) -> Iterator[None]:
+        """ppo.side_by_side on a CPU with 2+ torch threads: one intra-op thread while the
+        policy and value nets train side by side on two (restored afterwards)."""
+        threads = torch.get_num_threads()
+        self.side_by_side = self.ppo.side_by_side and self.device.type == "cpu" and threads >= 2
+        if not self.side_by_side:
+            yield
+            return
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+            self.side_by_side = False
+
+    def _run_epochs(self, batch: PreparedBatch) -> dict[str, float]:
         total = batch.actions.numel()
         batch.obs = batch.obs.to(self.compute_dtype)  # cast once, not per minibatch
         sums: torch.Tensor | None = None  # loss stats + grad norm, summed over minibatches
@@ -299,7 +321,7 @@ class Learner:
         return out
 
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return twin_forward(self.model.policy, self.model.value, x, self.compute_dtype)
+        return twin_forward(self.model.policy, self.model.value, x, self.compute_dtype, self.side_by_side)
 
     def _minibatch_loss(self, mb: PreparedBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return ppo_minibatch_loss(self._forward, mb, self.ppo.clip, self.ppo.vf_coef, self.ent_coef_at(self.iteration))

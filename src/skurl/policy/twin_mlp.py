@@ -18,8 +18,15 @@ the transposed-operand GEMMs ran 3-10% slower alone and the whole step slower st
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
 import torch
 from torch import nn
+
+T = TypeVar("T")
+_POOL: ThreadPoolExecutor | None = None  # the value net's thread when the nets run side by side
 
 
 def linears_of(net: nn.Module) -> list[nn.Linear]:
@@ -34,58 +41,91 @@ def linears_of(net: nn.Module) -> list[nn.Linear]:
 
 
 def twin_forward(policy: nn.Module, value: nn.Module, x: torch.Tensor,
-                 dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+                 dtype: torch.dtype = torch.float32, side_by_side: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Normalized observations x [B, D] (data: no gradient flows to it) -> (logits
     [B, A] float32, values [B] float32), differentiable in both nets' parameters.
-    `dtype`: compute dtype of the GEMMs and activations (float32 or bfloat16)."""
+    `dtype`: compute dtype of the GEMMs and activations (float32 or bfloat16).
+    `side_by_side`: the value net's forward and backward run on a second thread while the
+    policy's run on this one (for a caller that set torch to one intra-op thread: two
+    single-threaded nets keep two cores busier than two threads splitting each small op,
+    and each net's arithmetic is the same whichever thread runs it)."""
     pol, val = linears_of(policy), linears_of(value)
     if len(pol) != len(val):
         raise ValueError(f"twin_forward: policy has {len(pol)} layers, value {len(val)}; expected equal depth")
     params: list[torch.Tensor] = [p for lin in pol + val for p in (lin.weight, lin.bias)]
-    logits, values = _TwinMLP.apply(x, dtype, len(pol), *params)
+    logits, values = _TwinMLP.apply(x, dtype, len(pol), bool(side_by_side), *params)
     return logits, values.squeeze(-1)
+
+
+def _both(side_by_side: bool, first: Callable[[], T], second: Callable[[], T]) -> tuple[T, T]:
+    """first() here and second() on the pool's thread (without autograd recording, as
+    inside an autograd.Function), or both here in turn."""
+    global _POOL
+    if not side_by_side:
+        return first(), second()
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(1, "twin-mlp")
+
+    def untracked() -> T:
+        with torch.no_grad():
+            return second()
+
+    future = _POOL.submit(untracked)
+    return first(), future.result()
 
 
 class _TwinMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, dtype: torch.dtype, depth: int,  # type: ignore[override]
-                *params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                side_by_side: bool, *params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if ctx.needs_input_grad[0]:
             raise ValueError("twin_forward: x is data; no gradient with respect to it")
         x_c = x.to(dtype)
-        heads, saved = [], []
-        for net in (params[:2 * depth], params[2 * depth:]):
-            weights = [w.to(dtype) for w in net[0::2]]
-            h, inputs = x_c, []
-            for i, (w, b) in enumerate(zip(weights, net[1::2], strict=True)):
-                inputs.append(h)
-                h = torch.addmm(b.to(dtype), h, w.t())
-                if i < depth - 1:
-                    h.relu_()
-            heads.append(h.float())
-            saved += weights + inputs
-        ctx.save_for_backward(*saved)
-        ctx.depth, ctx.dtype = depth, dtype
-        return heads[0], heads[1]
+        (pol_head, pol_saved), (val_head, val_saved) = _both(
+            side_by_side, lambda: _net_forward(x_c, params[:2 * depth], dtype),
+            lambda: _net_forward(x_c, params[2 * depth:], dtype))
+        ctx.save_for_backward(*pol_saved, *val_saved)
+        ctx.depth, ctx.dtype, ctx.side_by_side = depth, dtype, side_by_side
+        return pol_head, val_head
 
     @staticmethod
     def backward(ctx, g_logits: torch.Tensor | None,  # type: ignore[override]
                  g_values: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         depth, dtype = ctx.depth, ctx.dtype
         saved = ctx.saved_tensors
-        out: list[torch.Tensor | None] = [None, None, None]
-        for g_out, net_saved in ((g_logits, saved[:2 * depth]), (g_values, saved[2 * depth:])):
-            weights, inputs = net_saved[:depth], net_saved[depth:]
-            g = _output_grad(g_out, inputs[0].shape[0], weights[-1], dtype)
-            grads: list[torch.Tensor] = []
-            for i in reversed(range(depth)):
-                # bias gradient summed in the compute dtype (fp32 accumulation inside the
-                # reduction), as autograd does under autocast
-                grads[:0] = [torch.mm(g.t(), inputs[i]).float(), g.sum(0).float()]
-                if i > 0:
-                    g = torch.ops.aten.threshold_backward(torch.mm(g, weights[i]), inputs[i], 0)
-            out += grads
-        return tuple(out)
+        pol, val = _both(ctx.side_by_side, lambda: _net_backward(g_logits, saved[:2 * depth], dtype),
+                         lambda: _net_backward(g_values, saved[2 * depth:], dtype))
+        return (None, None, None, None, *pol, *val)
+
+
+def _net_forward(x_c: torch.Tensor, net: tuple[torch.Tensor, ...],
+                 dtype: torch.dtype) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """One net's fp32 output and what its backward needs (compute-dtype weights, inputs)."""
+    depth = len(net) // 2
+    weights = [w.to(dtype) for w in net[0::2]]
+    h, inputs = x_c, []
+    for i, (w, b) in enumerate(zip(weights, net[1::2], strict=True)):
+        inputs.append(h)
+        h = torch.addmm(b.to(dtype), h, w.t())
+        if i < depth - 1:
+            h.relu_()
+    return h.float(), weights + inputs
+
+
+def _net_backward(g_out: torch.Tensor | None, net_saved: tuple[torch.Tensor, ...],
+                  dtype: torch.dtype) -> list[torch.Tensor]:
+    """One net's fp32 (weight, bias) gradients, layer by layer."""
+    depth = len(net_saved) // 2
+    weights, inputs = net_saved[:depth], net_saved[depth:]
+    g = _output_grad(g_out, inputs[0].shape[0], weights[-1], dtype)
+    grads: list[torch.Tensor] = []
+    for i in reversed(range(depth)):
+        # bias gradient summed in the compute dtype (fp32 accumulation inside the
+        # reduction), as autograd does under autocast
+        grads[:0] = [torch.mm(g.t(), inputs[i]).float(), g.sum(0).float()]
+        if i > 0:
+            g = torch.ops.aten.threshold_backward(torch.mm(g, weights[i]), inputs[i], 0)
+    return grads
 
 
 def _output_grad(g_out: torch.Tensor | None, batch: int, head: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
