@@ -74,6 +74,7 @@ def test_full_report(full_run: Path) -> None:
         assert name in md
     assert "| **ppo** (trained) | 3 | -25.0% | 7 | 95.0% |" in md
     assert "| base_stock (best baseline) | 4 |" in md
+    assert "is 25.0% cheaper per SKU-day" in md and "Its profit per SKU-day is 7 against 6 (16.7% more)." in md
     # segments: ppo 3*f (perishables halved) vs base_stock 4*f
     assert "| fast movers | 100 | 4.5 | base_stock | 6 | -25.0% |" in md
     assert "| perishables | 300 | 1.8 | base_stock | 4.8 | -62.5% |" in md

@@ -245,9 +245,16 @@ def _summary(data: ReportData) -> list[str]:
     if data.trained and best is not None:
         change = _vs(_cost(data.policies[data.trained]), best)
         word = "cheaper" if (change or 0) <= 0 else "costlier"
-        lines += [f"The trained policy **{data.trained}** is {fmt_pct(abs(change or 0), False)} "
-                  f"{word} per SKU-day than the best tuned baseline, "
-                  f"**{data.best_baseline}**.", ""]
+        sentence = (f"The trained policy **{data.trained}** is {fmt_pct(abs(change or 0), False)} "
+                    f"{word} per SKU-day than the best tuned baseline, **{data.best_baseline}**.")
+        # Cost includes purchases: a policy that sells less also buys less, so with prices
+        # in the catalog the profit comparison says more (and may point the other way).
+        mine, theirs = _profit(data.policies[data.trained]), _profit(data.policies[data.best_baseline])
+        if mine is not None and theirs:
+            delta = 100.0 * (mine - theirs) / abs(theirs)
+            sentence += (f" Its profit per SKU-day is {fmt(mine)} against {fmt(theirs)} "
+                         f"({fmt_pct(abs(delta), False)} {'more' if delta >= 0 else 'less'}).")
+        lines += [sentence, ""]
     return lines
 
 
