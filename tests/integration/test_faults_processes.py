@@ -16,7 +16,8 @@ import pytest
 from test_decoupled import assert_same_training, tiny
 
 from skurl.deploy import colocated, decoupled
-from skurl.deploy.decoupled_run import CollectReport, DecoupledRun
+from skurl.deploy.collect_report import CollectReport
+from skurl.deploy.decoupled_run import DecoupledRun
 from skurl.telemetry.logger import read_metrics
 
 

@@ -29,7 +29,6 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,6 +37,7 @@ import numpy as np
 
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
+from skurl.deploy.collect_report import CollectReport, report_scalars, rollout_scalars
 from skurl.deploy.colocated import TRAINED, ColocatedRun
 from skurl.deploy.roles import check_decoupled
 from skurl.deploy.shard_envs import business_from_totals
@@ -87,19 +87,6 @@ class WireVersions:
         with self.path.open("a") as f:
             f.write(json.dumps({"wire": wire, "version": learner_version}) + "\n")
         return wire
-
-
-@dataclass
-class CollectReport:
-    """What one iteration's collection went through (scalars for metrics.jsonl)."""
-
-    metas: dict[str, dict[str, Any]] = field(default_factory=dict)  # collector -> manifest meta
-    rpc_seconds: dict[str, float] = field(default_factory=dict)
-    corrupt: int = 0
-    recollected: int = 0
-    republished: int = 0
-    from_store: int = 0
-    collect_wall: float = 0.0
 
 
 class _SchemaOnly:
@@ -195,7 +182,7 @@ class DecoupledRun(ColocatedRun):
         self._record_metrics(stats, learn_seconds, report)
         return {**stats, **scalars, "trained_transitions": stats["transitions"],
                 "policy_version": self.learner.version, "iteration_seconds": seconds,
-                **self._report_scalars(report, seconds), **timer.as_scalars(exclusive=True)}
+                **report_scalars(report, seconds, self._publish_unix), **timer.as_scalars(exclusive=True)}
 
     def evaluate(self, it: int) -> dict[str, Any]:
         out = super().evaluate(it)
@@ -413,13 +400,11 @@ class DecoupledRun(ColocatedRun):
 
     def _assemble(self, it: int, shares: dict[str, tuple[ShardManifest, dict]],
                   report: CollectReport) -> tuple[Rollout, dict[str, float]]:
-        """The shards' columns scattered into catalog row order: the co-located Rollout,
-        restricted to the learner's sample of SKUs when it trains on one (the only SKUs
+        """The shards' columns scattered into catalog row order: the co-located Rollout
+        (with the obs of the learner's sample only when it trains on one: the only SKUs
         whose obs were decoded), and the figures of the whole rollout."""
         n, days, dim = len(self.catalog), self.cfg.sim.days, self.learner.model.obs_dim
-        out = Rollout.allocate(days, self.catalog.sku_id, dim)
-        if self._chosen is not None:  # placed in `_sample` below
-            out.obs, out.last_obs = np.empty((days, 0, dim), np.float32), np.empty((0, dim), np.float32)
+        out = Rollout.allocate(days, self.catalog.sku_id, dim if self._chosen is None else 0)
         seen = np.zeros(n, np.int32)
         placed = []
         for _, arrays in shares.values():
@@ -439,71 +424,31 @@ class DecoupledRun(ColocatedRun):
             raise CollectError(f"iteration {it}: SKU {int(self.catalog.sku_id[i])} is in "
                                f"{int(seen[i])} shards, expected exactly one")
         out.policy_version, out.seed, out.episode = self.learner.version, self.cfg.train.seed, it
-        scalars = self._rollout_scalars(out, report)
+        scalars = rollout_scalars(out, report)
         return (out if self._chosen is None else self._sample(out, placed)), scalars
 
     def _sample(self, full: Rollout, placed: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Rollout:
-        """`full` (obs left out) restricted to the learner's sample, with the decoded obs
-        of the sampled rows: what Learner.update would select from the whole rollout."""
+        """`full` with the decoded obs of the learner's sample (Rollout.obs_sku_ids), which
+        Learner.update restricts to that sample as it would the whole rollout."""
         assert self._chosen is not None
         index = np.flatnonzero(self._chosen)
         position = np.full(len(self.catalog), -1, np.int64)
         position[index] = np.arange(index.size)
         dim = self.learner.model.obs_dim
-        obs = np.empty((full.days, index.size, dim), np.float32)
-        last_obs = np.empty((index.size, dim), np.float32)
+        full.obs = np.empty((full.days, index.size, dim), np.float32)
+        full.last_obs = np.empty((index.size, dim), np.float32)
+        full.obs_sku_ids = self.catalog.sku_id[index]
         filled = np.zeros(index.size, np.int64)
         for rows, part, last in placed:
-            obs[:, position[rows]] = part
-            last_obs[position[rows]] = last
+            full.obs[:, position[rows]] = part
+            full.last_obs[position[rows]] = last
             np.add.at(filled, position[rows], 1)
         if not (filled == 1).all():
             raise CollectError(f"the shards hold the obs of {int((filled > 0).sum())} of the "
                                f"learner's {index.size} sampled SKUs, expected each exactly once")
-        kw = {name: np.ascontiguousarray(getattr(full, name)[:, index])
-              for name in PER_STEP if name != Columns.OBS}
-        kw |= {name: np.ascontiguousarray(getattr(full, name)[index])
-               for name in (Columns.BOOTSTRAP, Columns.SKU_IDS)}
-        return Rollout(obs=obs, last_obs=last_obs, **kw, policy_version=full.policy_version,
-                       seed=full.seed, episode=full.episode)
+        return full
 
     # ------------------------------------------------------------------ figures
-    def _rollout_scalars(self, rollout: Rollout, report: CollectReport) -> dict[str, float]:
-        # Summed day by day as the co-located collector does, so the figures are equal.
-        reward_sum = sum(float(rollout.rewards[d].sum(dtype=np.float64)) for d in range(rollout.days))
-        per_sku = rollout.rewards.mean(axis=0, dtype=np.float64)
-        p5, p50, p95 = np.percentile(per_sku, [5, 50, 95])
-        transitions = rollout.transitions
-        return {"reward_mean": reward_sum / max(transitions, 1), "transitions": float(transitions),
-                "transitions_per_s": transitions / max(report.collect_wall, 1e-9),
-                "reward_p5": p5, "reward_p50": p50, "reward_p95": p95}
-
-    def _report_scalars(self, report: CollectReport, seconds: float) -> dict[str, float]:
-        metas = report.metas.values()
-
-        def most(key: str) -> float:
-            return max((float(m.get(key) or 0.0) for m in metas), default=0.0)
-
-        lags = [m["weights_received_unix"] - self._publish_unix[m["policy_version"]]
-                for m in metas if m.get("weights_received_unix") is not None
-                and m.get("policy_version") in self._publish_unix]
-        busy = max(report.rpc_seconds.values(), default=0.0)
-        barrier = most("barrier_wait_s")
-        return {
-            "barrier_wait_s": barrier, "barrier_share": barrier / max(seconds, 1e-9),
-            "collector_idle_share": max(1.0 - busy / max(seconds, 1e-9), 0.0),
-            "weights_lag_s": max(lags, default=float("nan")),
-            "collector_collect_s": most("collect_s"), "collector_simulate_s": most("simulate_s"),
-            "collector_infer_s": most("infer_s"),
-            "collector_store_s": max((report.rpc_seconds[c] - float(m.get("collect_s", 0.0))
-                                      - float(m.get("barrier_wait_s", 0.0))
-                                      for c, m in report.metas.items() if c in report.rpc_seconds),
-                                     default=0.0),
-            "corrupt_shards": float(report.corrupt), "recollected_shares": float(report.recollected),
-            "republished_weights": float(report.republished), "shards_from_store": float(report.from_store),
-            "sim_replays": float(sum(int(m.get("sim_replays", 0)) for m in metas)),
-        }
-
     def _record_metrics(self, stats: dict[str, float], learn_seconds: float,
                         report: CollectReport) -> None:
         m = get_metrics()

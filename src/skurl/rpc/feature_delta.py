@@ -241,41 +241,28 @@ def decode_days(arrays: dict[str, np.ndarray], rows: int, dim: int,
     if counts.min(initial=0) < 0 or int(counts.sum()) != values.shape[0]:
         raise ValueError(f"packed obs: day counts sum to {int(counts.sum())}, "
                          f"{values.shape[0]} values")
-    if select is not None:
-        return _decode_days_rows(masks, values, counts, rows, dim, select)
-    out = np.empty((days, rows, dim), np.float32)
-    view, bits, masks = out.view(np.uint32), _frozen(values, np.uint32), _frozen(masks, np.uint8)
-    cols = np.arange(dim, dtype=np.int64)
-    start = 0
-    for d in range(days):
-        if d:
-            view[d] = view[d - 1]
-        else:
-            view[d] = 0
-        end = start + int(counts[d])
-        if _decode(masks[d], bits[start:end], cols, view[d]) != end - start:
-            raise ValueError(f"packed obs: day {d}'s mask and {end - start} values disagree")
-        start = end
-    return out
+    if select is None:
+        cols = np.arange(dim, dtype=np.int64)
+        n_out = rows
 
+        def decode_day(mask: np.ndarray, day_values: np.ndarray, out: np.ndarray) -> int:
+            return _decode(mask, day_values, cols, out)
+    else:
+        select = np.ascontiguousarray(select, np.int64)
+        if select.ndim != 1 or (select.size and (select[0] < 0 or select[-1] >= rows
+                                                  or (np.diff(select) <= 0).any())):
+            raise ValueError(f"packed obs: rows to decode must be sorted, distinct and in [0, {rows})")
+        n_out = select.size
 
-def _decode_days_rows(masks: np.ndarray, values: np.ndarray, counts: np.ndarray, rows: int,
-                      dim: int, select: np.ndarray) -> np.ndarray:
-    select = np.ascontiguousarray(select, np.int64)
-    if select.ndim != 1 or (select.size and (select[0] < 0 or select[-1] >= rows
-                                              or (np.diff(select) <= 0).any())):
-        raise ValueError(f"packed obs: rows to decode must be sorted, distinct and in [0, {rows})")
-    days = counts.shape[0]
-    out = np.empty((days, select.size, dim), np.float32)
+        def decode_day(mask: np.ndarray, day_values: np.ndarray, out: np.ndarray) -> int:
+            return _decode_rows(mask, day_values, select, dim, rows * dim, out)
+    out = np.empty((days, n_out, dim), np.float32)
     view, bits, masks = out.view(np.uint32), _frozen(values, np.uint32), _frozen(masks, np.uint8)
     start = 0
-    for d in range(days):
-        if d:
-            view[d] = view[d - 1]
-        else:
-            view[d] = 0
+    for d in range(days):  # each day is a delta against the day before (day 0: zeros)
+        view[d] = view[d - 1] if d else 0
         end = start + int(counts[d])
-        if _decode_rows(masks[d], bits[start:end], select, dim, rows * dim, view[d]) != end - start:
+        if decode_day(masks[d], bits[start:end], view[d]) != end - start:
             raise ValueError(f"packed obs: day {d}'s mask and {end - start} values disagree")
         start = end
     return out
