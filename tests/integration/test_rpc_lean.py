@@ -72,11 +72,13 @@ def test_lean_episode_is_bit_identical_to_in_process(setup, server) -> None:
             assert g.done == w.done and g.obs.raw.day == w.obs.raw.day
             sums = remote.metric_sums
             assert sums is not None and list(sums) == list(METRIC_NAMES)
+            assert list(sums.values()) == w.metrics.sums().tolist()
             for name in METRIC_NAMES:
-                assert sums[name] == getattr(w.metrics, name).sum(dtype=np.float64)
+                assert sums[name] == pytest.approx(getattr(w.metrics, name).sum(dtype=np.float64))
             assert np.isnan(g.metrics.demand).all()  # per-SKU metrics are not sent
             want, got = w.obs, g.obs
-            got.features[:] = -1  # a caller's copy: the next delta's base is kept apart
+            with pytest.raises(ValueError, match="read-only"):
+                got.features[0] = -1  # the next delta's base cannot be written by a caller
 
 
 def test_lean_reply_is_much_smaller(server) -> None:
@@ -212,3 +214,16 @@ def test_rows_to_decode_must_be_sorted_distinct_and_in_range(select: list[int]) 
     packed = encode_days(np.zeros((2, 40, 9), np.float32))
     with pytest.raises(ValueError, match="sorted, distinct"):
         decode_days(packed, 40, 9, np.array(select, np.int64))
+
+
+def test_decoded_features_are_read_only_and_track_the_deltas() -> None:
+    """The decoder hands out its held matrix (no copy): a caller cannot write into the
+    next delta's base, and each apply shows that day's features."""
+    rng = np.random.default_rng(1)
+    enc, dec = FeatureDeltaEncoder(6, 4), FeatureDeltaDecoder(6, 4, 4)
+    for day in range(3):
+        want = rng.standard_normal((6, 4)).astype(np.float32)
+        got = dec.apply(enc.encode(want, day), day)
+        np.testing.assert_array_equal(bits(got), bits(want))
+        with pytest.raises(ValueError, match="read-only"):
+            got[0, 0] = 1.0

@@ -213,6 +213,24 @@ def test_totals_accumulate_the_daily_metrics(catalog: Catalog) -> None:
     assert np.allclose(totals["reward"], rewards, rtol=1e-5, atol=1e-3)
 
 
+def test_metric_sums_over_skus_in_one_pass_equal_the_column_sums(catalog: Catalog) -> None:
+    """VectorEnv's metrics sum as one row-major block (what a lean gRPC reply carries);
+    DayMetrics of any other backend sum field by field; both give the same totals."""
+    env = VectorEnv(catalog, SimConfig(days=5, threads=1))
+    obs = env.reset(2)
+    for _ in range(3):
+        res = env.step(_policy(obs, catalog))
+        obs = res.obs
+    m = res.metrics
+    assert m.block is not None
+    by_column = np.array([getattr(m, name).sum(dtype=np.float64) for name in METRIC_FIELDS])
+    assert by_column.any()
+    np.testing.assert_allclose(m.sums(), by_column, rtol=1e-12)
+    copied = dataclasses.replace(m)  # a plain DayMetrics: no block
+    assert copied.block is None
+    np.testing.assert_allclose(copied.sums(), by_column, rtol=1e-12)
+
+
 def test_bad_structure_is_a_catalog_error(catalog: Catalog) -> None:
     bad = dataclasses.replace(catalog, lead_time=np.r_[0, catalog.lead_time[1:]])
     with pytest.raises(CatalogError, match="lead_time"):

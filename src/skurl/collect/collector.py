@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from skurl.buffer.rollout import Rollout
 from skurl.policy.actions import ActionGrid, bind_to_env, report_clipped
-from skurl.policy.nets import ActorCritic, InferenceNets, sample_inverse_cdf
+from skurl.policy.nets import ActorCritic, InferenceNets, input_tensor, sample_inverse_cdf
 from skurl.sim import rng
 from skurl.sim.api import STREAM_ACTION, Env
 
@@ -218,7 +218,7 @@ class Collector:
 
     @torch.inference_mode()
     def _act(self, features: np.ndarray, u: np.ndarray, actions: np.ndarray, logp: np.ndarray, values: np.ndarray) -> None:
-        feats = torch.from_numpy(features)
+        feats = input_tensor(features)
         uniforms = torch.from_numpy(u)
         for s in range(0, features.shape[0], self.chunk):
             e = s + self.chunk
@@ -233,7 +233,7 @@ class Collector:
 
     @torch.inference_mode()
     def _values(self, features: np.ndarray, out: np.ndarray) -> None:
-        feats = torch.from_numpy(features)
+        feats = input_tensor(features)
         for s in range(0, features.shape[0], self.chunk):
             e = s + self.chunk
             out[s:e] = self.nets.values(feats[s:e]).numpy()

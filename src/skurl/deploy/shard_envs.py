@@ -27,7 +27,7 @@ import numpy as np
 from skurl.config import RpcConfig
 from skurl.errors import UserError
 from skurl.rpc.env_client import RemoteEnv
-from skurl.rpc.env_wire import schema_from_wire
+from skurl.rpc.env_wire import METRIC_NAMES, schema_from_wire
 from skurl.rpc.errors import (
     RequestRejectedError,
     RpcTimeoutError,
@@ -254,11 +254,10 @@ class CatalogSchemaEnv:
     def step(self, orders: np.ndarray) -> StepResult:
         result = self.env.step(orders)
         sums = [getattr(e, "metric_sums", None) for e in self._sums_from]
+        if not (sums and all(s is not None for s in sums)):
+            sums = [dict(zip(METRIC_NAMES, result.metrics.sums().tolist(), strict=True))]
         for name in BUSINESS_SUMS:
-            if sums and all(s is not None for s in sums):
-                self.totals[name] += sum(s[name] for s in sums)
-            else:
-                self.totals[name] += float(getattr(result.metrics, name).sum(dtype=np.float64))
+            self.totals[name] += sum(s[name] for s in sums)
         self.days += 1
         return StepResult(obs=self._widen(result.obs), reward=result.reward, done=result.done,
                           metrics=result.metrics, failed=result.failed)

@@ -18,7 +18,7 @@ from skurl.catalog.schema import Catalog
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.policy.actions import ActionGrid, report_clipped
-from skurl.policy.nets import ActorCritic, InferenceNets, greedy, sample_inverse_cdf
+from skurl.policy.nets import ActorCritic, InferenceNets, greedy, input_tensor, sample_inverse_cdf
 from skurl.sim.api import Obs
 
 CONFIG_FILE = "config.yaml"
@@ -68,7 +68,7 @@ class LearnedPolicy:
 
     @torch.inference_mode()
     def action_indices(self, obs: Obs) -> np.ndarray:
-        feats = torch.from_numpy(np.ascontiguousarray(obs.features, np.float32))
+        feats = input_tensor(np.ascontiguousarray(obs.features, np.float32))
         out = np.empty(feats.shape[0], np.int64)
         u = None
         if self.sample:

@@ -11,8 +11,10 @@ so a SKU's action never depends on chunking, worker count or mode (the noise its
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -157,3 +159,12 @@ def sample_inverse_cdf(logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Ten
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
+
+
+def input_tensor(features: np.ndarray) -> torch.Tensor:
+    """A tensor sharing `features`' memory, for inference that only reads it. Envs may hand
+    out read-only views (a lean remote env's decoded features), which torch.from_numpy
+    accepts with a warning about writes that inference never makes."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(features)

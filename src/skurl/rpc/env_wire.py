@@ -79,7 +79,7 @@ def lean_obs_arrays(obs: Obs, delta: FeatureDeltaEncoder) -> dict[str, np.ndarra
 
 
 def lean_step_arrays(result: StepResult) -> dict[str, np.ndarray]:
-    sums = np.array([getattr(result.metrics, name).sum(dtype=np.float64) for name in METRIC_NAMES])
+    sums = result.metrics.sums()
     return {"reward": result.reward, "failed": np.asarray(result.failed), METRIC_SUMS: sums}
 
 

@@ -13,10 +13,11 @@ preallocated arrays that the next `step` overwrites: copy what you keep.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+from numba import njit
 
 from skurl.errors import UserError
 
@@ -99,6 +100,25 @@ class DayMetrics:
     order_cost: np.ndarray
     waste_cost: np.ndarray
     revenue: np.ndarray
+    # Not a field: the fields as the columns of one row-major [N, M] block, when a backend
+    # keeps them so (VectorEnv). Summing a strided column reads every cache line of the
+    # block, so M column sums cost ~M block reads; one pass over the rows costs one.
+    block = None
+
+    def sums(self) -> np.ndarray:
+        """float64 [M]: each field summed over SKUs, in field order."""
+        if self.block is not None:
+            return _row_sums(self.block)
+        return np.array([getattr(self, f.name).sum(dtype=np.float64) for f in fields(self)])
+
+
+@njit(cache=True, nogil=True)
+def _row_sums(block: np.ndarray) -> np.ndarray:
+    out = np.zeros(block.shape[1], np.float64)
+    for i in range(block.shape[0]):
+        for k in range(block.shape[1]):
+            out[k] += block[i, k]
+    return out
 
 
 @dataclass

@@ -112,6 +112,7 @@ class VectorEnv:
         acc = self._out.acc
         self._metrics = DayMetrics(**{name: _read_only(acc[:, k])
                                       for k, name in enumerate(METRIC_FIELDS)})
+        self._metrics.block = _read_only(acc[:, :len(METRIC_FIELDS)])
         self._failed_view = _read_only(self._state.failed)
         self._day = -1
         self._seed: int | None = None
