@@ -13,10 +13,10 @@ from skurl.policy.twin_mlp import linears_of, twin_forward
 
 def _outputs_and_grads(model: ActorCritic, forward) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:  # type: ignore[no-untyped-def]
     gen = torch.Generator().manual_seed(1)
-    weights = torch.randn(64, model.n_actions, generator=gen)
-    value_weights = torch.randn(64, generator=gen)
     model.zero_grad(set_to_none=True)
     logits, values = forward()
+    weights = torch.randn(logits.shape, generator=gen)
+    value_weights = torch.randn(values.shape, generator=gen)
     ((logits * weights).sum() + (values * value_weights).sum()).backward()
     grads = [p.grad.clone() for p in [*model.policy.parameters(), *model.value.parameters()]]  # type: ignore[union-attr]
     return logits.detach(), values.detach(), grads
@@ -34,10 +34,13 @@ def test_fp32_matches_autograd_bit_for_bit(hidden: list[int]) -> None:
     assert all(torch.equal(a, b) for a, b in zip(ref[2], got[2], strict=True))
 
 
-def test_bf16_matches_autocast_bit_for_bit() -> None:
+# bf16 on CPU runs oneDNN's fused linear (bias + ReLU in the GEMM) and the first layer's
+# weight gradient transposed: both must keep autocast's bits, also at the default shapes.
+@pytest.mark.parametrize(("obs_dim", "n_actions", "hidden", "rows"), [(7, 5, [32, 16], 64), (70, 20, [256, 256], 1024)])
+def test_bf16_matches_autocast_bit_for_bit(obs_dim: int, n_actions: int, hidden: list[int], rows: int) -> None:
     torch.manual_seed(0)
-    model = ActorCritic(7, 5, [32, 16])
-    x = torch.randn(64, 7)
+    model = ActorCritic(obs_dim, n_actions, hidden)
+    x = torch.randn(rows, obs_dim)
 
     def autocast() -> tuple[torch.Tensor, torch.Tensor]:
         with torch.autocast("cpu", dtype=torch.bfloat16):
