@@ -199,3 +199,22 @@ def test_adaptive_lr_follows_the_kl_and_survives_a_checkpoint(tmp_path) -> None:
     fixed = Learner(cfg("ppo.lr=0.001"), OBS, ACTIONS, "cpu")
     fixed.adapt_lr(0.0)  # other schedules ignore the kl
     assert fixed.lr_at(0) == pytest.approx(0.001)
+
+
+@pytest.mark.parametrize("amp", ["none", "bf16"])
+def test_behaviour_outputs_are_recomputed_as_the_minibatches_compute_them(amp: str) -> None:
+    """The recomputed log-probs are the first minibatch's own, bit for bit (ratio 1, KL 0),
+    in bf16 too: the ratio then measures how far the update moved the policy, not bf16's
+    rounding against an fp32 reference."""
+    from skurl.learn.learner import ppo_minibatch_loss
+
+    learner = Learner(cfg(f"ppo.amp={amp}"), OBS, ACTIONS, "cpu")
+    rollout = bandit_rollout(learner, 32, 0)
+    batch, _ = learner._prepare(learner._to_device(rollout), behaviour=True)
+    batch.obs = batch.obs.to(learner.compute_dtype)
+    mb = batch.rows(0, 64)
+    _, stats = ppo_minibatch_loss(learner._forward, mb, 0.2, 0.5, 0.0)
+    assert float(stats["approx_kl"]) == 0.0 and float(stats["clip_frac"]) == 0.0
+    logits, values = learner._forward(mb.obs)
+    assert torch.equal(torch.log_softmax(logits, -1).gather(1, mb.actions[:, None])[:, 0], mb.old_logp)
+    assert torch.equal(values, mb.old_values)

@@ -198,7 +198,7 @@ class DDPLearner(Learner):
         norm_obs = torch.cat([self.model.normalize(c) for c in obs.split(EVAL_ROWS)])
         if behaviour:
             old_logp, values = self._logp_values(norm_obs, actions)
-            bootstrap = self.model.value(self.model.normalize(data[Columns.LAST_OBS]))
+            bootstrap = self._values(self.model.normalize(data[Columns.LAST_OBS]))
         else:
             old_logp, values, bootstrap = recorded_behaviour(data)
         rewards = self.centered(data[Columns.REWARDS].float(), sl.padded)[0]

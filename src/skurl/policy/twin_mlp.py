@@ -60,6 +60,18 @@ def twin_forward(policy: nn.Module, value: nn.Module, x: torch.Tensor,
     return logits, values.squeeze(-1)
 
 
+@torch.no_grad()
+def twin_outputs(policy: nn.Module, value: nn.Module, x: torch.Tensor,
+                 dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """twin_forward's (logits, values) without gradients: the same arithmetic row by row,
+    so a learner that recomputes its behaviour outputs with it starts each update at a
+    ratio of exactly 1 in bf16 too (rows do not interact: any chunking, the same bits)."""
+    nets = [tuple(p for lin in linears_of(net) for p in (lin.weight, lin.bias)) for net in (policy, value)]
+    x_c = x.to(dtype)
+    logits, values = (_net_forward(x_c, net, dtype)[0] for net in nets)
+    return logits, values.squeeze(-1)
+
+
 def _both(side_by_side: bool, first: Callable[[], T], second: Callable[[], T]) -> tuple[T, T]:
     """first() here and second() on the pool's thread (without autograd recording, as
     inside an autograd.Function), or both here in turn."""
