@@ -76,7 +76,8 @@ def test_refuses_what_it_cannot_differentiate() -> None:
 
 
 # Side by side each net runs single-threaded: the same arithmetic as a one-thread learner
-# (two threads splitting an op may round differently), whatever torch.get_num_threads().
+# (two threads splitting an op may round differently), whatever torch.get_num_threads();
+# each net's clipping and Adam step too, on one optimizer state (Learner.NetSteps).
 @pytest.mark.parametrize("amp", ["none", "bf16"])
 def test_nets_side_by_side_train_as_one_thread_does_and_restore_the_threads(amp: str) -> None:
     from skurl.commands.bench_train import _random_rollout
@@ -91,8 +92,13 @@ def test_nets_side_by_side_train_as_one_thread_does_and_restore_the_threads(amp:
             cfg = load_config(None, [f"ppo.side_by_side={side_by_side}", f"ppo.amp={amp}", "ppo.epochs=2",
                                      "ppo.minibatch=256", "policy.hidden=[32,32]"])
             learner = Learner(cfg, 9, 5)
-            learner.update(_random_rollout(10, 100, 9, 5))
+            for _ in range(2):  # the second update's optimizer steps continue the first's state
+                rollout = _random_rollout(10, 100, 9, 5)
+                rollout.policy_version = learner.version
+                learner.update(rollout)
             assert torch.get_num_threads() == n and not learner.side_by_side
+            steps = {float(state["step"]) for state in learner.optimizer.state.values()}
+            assert steps == {2 * 2 * 4} and len(learner.optimizer.state) == len(list(learner.model.parameters()))
             weights.append(learner.model.state_dict())
         assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     finally:

@@ -72,9 +72,10 @@ def twin_outputs(policy: nn.Module, value: nn.Module, x: torch.Tensor,
     return logits, values.squeeze(-1)
 
 
-def _both(side_by_side: bool, first: Callable[[], T], second: Callable[[], T]) -> tuple[T, T]:
+def run_both(side_by_side: bool, first: Callable[[], T], second: Callable[[], T]) -> tuple[T, T]:
     """first() here and second() on the pool's thread (without autograd recording, as
-    inside an autograd.Function), or both here in turn."""
+    inside an autograd.Function), or both here in turn. The same thread runs every
+    second(): the value net's forward, backward and (Learner) optimizer step."""
     global _POOL
     if not side_by_side:
         return first(), second()
@@ -96,7 +97,7 @@ class _TwinMLP(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             raise ValueError("twin_forward: x is data; no gradient with respect to it")
         x_c = x.to(dtype)
-        (pol_head, pol_saved), (val_head, val_saved) = _both(
+        (pol_head, pol_saved), (val_head, val_saved) = run_both(
             side_by_side, lambda: _net_forward(x_c, params[:2 * depth], dtype),
             lambda: _net_forward(x_c, params[2 * depth:], dtype))
         ctx.save_for_backward(*pol_saved, *val_saved)
@@ -108,7 +109,7 @@ class _TwinMLP(torch.autograd.Function):
                  g_values: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         depth, dtype = ctx.depth, ctx.dtype
         saved = ctx.saved_tensors
-        pol, val = _both(ctx.side_by_side, lambda: _net_backward(g_logits, saved[:2 * depth], dtype),
+        pol, val = run_both(ctx.side_by_side, lambda: _net_backward(g_logits, saved[:2 * depth], dtype),
                          lambda: _net_backward(g_values, saved[2 * depth:], dtype))
         return (None, None, None, None, *pol, *val)
 
