@@ -200,6 +200,11 @@ class PPOConfig:
         -1.0, "lambda of the value net's TD(lambda) targets, apart from the advantages' gae_lambda "
         "(lower: less noisy targets, more bootstrapping); < 0 = the same as gae_lambda"
     )
+    preserve_values: bool = opt(
+        False, "when the running reward scale changes, rescale the value net's output layer so its "
+        "predictions stay the same in money units (PopArt's output preservation; needs "
+        "reward_scale=global)"
+    )
 
     def __post_init__(self) -> None:
         check(self.epochs >= 1, "ppo.epochs", self.epochs, "an integer >= 1")
@@ -214,6 +219,8 @@ class PPOConfig:
         check(0 < self.stats_decay <= 1, "ppo.stats_decay", self.stats_decay, "a number in (0, 1]")
         check(self.lr_kl > 0, "ppo.lr_kl", self.lr_kl, "a number > 0")
         check(self.vf_lambda <= 1, "ppo.vf_lambda", self.vf_lambda, "a number <= 1 (< 0: gae_lambda)")
+        check(not (self.preserve_values and self.reward_scale == "sku"), "ppo.preserve_values",
+              self.preserve_values, "false with ppo.reward_scale=sku (one value head cannot follow per-SKU scales)")
 
 
 @dataclass(frozen=True)

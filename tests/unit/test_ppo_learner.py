@@ -9,7 +9,7 @@ import torch
 
 from skurl.buffer.rollout import Rollout
 from skurl.config import Config, load_config
-from skurl.errors import UserError
+from skurl.errors import ConfigError, UserError
 from skurl.learn.learner import Learner, allreduce_mean_std
 
 OBS, ACTIONS, DAYS = 4, 5, 8
@@ -218,3 +218,34 @@ def test_behaviour_outputs_are_recomputed_as_the_minibatches_compute_them(amp: s
     logits, values = learner._forward(mb.obs)
     assert torch.equal(torch.log_softmax(logits, -1).gather(1, mb.actions[:, None])[:, 0], mb.old_logp)
     assert torch.equal(values, mb.old_values)
+
+
+@pytest.mark.parametrize("preserve", [True, False])
+def test_preserve_values_keeps_the_critics_money_values_when_the_reward_scale_moves(preserve: bool) -> None:
+    flag = "true" if preserve else "false"
+    learner = Learner(cfg(f"ppo.preserve_values={flag}", "ppo.normalize_obs=false"), OBS, ACTIONS, "cpu")
+    learner.update(bandit_rollout(learner, 16, 0))  # the first update sets the scale
+    x = torch.eye(OBS)
+
+    def money_values() -> tuple[torch.Tensor, float]:
+        std = float(learner.reward_scaler.stats.std)
+        with torch.no_grad():
+            return learner.model.value(x).double() * std, std
+
+    before, old_std = money_values()
+    rollout = bandit_rollout(learner, 16, 1)
+    rollout.rewards *= np.float32(20.0)  # the running reward scale rises several-fold
+    batch, _ = learner._prepare(learner._to_device(rollout), behaviour=True)
+    after, new_std = money_values()
+    assert new_std > 3 * old_std
+    if preserve:
+        torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
+        with torch.no_grad():  # this iteration's old values are in the new scale too
+            torch.testing.assert_close(batch.old_values[:4], learner.model.value(torch.from_numpy(rollout.obs[0, :4])))
+    else:
+        assert not torch.allclose(after, before, rtol=1e-3)
+
+
+def test_preserve_values_refuses_per_sku_reward_scales() -> None:
+    with pytest.raises(ConfigError, match="preserve_values"):
+        cfg("ppo.preserve_values=true", "ppo.reward_scale=sku")

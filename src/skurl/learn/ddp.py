@@ -203,12 +203,14 @@ class DDPLearner(Learner):
             old_logp, values, bootstrap = recorded_behaviour(data)
         rewards = self.centered(data[Columns.REWARDS].float(), sl.padded)[0]
         if self.ppo.normalize_reward:
+            old_std = self.reward_scale_before_update()
             if sl.padded:
                 self.reward_scaler.stats.merge(torch.zeros((), **f64), torch.zeros((), **f64), 0.0,
                                                self.reward_scaler.decay)
             else:
                 self.reward_scaler.update(rewards, data[Columns.DONES])
             rewards = self.reward_scaler.scale(rewards)
+            values, bootstrap = self.preserve_values(old_std, values, bootstrap)
         adv, returns = self.advantages_and_returns(rewards, values.reshape(steps, n), bootstrap, data)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
         real = adv[:0] if sl.padded else adv

@@ -23,7 +23,7 @@ from skurl.buffer.minibatch import seeded_generator
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
 from skurl.errors import UserError
-from skurl.learn.normalize import RewardScaler, SkuRewardScaler
+from skurl.learn.normalize import RewardScaler, SkuRewardScaler, rescale_output_layer
 from skurl.learn.ppo_loss import ppo_loss
 from skurl.policy.nets import ActorCritic
 from skurl.policy.twin_mlp import run_both, twin_forward, twin_outputs
@@ -237,8 +237,10 @@ class Learner:
         rewards, avg_reward = self.centered(data[Columns.REWARDS].float())
         if self.ppo.normalize_reward:
             by_sku = (data[Columns.SKU_IDS],) if self.ppo.reward_scale == "sku" else ()
+            old_std = self.reward_scale_before_update()
             self.reward_scaler.update(rewards, data[Columns.DONES], *by_sku)
             rewards = self.reward_scaler.scale(rewards, *by_sku)
+            values, bootstrap = self.preserve_values(old_std, values, bootstrap)
         adv, returns = self.advantages_and_returns(rewards, values.reshape(steps, n), bootstrap, data)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
         mean, std = allreduce_mean_std(adv)
@@ -251,6 +253,24 @@ class Learner:
             "average_reward": avg_reward,
         }
         return batch, stats
+
+    def reward_scale_before_update(self) -> float | None:
+        """ppo.preserve_values: the global reward scale before this iteration's update
+        (None at the first update, when the value net has learnt nothing to preserve)."""
+        if not self.ppo.preserve_values or float(self.reward_scaler.stats.count) == 0:
+            return None
+        return float(self.reward_scaler.stats.std)
+
+    def preserve_values(self, old_std: float | None, values: torch.Tensor,
+                        bootstrap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """ppo.preserve_values: after the reward scale moved from old_std, rescale the value
+        net's output layer (and this iteration's values) by old_std / new std, so that the
+        critic's predictions are unchanged in money units (PopArt's output preservation)."""
+        if old_std is None:
+            return values, bootstrap
+        factor = old_std / float(self.reward_scaler.stats.std)
+        rescale_output_layer(self.model.value, factor)
+        return values * factor, bootstrap * factor
 
     def advantages_and_returns(self, rewards: torch.Tensor, values: torch.Tensor, bootstrap: torch.Tensor,
                                data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -182,3 +182,19 @@ class SkuRewardScaler(nn.Module):
                 setattr(self, name, torch.empty_like(state_dict[prefix + name]))
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
+
+
+@torch.no_grad()
+def rescale_output_layer(net: nn.Module, factor: float) -> None:
+    """Multiply the last nn.Linear of `net` (weight and bias) by `factor`, so the net's
+    output is exactly `factor` times what it was (any ReLU stack before it is unchanged).
+
+    With `factor = old_std / new_std` after a change of the reward scale, the value net
+    keeps predicting the same returns in money units: the "preserving outputs precisely"
+    half of PopArt (van Hasselt et al. 2016, "Learning values across many orders of
+    magnitude"). Without it a critic trained at a decaying learning rate lags behind a
+    scale that keeps moving (it shrinks as the policy's costs become steadier)."""
+    last = [m for m in net.modules() if isinstance(m, nn.Linear)][-1]
+    last.weight.mul_(factor)
+    if last.bias is not None:
+        last.bias.mul_(factor)
