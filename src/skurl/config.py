@@ -200,6 +200,11 @@ class PPOConfig:
         -1.0, "lambda of the value net's TD(lambda) targets, apart from the advantages' gae_lambda "
         "(lower: less noisy targets, more bootstrapping); < 0 = the same as gae_lambda"
     )
+    preserve_obs_norm: bool = opt(
+        False, "when the running observation statistics change, adjust both nets' first layers so "
+        "they compute the same function of the raw observation (only gradient steps change the "
+        "policy; the statistics' drift does not)"
+    )
     preserve_values: bool = opt(
         False, "when the running reward scale changes, rescale the value net's output layer so its "
         "predictions stay the same in money units (PopArt's output preservation; needs "

@@ -249,3 +249,24 @@ def test_preserve_values_keeps_the_critics_money_values_when_the_reward_scale_mo
 def test_preserve_values_refuses_per_sku_reward_scales() -> None:
     with pytest.raises(ConfigError, match="preserve_values"):
         cfg("ppo.preserve_values=true", "ppo.reward_scale=sku")
+
+
+@pytest.mark.parametrize("preserve", [True, False])
+def test_preserve_obs_norm_keeps_both_nets_functions_of_the_raw_observation(preserve: bool) -> None:
+    flag = "true" if preserve else "false"
+    learner = Learner(cfg(f"ppo.preserve_obs_norm={flag}", "ppo.stats_decay=0.5"), OBS, ACTIONS, "cpu")
+    learner.update(bandit_rollout(learner, 16, 0))  # the first update sets the statistics
+    raw = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.0], [0.2, 0.2, 3.0, 0.0]])
+    with torch.no_grad():
+        before = learner.model(raw)
+    rollout = bandit_rollout(learner, 16, 1)
+    rollout.obs *= np.float32(3.0)  # moves the observation mean and std
+    rollout.obs += np.float32(0.5)
+    learner._prepare(learner._to_device(rollout), behaviour=True)
+    with torch.no_grad():
+        after = learner.model(raw)
+    for a, b in zip(after, before, strict=True):
+        if preserve:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        else:
+            assert not torch.allclose(a, b, rtol=1e-3, atol=1e-4)

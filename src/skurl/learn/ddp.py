@@ -191,10 +191,12 @@ class DDPLearner(Learner):
         actions = data[Columns.ACTIONS].reshape(-1).long()
         f64 = {"dtype": torch.float64, "device": self.device}
         if self.ppo.normalize_obs:
+            before = self.obs_stats_before_update()
             if sl.padded:
                 self.model.obs_norm.merge(torch.zeros(dim, **f64), torch.zeros(dim, **f64), 0.0, self.ppo.stats_decay)
             else:
                 self.model.obs_norm.update(obs, self.ppo.stats_decay)
+            self.preserve_obs_norm(before)
         norm_obs = torch.cat([self.model.normalize(c) for c in obs.split(EVAL_ROWS)])
         if behaviour:
             old_logp, values = self._logp_values(norm_obs, actions)

@@ -23,7 +23,12 @@ from skurl.buffer.minibatch import seeded_generator
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
 from skurl.errors import UserError
-from skurl.learn.normalize import RewardScaler, SkuRewardScaler, rescale_output_layer
+from skurl.learn.normalize import (
+    RewardScaler,
+    SkuRewardScaler,
+    absorb_normalizer_change,
+    rescale_output_layer,
+)
 from skurl.learn.ppo_loss import ppo_loss
 from skurl.policy.nets import ActorCritic
 from skurl.policy.twin_mlp import run_both, twin_forward, twin_outputs
@@ -225,7 +230,9 @@ class Learner:
         obs = data[Columns.OBS].reshape(steps * n, dim)
         actions = data[Columns.ACTIONS].reshape(-1).long()
         if self.ppo.normalize_obs:
+            before = self.obs_stats_before_update()
             self.model.obs_norm.update(obs, self.ppo.stats_decay)
+            self.preserve_obs_norm(before)
         norm_obs = torch.cat([self.model.normalize(c) for c in obs.split(EVAL_ROWS)])
         if behaviour:  # recomputed, so bf16 inference in collectors cannot bias the ratio
             old_logp, values = self._logp_values(norm_obs, actions)
@@ -253,6 +260,20 @@ class Learner:
             "average_reward": avg_reward,
         }
         return batch, stats
+
+    def obs_stats_before_update(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """ppo.preserve_obs_norm: the observation moments before this iteration's update
+        (None at the first update, when the nets have learnt nothing to preserve)."""
+        norm = self.model.obs_norm
+        if not self.ppo.preserve_obs_norm or float(norm.count) == 0:
+            return None
+        return norm.mean.clone(), norm.var.clone()
+
+    def preserve_obs_norm(self, before: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        """ppo.preserve_obs_norm: fold the change of the observation statistics into both
+        nets' first layers (the nets compute the same function of the raw observation)."""
+        if before is not None:
+            absorb_normalizer_change([self.model.policy, self.model.value], self.model.obs_norm, *before)
 
     def reward_scale_before_update(self) -> float | None:
         """ppo.preserve_values: the global reward scale before this iteration's update

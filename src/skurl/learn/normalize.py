@@ -198,3 +198,27 @@ def rescale_output_layer(net: nn.Module, factor: float) -> None:
     last.weight.mul_(factor)
     if last.bias is not None:
         last.bias.mul_(factor)
+
+
+@torch.no_grad()
+def absorb_normalizer_change(nets: list[nn.Module], norm: RunningMeanStd, old_mean: torch.Tensor,
+                             old_var: torch.Tensor, min_var: float = 1e-6) -> None:
+    """After `norm` moved from (old_mean, old_var) to its current moments, change the first
+    nn.Linear of each net so that it computes the same function of the raw observation:
+    x_old = (x_new s1 + m1 - m0) / s0, so W x_old + b = (W s1 / s0) x_new + W (m1 - m0) / s0 + b.
+    Exact up to the normalizer's clip. Features whose old variance was below `min_var`
+    (constant so far: nothing learnt about them to preserve) are left as they are.
+
+    A policy trained at a decaying learning rate otherwise keeps changing through its
+    input statistics alone (they follow the state distribution as the policy sharpens),
+    the same drift that PopArt removes on the output side."""
+    old_std = torch.sqrt(old_var + norm.eps)
+    keep = old_var > min_var
+    scale = torch.where(keep, norm.std / old_std, torch.ones_like(old_std))
+    shift = torch.where(keep, (norm.mean - old_mean) / old_std, torch.zeros_like(old_std))
+    for net in nets:
+        first = next(m for m in net.modules() if isinstance(m, nn.Linear))
+        w = first.weight.to(torch.float64)
+        if first.bias is not None:
+            first.bias.add_((w @ shift).to(first.bias.dtype))
+        first.weight.copy_((w * scale).to(first.weight.dtype))
