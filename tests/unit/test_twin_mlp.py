@@ -77,7 +77,7 @@ def test_refuses_what_it_cannot_differentiate() -> None:
 
 # Side by side each net runs single-threaded: the same arithmetic as a one-thread learner
 # (two threads splitting an op may round differently), whatever torch.get_num_threads();
-# each net's clipping and Adam step too, on one optimizer state (Learner.NetSteps).
+# statistics and gradient norms included, over two updates (the optimizer's state carries over).
 @pytest.mark.parametrize("amp", ["none", "bf16"])
 def test_nets_side_by_side_train_as_one_thread_does_and_restore_the_threads(amp: str) -> None:
     from skurl.commands.bench_train import _random_rollout
@@ -86,7 +86,7 @@ def test_nets_side_by_side_train_as_one_thread_does_and_restore_the_threads(amp:
 
     threads = torch.get_num_threads()
     try:
-        weights = []
+        weights, stats = [], []
         for side_by_side, n in (("false", 1), ("true", 2)):
             torch.set_num_threads(n)
             cfg = load_config(None, [f"ppo.side_by_side={side_by_side}", f"ppo.amp={amp}", "ppo.epochs=2",
@@ -95,11 +95,13 @@ def test_nets_side_by_side_train_as_one_thread_does_and_restore_the_threads(amp:
             for _ in range(2):  # the second update's optimizer steps continue the first's state
                 rollout = _random_rollout(10, 100, 9, 5)
                 rollout.policy_version = learner.version
-                learner.update(rollout)
+                update_stats = learner.update(rollout)
             assert torch.get_num_threads() == n and not learner.side_by_side
             steps = {float(state["step"]) for state in learner.optimizer.state.values()}
             assert steps == {2 * 2 * 4} and len(learner.optimizer.state) == len(list(learner.model.parameters()))
             weights.append(learner.model.state_dict())
+            stats.append(update_stats)
         assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+        assert stats[0] == stats[1]  # every loss statistic and the gradient norm, exactly
     finally:
         torch.set_num_threads(threads)

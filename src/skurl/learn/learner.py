@@ -9,7 +9,6 @@ Deployment wrappers (co-located loop, DDP, services) call it; it knows none of t
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ from skurl.learn.normalize import (
 )
 from skurl.learn.ppo_loss import ppo_loss
 from skurl.policy.nets import ActorCritic
-from skurl.policy.twin_mlp import run_both, twin_forward, twin_outputs
+from skurl.policy.twin_mlp import twin_forward, twin_outputs
 
 # Rows per no-grad forward pass when recomputing behaviour outputs: small enough that a
 # chunk's activations stay in cache (65536 rows cost 2.3x the CPU time, mostly page
@@ -138,7 +137,6 @@ class Learner:
         # bf16: GEMMs and activations in bfloat16 from the fp32 master weights (as autocast)
         self.compute_dtype = torch.bfloat16 if self.ppo.amp == "bf16" else torch.float32
         self.side_by_side = False  # set per update: the nets' threads (see _one_thread_per_net)
-        self._net_steps: NetSteps | None = None  # the nets' optimizer steps while side by side
         self.iteration = 0  # updates done
         self.version = 0  # version of the current weights (bumped by each update)
 
@@ -331,13 +329,11 @@ class Learner:
             yield
             return
         torch.set_num_threads(1)
-        self._net_steps = NetSteps(self.optimizer, [list(self.model.policy.parameters()),
-                                                    list(self.model.value.parameters())])
         try:
             yield
         finally:
             torch.set_num_threads(threads)
-            self.side_by_side, self._net_steps = False, None
+            self.side_by_side = False
 
     def _run_epochs(self, batch: PreparedBatch) -> dict[str, float]:
         total = batch.actions.numel()
@@ -354,7 +350,8 @@ class Learner:
                 loss, stats = self._minibatch_loss(mb)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                stats["grad_norm"] = self._clip_and_step(params)
+                stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
+                self.optimizer.step()
                 keys = list(stats)
                 # one tensor per minibatch, no host sync: read once per epoch
                 row = torch.stack([v.detach().float() for v in stats.values()])
@@ -372,15 +369,6 @@ class Learner:
         out["last_epoch_kl"] = last_kl
         return out
 
-    def _clip_and_step(self, params: list[torch.Tensor]) -> torch.Tensor:
-        """Clip the gradients' global norm to ppo.max_grad_norm and take the optimizer
-        step; returns the norm before clipping."""
-        if self._net_steps is not None:
-            return self._net_steps.clip_and_step(self.ppo.max_grad_norm)
-        norm = torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
-        self.optimizer.step()
-        return norm
-
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return twin_forward(self.model.policy, self.model.value, x, self.compute_dtype, self.side_by_side)
 
@@ -390,36 +378,6 @@ class Learner:
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state (weights + normalizer) as contiguous CPU tensors, for publishing."""
         return {k: v.detach().to("cpu").contiguous().clone() for k, v in self.model.state_dict().items()}
-
-
-class NetSteps:
-    """ppo.side_by_side: each net's share of clip_grad_norm_ + optimizer.step() on that
-    net's thread (the policy's here, the value's on twin_mlp's), bit for bit the same:
-    the global norm from every gradient (as clip_grad_norm_), then each net scales its
-    gradients by the same coefficient and Adam steps its parameters (Adam is elementwise
-    per parameter) with an optimizer of its own that shares `optimizer`'s state and
-    hyperparameters, so checkpoints and the next update see one optimizer."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, nets: list[list[torch.Tensor]]) -> None:
-        if len(optimizer.param_groups) != 1 or not isinstance(optimizer, torch.optim.Adam):
-            raise ValueError("NetSteps: expected an Adam optimizer with one parameter group")
-        group = optimizer.param_groups[0]
-        accepted = inspect.signature(torch.optim.Adam).parameters
-        hyper = {k: v for k, v in group.items() if k != "params" and k in accepted}
-        self.nets = nets
-        self.optimizers = [torch.optim.Adam(params, **hyper) for params in nets]
-        for part in self.optimizers:
-            part.state = optimizer.state
-
-    def clip_and_step(self, max_norm: float) -> torch.Tensor:
-        grads = [p.grad for params in self.nets for p in params if p.grad is not None]
-        total = torch.nn.utils.get_total_norm(grads, 2.0)
-        run_both(True, lambda: self._step(0, max_norm, total), lambda: self._step(1, max_norm, total))
-        return total
-
-    def _step(self, net: int, max_norm: float, total: torch.Tensor) -> None:
-        torch.nn.utils.clip_grads_with_norm_(self.nets[net], max_norm, total)
-        self.optimizers[net].step()
 
 
 def _explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:

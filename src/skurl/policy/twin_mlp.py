@@ -74,8 +74,7 @@ def twin_outputs(policy: nn.Module, value: nn.Module, x: torch.Tensor,
 
 def run_both(side_by_side: bool, first: Callable[[], T], second: Callable[[], T]) -> tuple[T, T]:
     """first() here and second() on the pool's thread (without autograd recording, as
-    inside an autograd.Function), or both here in turn. The same thread runs every
-    second(): the value net's forward, backward and (Learner) optimizer step."""
+    inside an autograd.Function), or both here in turn."""
     global _POOL
     if not side_by_side:
         return first(), second()
