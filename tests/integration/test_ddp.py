@@ -29,13 +29,15 @@ OBS, ACTIONS, DAYS = 6, 5, 12
 TIMEOUT_S = 120
 SETTINGS = ["policy.hidden=[16,16]", "ppo.minibatch=50", "ppo.epochs=3", "train.iterations=10",
             "train.torch_threads=1"]
-# (name, SKUs, reward skew between the SKU halves, advantage normalization)
-SCENARIOS = (("even", 30, 1.0, "global"), ("skewed", 30, 200.0, "global"),
-             ("skewed_per_rank", 30, 200.0, "per_rank"), ("one_sku", 1, 1.0, "global"))
+# (name, SKUs, reward skew between the SKU halves, advantage normalization, extra settings)
+PRESERVING = ("ppo.preserve_values=true", "ppo.preserve_obs_norm=true")
+SCENARIOS = (("even", 30, 1.0, "global", ()), ("skewed", 30, 200.0, "global", ()),
+             ("skewed_per_rank", 30, 200.0, "per_rank", ()), ("one_sku", 1, 1.0, "global", ()),
+             ("preserving", 30, 1.0, "global", PRESERVING))
 
 
-def cfg() -> Config:
-    return load_config(None, SETTINGS)
+def cfg(*extra: str) -> Config:
+    return load_config(None, [*SETTINGS, *extra])
 
 
 def make_rollout(skus: int, skew: float, seed: int) -> Rollout:
@@ -68,8 +70,8 @@ def _rank_main(rank: int, world: int, port: int, out: str) -> None:
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world, timeout=timedelta(seconds=TIMEOUT_S))
-        for name, skus, skew, norm in SCENARIOS:
-            learner = DDPLearner(cfg(), OBS, ACTIONS, "cpu", advantage_norm=norm)
+        for name, skus, skew, norm, extra in SCENARIOS:
+            learner = DDPLearner(cfg(*extra), OBS, ACTIONS, "cpu", advantage_norm=norm)
             stats = {}
             for it in range(2):
                 stats = learner.update(make_rollout(skus, skew, it))
@@ -100,9 +102,9 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def one_rank(skus: int, skew: float) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+def one_rank(skus: int, skew: float, *extra: str) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     torch.set_num_threads(1)
-    learner = Learner(cfg(), OBS, ACTIONS, "cpu")
+    learner = Learner(cfg(*extra), OBS, ACTIONS, "cpu")
     stats: dict[str, float] = {}
     for it in range(2):
         stats = learner.update(make_rollout(skus, skew, it))
@@ -128,10 +130,10 @@ def test_rank_slices_cover_every_column_once() -> None:
             assert all(s.width == 1 and 0 <= s.start < total for s in slices if s.padded)
 
 
-@pytest.mark.parametrize("name", ["even", "skewed", "one_sku"])
+@pytest.mark.parametrize("name", ["even", "skewed", "one_sku", "preserving"])
 def test_two_ranks_update_like_one_rank(two_ranks: Path, name: str) -> None:
-    _, skus, skew, _ = next(s for s in SCENARIOS if s[0] == name)
-    ref, ref_stats = one_rank(skus, skew)
+    _, skus, skew, _, extra = next(s for s in SCENARIOS if s[0] == name)
+    ref, ref_stats = one_rank(skus, skew, *extra)
     w0, w1 = weights(two_ranks, name, 0), weights(two_ranks, name, 1)
     assert max_diff(w0, w1) == 0.0  # DDP keeps the ranks identical (stats all-reduced too)
     assert max_diff(w0, ref) < 2e-5, max_diff(w0, ref)
