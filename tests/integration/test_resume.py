@@ -41,8 +41,10 @@ def trained_tensors(run_dir: Path, iteration: int) -> dict[str, torch.Tensor]:
     return {k: v for k, v in tensors.items() if not k.startswith("rng/")}
 
 
-def test_resume_continues_bit_exactly(tmp_path: Path) -> None:
-    cfg = tiny()
+@pytest.mark.parametrize("extra", [(), ("ppo.average_reward=true", "ppo.preserve_values=true",
+                                        "ppo.preserve_obs_norm=true")], ids=["default", "preserving"])
+def test_resume_continues_bit_exactly(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    cfg = tiny(*extra)
     straight = train(cfg, tmp_path / "straight", baseline=False)
     assert straight.iterations == 4
     stopped = train(cfg, tmp_path / "stopped", stop_after=2, baseline=False)
