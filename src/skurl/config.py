@@ -174,7 +174,7 @@ class PPOConfig:
     )
     lr_kl: float = opt(0.01, "lr_schedule=adaptive: the approx KL per iteration the learning rate is steered to")
     amp: Literal["none", "bf16"] = opt(
-        "none", "mixed precision of the update: none (fp32) | bf16 (torch.autocast on CPU/GPU)"
+        "none", "precision of the update: none (fp32) | bf16 (bf16 matmuls, fp32 master weights and loss; fast only on CPUs with native bf16 or on GPUs)"
     )
     side_by_side: bool = opt(
         True, "on CPU with 2+ torch threads, train the policy and value nets side by side, one "
