@@ -124,15 +124,41 @@ def test_weights_in_the_object_store_redis_carries_the_signal(
             assert sub.wait_for(version, timeout=WAIT_S)[0] == version
         fields = raw.hgetall(weights_key(unique_name))
         assert b"payload" not in fields
-        assert fields[b"blob"] == f"weights/{unique_name}/v000000000007.safetensors".encode()
+        blob = fields[b"blob"].decode()
+        assert blob.startswith(f"weights/{unique_name}/v000000000007-")
         store = LocalRolloutStore(tmp_path / "store")
-        kept = sorted(p.name for p in (tmp_path / "store" / "blobs" / "weights" / unique_name).iterdir())
-        assert kept == [f"v{v:012d}.safetensors" for v in range(4, 8)]  # older ones pruned
-        assert store.get_blob(f"weights/{unique_name}/v000000000007.safetensors")
+        kept = sorted(p.name[:13] for p in (tmp_path / "store" / "blobs" / "weights" / unique_name).iterdir())
+        assert kept == [f"v{v:012d}" for v in range(4, 8)]  # older ones pruned
+        assert store.get_blob(blob)
     finally:
         sub.close()
         publisher.close()
         raw.close()
+
+
+def test_a_refused_publish_leaves_the_published_blob_alone(
+    redis_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Publishing a version that is not newer (a second learner, a replayed publish) is
+    refused without touching the store: subscribers that start later still verify the
+    published version (the bytes of a re-encode differ, so overwriting them would get the
+    version rejected for its checksum)."""
+    sync = SyncConfig(backend="redis", redis_url=redis_url, key=unique_name, weights_in_store=True)
+    store_cfg = StoreConfig(url=str(tmp_path / "store"))
+    publisher = RedisWeightPublisher.from_config(sync, store_cfg)
+    blobs = tmp_path / "store" / "blobs" / "weights" / unique_name
+    try:
+        publisher.publish(2, small_model(2))
+        before = {p.name: p.read_bytes() for p in blobs.iterdir()}
+        for stale, tensors in ((2, small_model(2)), (2, small_model(9)), (1, small_model(1))):
+            with pytest.raises(ValueError, match="not newer"):
+                publisher.publish(stale, tensors)
+        assert {p.name: p.read_bytes() for p in blobs.iterdir()} == before
+        with RedisWeightSubscriber.from_config(sync, store_cfg) as sub:
+            version, got = sub.wait_for(2, timeout=WAIT_S)
+        assert version == 2 and all(torch.equal(got[k], v) for k, v in small_model(2).items())
+    finally:
+        publisher.close()
 
 
 def test_weights_in_store_needs_a_store(redis_url: str) -> None:

@@ -59,8 +59,17 @@ def updates_channel(model_key: str) -> str:
     return f"rl:updates:{model_key}"
 
 
-def store_blob_name(model_key: str, version: int) -> str:
-    return f"weights/{model_key}/v{version:012d}.safetensors"
+def store_blob_name(model_key: str, version: int, sha256: str) -> str:
+    # Named by content too: a refused or racing publish of the same version writes another
+    # blob, never over the bytes whose sha256 Redis announced (safetensors does not even
+    # encode the same tensors to the same bytes twice: its header's metadata is a hash map).
+    return f"weights/{model_key}/v{version:012d}-{sha256[:16]}.safetensors"
+
+
+def _check_newer(version: int, current: bytes | None) -> None:
+    """ValueError unless `version` is newer than the published one (`current`, raw)."""
+    if current is not None and int(current) >= version:
+        raise ValueError(f"publish: version {version} is not newer than {int(current)}")
 
 
 def connect(url: str, timeout_s: float) -> redis.Redis:
@@ -113,22 +122,28 @@ class RedisWeightPublisher:
                                   "sha256": blob.sha256}
         if self.store is None:
             fields["payload"] = blob.payload
-        else:
-            fields["blob"] = store_blob_name(self.model_key, blob.version)
-            self.store.put_blob(fields["blob"], blob.payload)  # before Redis points at it
-        self._write(blob.version, fields)
-        if self.store is not None:
-            self._store_blobs.append(fields["blob"])
-            while len(self._store_blobs) > _KEEP_STORE_BLOBS:
-                self.store.delete_blob(self._store_blobs.popleft())
+            self._write(blob.version, fields)
+            return
+        # A stale version is refused before it costs a blob; the WATCHed write below still
+        # decides a race between publishers (and retries while Redis is away).
+        with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+            _check_newer(blob.version, self.client.get(version_key(self.model_key)))
+        fields["blob"] = store_blob_name(self.model_key, blob.version, blob.sha256)
+        self.store.put_blob(fields["blob"], blob.payload)  # before Redis points at it
+        try:
+            self._write(blob.version, fields)
+        except ValueError:  # another publisher's version won the race: ours is nobody's
+            self.store.delete_blob(fields["blob"])
+            raise
+        self._store_blobs.append(fields["blob"])
+        while len(self._store_blobs) > _KEEP_STORE_BLOBS:
+            self.store.delete_blob(self._store_blobs.popleft())
 
     def _write(self, version: int, fields: dict[str, Any]) -> None:
         vkey, wkey = version_key(self.model_key), weights_key(self.model_key)
 
         def transaction(pipe: Any) -> None:
-            current = pipe.get(vkey)  # WATCHed: a concurrent publisher makes EXEC retry
-            if current is not None and int(current) >= version:
-                raise ValueError(f"publish: version {version} is not newer than {int(current)}")
+            _check_newer(version, pipe.get(vkey))  # WATCHed: a concurrent publisher makes EXEC retry
             pipe.multi()
             pipe.delete(wkey)
             pipe.hset(wkey, mapping=fields)
