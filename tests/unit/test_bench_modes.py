@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from skurl.cli import main
-from skurl.commands.bench_modes import _summarize
+from skurl.commands.bench_modes import _summarize, combine_rounds
 
 
 @pytest.mark.parametrize("argv", [["--modes", "colocated,spaceship"], ["--modes", ","],
-                                  ["--iterations", "1"], ["--skus", "0"]])
+                                  ["--iterations", "1"], ["--skus", "0"], ["--rounds", "0"]])
 def test_bad_flags_are_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "modes", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -32,3 +32,21 @@ def test_figure_leaves_out_the_warm_up_iteration_and_eval_records(tmp_path: Path
     out = _summarize(tmp_path, wall=60.0)
     assert out["transitions_per_s"] == 400.0 and out["iterations_timed"] == 2
     assert out["stages_s"] == {"collect": 2.0} and out["collector_s"] == {"collector_store_s": 0.3}
+
+
+def test_rounds_give_the_median_of_paired_ratios() -> None:
+    """The machine's speed drifts between runs: each round's ratio pairs two adjacent runs,
+    and the median of those is reported, not the ratio of two medians."""
+    def run(tps: float) -> dict:
+        return {"transitions_per_s": tps, "stages_s": {}, "seconds_per_iteration": 1.0}
+
+    rounds = [{"colocated": run(100.0), "decoupled": run(90.0)},   # fast spell: 0.9
+              {"colocated": run(50.0), "decoupled": run(40.0)},    # slow spell: 0.8
+              {"colocated": run(80.0), "decoupled": run(68.0)}]    # 0.85
+    out = combine_rounds(rounds, "colocated")
+    assert out["decoupled"]["round_ratios"] == [0.9, 0.8, 0.85]
+    assert out["decoupled"]["ratio"] == 0.85  # the ratio of the medians would say 0.85 too, by luck
+    assert out["decoupled"]["transitions_per_s"] == 68.0 and out["colocated"]["ratio"] == 1.0
+    skewed = combine_rounds([rounds[0], rounds[1], {"colocated": run(50.0), "decoupled": run(85.0)}],
+                            "colocated")
+    assert skewed["decoupled"]["ratio"] == 0.9  # median of 0.9, 0.8, 1.7 (the medians' ratio: 85/50)

@@ -10,6 +10,11 @@ thread pools) and the rest give the figure: SKU-day transitions collected per se
 whole iteration (collect + gather + learn + sync), with the mean seconds per stage. The
 first mode is the reference of the `ratio` column.
 
+On a shared or virtual machine the speed of the whole machine drifts by tens of percent
+from one minute to the next, which moves a ratio of two runs taken one after the other.
+`--rounds R` runs every mode R times, in alternating order (ABBA...), and reports each
+mode's median round and the median of the per-round ratios, each of two adjacent runs.
+
 By default the learner trains one epoch on a sample of 5000 SKUs per iteration
 (`ppo.epochs=1`, `ppo.sample_skus=5000`: the settings of a large catalog, where the update
 must not dwarf collection) and skips evaluation until the end; `--set` overrides them.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +51,8 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--days", type=int, default=10, help="days per collected episode (sim.days)")
     p.add_argument("--iterations", type=int, default=5, help="iterations per mode (the first is warm-up)")
     p.add_argument("--modes", default="colocated,decoupled", help=f"comma-separated, from {', '.join(MODES)}")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every mode this many times, in alternating order; report medians")
     p.add_argument("--keep", metavar="DIR", help="keep the run directories under DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_modes)
@@ -55,19 +63,22 @@ def run_modes(args: argparse.Namespace) -> int:
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise UserError(f"bench modes: --modes {args.modes!r}, expected a comma-separated list of {', '.join(MODES)}")
-    if args.skus < 1 or args.days < 1 or args.iterations < 2:
-        raise UserError(f"bench modes: --skus {args.skus} --days {args.days} --iterations {args.iterations}, "
-                        "expected >= 1, >= 1 and >= 2 (the first iteration is warm-up)")
+    if args.skus < 1 or args.days < 1 or args.iterations < 2 or args.rounds < 1:
+        raise UserError(f"bench modes: --skus {args.skus} --days {args.days} --iterations {args.iterations} "
+                        f"--rounds {args.rounds}, expected >= 1, >= 1, >= 2 (the first iteration is "
+                        "warm-up) and >= 1")
     settings = [*DEFAULTS, f"catalog.skus={args.skus}", f"sim.days={args.days}",
                 f"train.iterations={args.iterations}"]
+    rounds: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="skurl-bench-modes-") as tmp:
         root = Path(args.keep or tmp)
-        results = {m: _run_mode(args, m, settings, root / m) for m in modes}
-    ref = results[modes[0]]["transitions_per_s"]
-    for r in results.values():
-        r["ratio"] = round(r["transitions_per_s"] / ref, 3)
+        for k in range(args.rounds):
+            order = modes if k % 2 == 0 else modes[::-1]
+            runs = {m: _run_mode(args, m, settings, root / f"r{k}" / m) for m in order}
+            rounds.append({m: runs[m] for m in modes})
+    results = combine_rounds(rounds, modes[0])
     out = {"bench": "modes", "skus": args.skus, "days": args.days, "iterations": args.iterations,
-           "settings": settings + list(args.overrides), "modes": results,
+           "rounds": args.rounds, "settings": settings + list(args.overrides), "modes": results,
            "load_avg_1m": round(os.getloadavg()[0], 2)}
     if args.json:
         print_json(out)
@@ -75,9 +86,22 @@ def run_modes(args: argparse.Namespace) -> int:
         for m, r in results.items():
             stages = ", ".join(f"{k} {v:.2f}s" for k, v in r["stages_s"].items())
             barrier = f"; barrier {100 * r['barrier_share']:.3f}% of the iteration" if "barrier_share" in r else ""
+            each = f"; per round x{', x'.join(f'{x:.2f}' for x in r['round_ratios'])}" if args.rounds > 1 else ""
             print(f"{m:10s} {r['transitions_per_s']:>12,.0f} transitions/s  x{r['ratio']:.2f}  "
-                  f"({r['seconds_per_iteration']:.2f} s/iteration: {stages}{barrier})")
+                  f"({r['seconds_per_iteration']:.2f} s/iteration: {stages}{barrier}{each})")
     return 0
+
+
+def combine_rounds(rounds: list[dict[str, dict[str, Any]]], reference: str) -> dict[str, dict[str, Any]]:
+    """Per mode: its median round's figures (by transitions/s), `round_ratios` (its
+    transitions/s over the reference's in the same round) and `ratio`, their median."""
+    out = {}
+    for mode in rounds[0]:
+        ratios = [r[mode]["transitions_per_s"] / r[reference]["transitions_per_s"] for r in rounds]
+        ranked = sorted((r[mode] for r in rounds), key=lambda x: x["transitions_per_s"])
+        out[mode] = dict(ranked[(len(ranked) - 1) // 2], round_ratios=[round(x, 3) for x in ratios],
+                         ratio=round(statistics.median(ratios), 3))
+    return out
 
 
 def _run_mode(args: argparse.Namespace, mode: str, settings: list[str], run_dir: Path) -> dict[str, Any]:
