@@ -161,6 +161,35 @@ def test_a_refused_publish_leaves_the_published_blob_alone(
         publisher.close()
 
 
+def test_a_publisher_that_loses_a_race_keeps_a_blob_the_winner_published(
+    redis_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Another publisher publishes between our version check and our write: ours is refused
+    and its blob removed, unless the winner's Redis entry names that very blob (the same
+    version and bytes), which subscribers then read."""
+    sync = SyncConfig(backend="redis", redis_url=redis_url, key=unique_name, weights_in_store=True)
+    store_cfg = StoreConfig(url=str(tmp_path / "store"))
+    publisher = RedisWeightPublisher.from_config(sync, store_cfg)
+    raw = redis.Redis.from_url(redis_url)
+    put = publisher.store.put_blob
+
+    def winner_names(name: str, data: bytes) -> None:  # the race, right after our check
+        put(name, data)
+        raw.hset(weights_key(unique_name), "blob", name if same else "weights/other.safetensors")
+        raw.set(version_key(unique_name), 3)
+
+    publisher.store.put_blob = winner_names
+    try:
+        for same in (False, True):
+            with pytest.raises(ValueError, match="not newer"):
+                publisher.publish(3, small_model(3))
+            raw.delete(version_key(unique_name))
+            assert len(list((tmp_path / "store").rglob("v*.safetensors"))) == int(same)
+    finally:
+        publisher.close()
+        raw.close()
+
+
 def test_weights_in_store_needs_a_store(redis_url: str) -> None:
     sync = SyncConfig(redis_url=redis_url, weights_in_store=True)
     with pytest.raises(UserError, match=r"store\.url"):

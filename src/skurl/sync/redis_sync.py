@@ -132,12 +132,20 @@ class RedisWeightPublisher:
         self.store.put_blob(fields["blob"], blob.payload)  # before Redis points at it
         try:
             self._write(blob.version, fields)
-        except ValueError:  # another publisher's version won the race: ours is nobody's
-            self.store.delete_blob(fields["blob"])
+        except ValueError:  # another publisher's version won the race
+            self._drop_unless_published(fields["blob"])
             raise
         self._store_blobs.append(fields["blob"])
         while len(self._store_blobs) > _KEEP_STORE_BLOBS:
             self.store.delete_blob(self._store_blobs.popleft())
+
+    def _drop_unless_published(self, blob: str) -> None:
+        """Delete our blob after a lost race, unless the winner published the very same
+        bytes (same version and sha256: the same name). When Redis cannot tell us, keep it:
+        a stray blob costs space, a deleted published one costs every subscriber."""
+        with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+            if self.client.hget(weights_key(self.model_key), "blob") != blob.encode():
+                self.store.delete_blob(blob)  # type: ignore[union-attr]
 
     def _write(self, version: int, fields: dict[str, Any]) -> None:
         vkey, wkey = version_key(self.model_key), weights_key(self.model_key)
