@@ -1,4 +1,5 @@
-"""Demand samplers: moments within statistical tolerance, the Poisson pmf, day means."""
+"""Demand samplers: moments within statistical tolerance, the Poisson and negative binomial
+pmfs, the zero shortcuts' bounds, day means."""
 
 from __future__ import annotations
 
@@ -12,10 +13,17 @@ from skurl.sim.demand import (
     DIST_GEOMETRIC,
     DIST_NEGBIN,
     DIST_POISSON,
+    INVERSION_CAP,
+    NEGBIN_INVERSION_MAX_MEAN,
+    NEGBIN_INVERSION_MAX_MEAN_PER_SIZE,
     _below_exp_neg,
+    _below_negbin_p0,
+    _negbin_mixture,
+    _negbin_p0,
     daily_mean,
     gamma,
     is_promo_day,
+    negbin,
     normal,
     sample_many,
 )
@@ -48,10 +56,29 @@ def test_geometric_moments(mean: float) -> None:
     _check_moments(x, mean, mean + mean * mean)
 
 
-@pytest.mark.parametrize(("mean", "size"), [(5.0, 0.5), (5.0, 2.0), (20.0, 10.0), (100.0, 1.0),
-                                            (3.0, 1e4), (0.2, 0.3)])
+def _inverts(mean: float, size: float) -> bool:
+    """True where negbin takes the inversion path (one uniform: next draw index 1)."""
+    return int(negbin(mean, size, KEY, 0, 0, 0)[1]) == 1
+
+
+# Inversion: mean < 20 and mean <= 20 size; the Gamma-Poisson mixture otherwise.
+@pytest.mark.parametrize(("mean", "size"), [(5.0, 0.5), (5.0, 2.0), (3.0, 1e4), (0.2, 0.3),
+                                            (0.57, 4.0), (9.9, 0.5), (9.9, 42.0), (0.05, 100.0),
+                                            (10.0, 0.5), (19.9, 4.0), (15.0, 0.8),
+                                            (20.0, 10.0), (25.0, 4.0), (100.0, 1.0),
+                                            (2.0, 0.05), (0.3, 0.01)])
 def test_negative_binomial_moments(mean: float, size: float) -> None:
+    assert _inverts(mean, size) == (mean < NEGBIN_INVERSION_MAX_MEAN
+                                    and mean <= NEGBIN_INVERSION_MAX_MEAN_PER_SIZE * size)
     x = sample_many(DIST_NEGBIN, mean, size, KEY, N, 0)
+    assert np.all(x == np.floor(x)) and x.min() >= 0
+    _check_moments(x, mean, mean + mean * mean / size)
+
+
+@pytest.mark.parametrize(("mean", "size"), [(0.57, 4.0), (5.0, 0.5), (9.9, 42.0), (0.2, 100.0)])
+def test_negative_binomial_mixture_moments_at_small_means(mean: float, size: float) -> None:
+    # The Gamma-Poisson mixture (kept for large means) is exact at small means too.
+    x = np.array([_negbin_mixture(mean, size, KEY, d, 6, 0)[0] for d in range(N // 2)])
     _check_moments(x, mean, mean + mean * mean / size)
 
 
@@ -84,6 +111,64 @@ def test_poisson_zero_shortcut_matches_plain_inversion(mean: float) -> None:
     p0 = math.exp(-mean)
     assert np.array_equal(x == 0.0, u <= p0)
     assert _below_exp_neg(mean) < p0
+
+
+@pytest.mark.parametrize("mean", [1e-6, 0.003, 0.01, 0.3, 0.57, 1.0, 2.5, 6.0, 9.99, 19.9])
+@pytest.mark.parametrize("size", [0.5, 1.0, 4.0, 42.0, 100.0])
+def test_negative_binomial_zero_probability(mean: float, size: float) -> None:
+    x = sample_many(DIST_NEGBIN, mean, size, KEY, N, 7)
+    p0 = (size / (size + mean)) ** size
+    assert stats.binomtest(int(np.sum(x == 0.0)), N, p0).pvalue > 1e-4
+    assert _negbin_p0(mean, size) == pytest.approx(p0, rel=1e-13)
+
+
+@pytest.mark.parametrize(("mean", "size"), [(1e-6, 0.5), (0.003, 4.0), (0.57, 4.0), (0.57, 0.5),
+                                            (1.5, 1.0), (3.0, 42.0), (7.0, 100.0), (9.99, 0.5),
+                                            (0.4, 0.02), (2.0, 1e9), (15.0, 4.0), (19.9, 1.0)])
+def test_negative_binomial_inversion_is_the_inverse_cdf(mean: float, size: float) -> None:
+    # Same uniforms, scipy's cdf: the search (and its zero shortcut) must return the smallest
+    # x with u <= cdf(x) (ties within rounding of a cdf value are far too rare to meet here).
+    assert _inverts(mean, size)
+    n = 20_000
+    x = sample_many(DIST_NEGBIN, mean, size, KEY, n, 4)
+    u = np.array([uniform(KEY, d, 4, 0) for d in range(n)])
+    cdf = stats.nbinom.cdf(np.arange(INVERSION_CAP + 1), size, size / (size + mean))
+    assert np.array_equal(x, np.searchsorted(cdf, u).astype(np.float64))
+    assert np.array_equal(x == 0.0, u <= _negbin_p0(mean, size))
+
+
+def test_negative_binomial_zero_shortcut_bound_below_p0() -> None:
+    # The shortcut answers 0 for u <= bound; the search answers 0 for u <= computed p0. The
+    # bound must lie below p0 by far more than rounding (100 ulps) so the shortcut changes
+    # no result, and (to be worth it) catch most zeros at the small means most SKUs have.
+    means = np.append(np.geomspace(1e-6, NEGBIN_INVERSION_MAX_MEAN, 400),
+                      [1e-6, 0.01, 0.0100001, 1.0, 2.0, 6.0,
+                       np.nextafter(NEGBIN_INVERSION_MAX_MEAN, 0.0)])
+    for size in [0.5, 1.0, 4.0, 42.0, 100.0, 0.05, 7.3, 1e4, 1e9]:
+        for mean in means:
+            p0 = _negbin_p0(mean, size)
+            bound = _below_negbin_p0(mean, size)
+            assert 0.0 <= bound < p0 - 100 * np.spacing(p0), (mean, size, bound, p0)
+            if 1e-5 <= mean <= 1.0 and size >= 0.5:  # the synthetic catalog's sizes
+                assert bound > 0.95 * p0, (mean, size, bound, p0)
+
+
+def test_exp_neg_bound_below_exp() -> None:
+    for y in np.append(np.geomspace(1e-6, 6.0, 2000), [0.01, np.nextafter(0.01, 0.0), 6.0]):
+        e = math.exp(-y)
+        assert 0.0 < _below_exp_neg(y) < e - 100 * np.spacing(e), y
+    assert _below_exp_neg(3.0) > 0.9 * math.exp(-3.0)
+    assert _below_exp_neg(7.0) == 0.0 and _below_exp_neg(1e-7) == 0.0
+
+
+def test_negative_binomial_inversion_tail_beyond_cap_negligible() -> None:
+    # The search stops at INVERSION_CAP: wherever inversion is used, P(X > cap) is far below
+    # the uniforms' resolution (2^-53).
+    for size in np.geomspace(1e-6, 1e9, 400):
+        mean = min(np.nextafter(NEGBIN_INVERSION_MAX_MEAN, 0.0),
+                   NEGBIN_INVERSION_MAX_MEAN_PER_SIZE * size)
+        assert _inverts(mean, size)
+        assert stats.nbinom.sf(INVERSION_CAP, size, size / (size + mean)) < 1e-19, size
 
 
 def test_large_mean_poisson_distribution_ks() -> None:

@@ -14,7 +14,22 @@ Sources of the methods:
   ACM TOMS 26(3), 2000, with their boost Gamma(a) = Gamma(a + 1) * U^(1/a) for a < 1.
 - Normal: the ziggurat method (ziggurat.py; Marsaglia & Tsang 2000).
 - Geometric on {0, 1, ..}: inversion, X = floor(log U / log(1 - p)).
-- Negative binomial (mean m, size r): Poisson(Gamma(r, m / r)) (Gamma-Poisson mixture).
+- Negative binomial (mean m, size r), small means (m < 20 and m <= 20 r): sequential search
+  inversion as for the Poisson (Devroye 1986, ch. X.3) over the pmf
+  p(x) = Gamma(r + x) / (Gamma(r) x!) (1 - q)^r q^x, q = m / (r + m), by its recursion
+  P(X = 0) = (r / (r + m))^r, p(x + 1) = p(x) * (r + x) / (x + 1) * q; one uniform per
+  variate. m <= 20 r keeps q <= 20/21, so the tail beyond the search's cap is far below the
+  uniforms' resolution (for r <= 1 the pmf is at most q^x, so P(X > 1000) < 21 (20/21)^1001
+  < 2e-20; a test checks P(X > 1000) < 1e-19 over all r).
+- Negative binomial, other means: Poisson(Gamma(r, m / r)) (the Gamma-Poisson mixture).
+- Zero shortcuts (Poisson and negative binomial inversion): u below a lower bound of P(X = 0)
+  computed without transcendental functions is a zero; the bounds lie strictly below the
+  computed P(X = 0) by far more than rounding, so the shortcut changes no result. exp(-y) >=
+  1 - y, and exp(-y) >= P3(y / 4)^4 with P3(z) = 1 - z + z^2/2 - z^3/6 (the alternating
+  Taylor series bounds exp(-z) from below for z >= 0, and P3 > 0 for z <= 1.5); for the
+  negative binomial, log(1 + t) <= t (6 + t) / (6 + 4 t) for t >= 0 (its derivative exceeds
+  1 / (1 + t) by 4 t^3 / ((1 + t) (6 + 4 t)^2)) gives P(X = 0) = exp(-r log(1 + m / r)) >=
+  exp(-m (6 r + m) / (6 r + 4 m)).
 """
 
 from __future__ import annotations
@@ -31,6 +46,9 @@ DIST_POISSON = 0
 DIST_GEOMETRIC = 1
 DIST_NEGBIN = 2
 POISSON_INVERSION_MAX_MEAN = 10.0
+NEGBIN_INVERSION_MAX_MEAN = 20.0  # inversion beats the mixture up to ~30 (measured)
+# Inversion also needs mean <= this * size (the search's tail bound, module docstring).
+NEGBIN_INVERSION_MAX_MEAN_PER_SIZE = 20.0
 MAX_ATTEMPTS = 10_000  # rejection loops accept with prob > 0.5; this cap is never reached
 # Samples above this are "impossible" (the SKU is isolated); leaves headroom below 2^63.
 MAX_COUNT = 2**60
@@ -57,14 +75,19 @@ def daily_mean(base: float, season_factor: float, trend: float, uplift: float, p
 
 
 @njit(cache=True, inline="always")
-def _below_exp_neg(mean: float) -> float:
-    """A lower bound of exp(-mean) that stays below the computed exp(-mean) by far more than
-    rounding: for 0.01 <= mean <= 2 the alternating series 1 - m + m^2/2 - m^3/6 (exp(-m)
-    exceeds it by ~m^4/24 >= 4e-10), for 1e-6 <= mean < 0.01 the bound 1 - m (margin ~m^2/2
-    >= 5e-13), else 0 (no bound)."""
-    if mean >= 0.01:
-        return 1.0 - mean * (1.0 - mean * (0.5 - mean * (1.0 / 6.0))) if mean <= 2.0 else 0.0
-    return 1.0 - mean if mean >= 1e-6 else 0.0
+def _below_exp_neg(y: float) -> float:
+    """A lower bound of exp(-y) that stays below the computed exp(-y) by far more than
+    rounding: for 0.01 <= y <= 6, P3(y/4)^4 with P3(z) = 1 - z + z^2/2 - z^3/6 (exp(-y)
+    exceeds it by ~y^4/1536 relative, >= 6e-12 relative; 99.9% of exp(-y) at y = 1, 91% at 3);
+    for 1e-6 <= y < 0.01, 1 - y (margin ~y^2/2 >= 5e-13); else 0 (no bound)."""
+    if y >= 0.01:
+        if y > 6.0:
+            return 0.0
+        z = 0.25 * y
+        b = 1.0 - z * (1.0 - z * (0.5 - z * (1.0 / 6.0)))
+        b = b * b
+        return b * b
+    return 1.0 - y if y >= 1e-6 else 0.0
 
 
 @njit(cache=True, inline="always")
@@ -166,14 +189,55 @@ def gamma(shape: float, skey: np.uint64, day: np.int64, stream: np.int64,
     return d * boost, k
 
 
+@njit(cache=True, inline="always")
+def _negbin_p0(mean: float, size: float) -> float:
+    """P(X = 0) = (r / (r + m))^r as exp(-r log1p(m / r)): no rounding of r / (r + m) is
+    raised to the power r (huge r stays accurate)."""
+    return math.exp(-size * math.log1p(mean / size))
+
+
+@njit(cache=True, inline="always")
+def _below_negbin_p0(mean: float, size: float) -> float:
+    """A lower bound of P(X = 0) = exp(-r log(1 + m/r)) far below its computed value (module
+    docstring): exp(-y) bounded below at y = m (6 r + m) / (6 r + 4 m) >= r log(1 + m/r)."""
+    return _below_exp_neg(mean * (6.0 * size + mean) / (6.0 * size + 4.0 * mean))
+
+
+@njit(cache=True)
+def _negbin_inversion(mean: float, size: float, skey: np.uint64, day: np.int64,
+                      stream: np.int64, k: np.int64) -> tuple[float, np.int64]:
+    u = uniform(skey, day, stream, k)
+    # A zero without the logarithm and exponential (the search below would return 0 too).
+    if u <= _below_negbin_p0(mean, size):
+        return 0.0, k + 1
+    p = _negbin_p0(mean, size)
+    cdf = p
+    q = mean / (size + mean)
+    x = 0
+    # p(x) = p(x-1) * q * (r + x - 1) / x, 1/x from the table; the cap as in the Poisson's.
+    while u > cdf and x < INVERSION_CAP:
+        x += 1
+        p = p * (q * (size + (x - 1)) * _RECIPROCALS[x])
+        cdf += p
+    return float(x), k + 1
+
+
+@njit(cache=True)
+def _negbin_mixture(mean: float, size: float, skey: np.uint64, day: np.int64,
+                    stream: np.int64, k: np.int64) -> tuple[float, np.int64]:
+    g, k = gamma(size, skey, day, stream, k)
+    return poisson(g * (mean / size), skey, day, stream, k)
+
+
 @njit(cache=True)
 def negbin(mean: float, size: float, skey: np.uint64, day: np.int64, stream: np.int64,
            k: np.int64) -> tuple[float, np.int64]:
     """Negative binomial with this mean and size r (var = mean + mean^2 / r)."""
     if mean <= 0.0:
         return 0.0, k
-    g, k = gamma(size, skey, day, stream, k)
-    return poisson(g * (mean / size), skey, day, stream, k)
+    if mean < NEGBIN_INVERSION_MAX_MEAN and mean <= NEGBIN_INVERSION_MAX_MEAN_PER_SIZE * size:
+        return _negbin_inversion(mean, size, skey, day, stream, k)
+    return _negbin_mixture(mean, size, skey, day, stream, k)
 
 
 @njit(cache=True)
