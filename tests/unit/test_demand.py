@@ -1,5 +1,5 @@
 """Demand samplers: moments within statistical tolerance, the Poisson and negative binomial
-pmfs, the zero shortcuts' bounds, day means."""
+pmfs, the bounds that squeeze the inversion searches, day means."""
 
 from __future__ import annotations
 
@@ -10,16 +10,19 @@ import pytest
 from scipy import stats
 
 from skurl.sim.demand import (
+    _RECIPROCALS,
     DIST_GEOMETRIC,
     DIST_NEGBIN,
     DIST_POISSON,
     INVERSION_CAP,
     NEGBIN_INVERSION_MAX_MEAN,
     NEGBIN_INVERSION_MAX_MEAN_PER_SIZE,
+    _above_exp_neg,
     _below_exp_neg,
-    _below_negbin_p0,
+    _negbin_log_p0_bounds,
     _negbin_mixture,
     _negbin_p0,
+    _search,
     daily_mean,
     gamma,
     is_promo_day,
@@ -137,28 +140,82 @@ def test_negative_binomial_inversion_is_the_inverse_cdf(mean: float, size: float
     assert np.array_equal(x == 0.0, u <= _negbin_p0(mean, size))
 
 
-def test_negative_binomial_zero_shortcut_bound_below_p0() -> None:
-    # The shortcut answers 0 for u <= bound; the search answers 0 for u <= computed p0. The
-    # bound must lie below p0 by far more than rounding (100 ulps) so the shortcut changes
-    # no result, and (to be worth it) catch most zeros at the small means most SKUs have.
-    means = np.append(np.geomspace(1e-6, NEGBIN_INVERSION_MAX_MEAN, 400),
-                      [1e-6, 0.01, 0.0100001, 1.0, 2.0, 6.0,
-                       np.nextafter(NEGBIN_INVERSION_MAX_MEAN, 0.0)])
-    for size in [0.5, 1.0, 4.0, 42.0, 100.0, 0.05, 7.3, 1e4, 1e9]:
+def test_exp_neg_bounds() -> None:
+    # Outside exp(-y) by far more than rounding (100 ulps), and tight where used most.
+    ys = np.append(np.geomspace(1e-12, 30.0, 3000), [0.0, 4.0, 12.0, 17.0, 18.0])
+    for y in ys:
+        e = math.exp(-y)
+        lo, hi = _below_exp_neg(y), _above_exp_neg(y)
+        assert 0.0 <= lo < e - 100 * np.spacing(e), y
+        assert hi > e + 100 * np.spacing(e), y
+        if y <= 4.0:
+            assert lo > (1.0 - 1e-3) * e and hi < (1.0 + 1e-4) * e, y
+    assert _below_exp_neg(12.0) > 0.0 and _below_exp_neg(18.0) == 0.0
+
+
+def test_negative_binomial_p0_bounds() -> None:
+    # lo (and the divide-free exp(-m) bound, the first zero test) below, hi above the computed
+    # P(X = 0) by far more than rounding, so the squeezed search changes no result; tight
+    # enough at the small means and the sizes (0.5 .. 100) of the synthetic catalog that few
+    # draws need the logarithm and the exponential.
+    means = np.append(np.geomspace(1e-9, NEGBIN_INVERSION_MAX_MEAN, 300),
+                      [1e-6, 0.01, 1.0, 2.0, 6.0, np.nextafter(NEGBIN_INVERSION_MAX_MEAN, 0.0)])
+    for size in [1e-6, 0.05, 0.5, 1.0, 4.0, 7.3, 42.0, 100.0, 1e4, 1e9]:
         for mean in means:
             p0 = _negbin_p0(mean, size)
-            bound = _below_negbin_p0(mean, size)
-            assert 0.0 <= bound < p0 - 100 * np.spacing(p0), (mean, size, bound, p0)
-            if 1e-5 <= mean <= 1.0 and size >= 0.5:  # the synthetic catalog's sizes
-                assert bound > 0.95 * p0, (mean, size, bound, p0)
+            y_lo, y_hi = _negbin_log_p0_bounds(mean, size)
+            lo, hi = _below_exp_neg(y_hi), _above_exp_neg(y_lo)
+            margin = 100 * np.spacing(p0)
+            assert 0.0 <= lo < p0 - margin and hi > p0 + margin, (mean, size, lo, p0, hi)
+            assert _below_exp_neg(mean) < p0 - margin, (mean, size)
+            if mean <= 2.0 and 0.5 <= size <= 100.0:
+                assert lo > 0.97 * p0 and hi < 1.03 * p0, (mean, size, lo, p0, hi)
 
 
-def test_exp_neg_bound_below_exp() -> None:
-    for y in np.append(np.geomspace(1e-6, 6.0, 2000), [0.01, np.nextafter(0.01, 0.0), 6.0]):
-        e = math.exp(-y)
-        assert 0.0 < _below_exp_neg(y) < e - 100 * np.spacing(e), y
-    assert _below_exp_neg(3.0) > 0.9 * math.exp(-3.0)
-    assert _below_exp_neg(7.0) == 0.0 and _below_exp_neg(1e-7) == 0.0
+def _plain_search(u: float, p0: float, a: float, b: float) -> int:
+    """The reference the squeezed search must equal: the least x with u <= p0 * S(x), by
+    the very same arithmetic, p0 computed up front."""
+    s = t = 1.0
+    x = 0
+    while u > p0 * s and x < INVERSION_CAP:
+        x += 1
+        t = t * ((a + b * (x - 1)) * _RECIPROCALS[x])
+        s += t
+    return x
+
+
+@pytest.mark.parametrize(("mean", "size"), [(1e-6, 0.5), (0.05, 4.0), (0.57, 4.0), (0.57, 0.5),
+                                            (1.7, 1.0), (3.0, 42.0), (7.0, 100.0), (9.0, 0.5),
+                                            (0.4, 0.02), (2.0, 1e9), (15.0, 4.0), (19.9, 1.0),
+                                            (0.3, 0.0), (2.5, 0.0), (9.9, 0.0)])
+def test_squeezed_search_equals_plain_search(mean: float, size: float) -> None:
+    # size 0: the Poisson. Uniforms at and next to the computed cdf values x = 0..24 (where
+    # the bounds cannot decide and p0 itself is computed) and 2000 random ones.
+    poisson = size == 0.0
+    if poisson:
+        p0, y_lo, y_hi, a, b = math.exp(-mean), mean, mean, mean, 0.0
+    else:
+        p0 = _negbin_p0(mean, size)
+        y_lo, y_hi = _negbin_log_p0_bounds(mean, size)
+        q = mean / (size + mean)
+        a, b = q * size, q
+    lo = _below_exp_neg(y_hi)
+    us = [uniform(KEY, d, 9, 0) for d in range(2000)]
+    s = t = 1.0
+    for x in range(25):
+        c = p0 * s
+        us += [c, np.nextafter(c, 0.0), np.nextafter(c, 2.0)]
+        t = t * ((a + b * x) * _RECIPROCALS[x + 1])
+        s += t
+    undecided = 0
+    for u in us:
+        if not 0.0 < u < 1.0:
+            continue
+        want = _plain_search(u, p0, a, b)
+        got = 0.0 if u <= lo else _search(u, lo, y_lo, a, b, mean, size or 1.0, not poisson)
+        assert got == want, (u, got, want)
+        undecided += lo < u <= _above_exp_neg(y_lo)
+    assert undecided > 0  # the x = 0 boundary at least
 
 
 def test_negative_binomial_inversion_tail_beyond_cap_negligible() -> None:

@@ -6,7 +6,7 @@ any carried generator state (see rng.py).
 
 Sources of the methods:
 - Poisson, small means: sequential search inversion (Devroye, "Non-Uniform Random Variate
-  Generation", 1986, ch. X.3): one uniform per variate.
+  Generation", 1986, ch. X.3): one uniform per variate, p(x + 1) = p(x) * m / (x + 1).
 - Poisson, large means: PTRS, transformed rejection with squeeze (W. Hörmann, "The
   transformed rejection method for generating Poisson random variables", Insurance:
   Mathematics and Economics 12, 1993), exact for mean >= 10.
@@ -22,14 +22,19 @@ Sources of the methods:
   uniforms' resolution (for r <= 1 the pmf is at most q^x, so P(X > 1000) < 21 (20/21)^1001
   < 2e-20; a test checks P(X > 1000) < 1e-19 over all r).
 - Negative binomial, other means: Poisson(Gamma(r, m / r)) (the Gamma-Poisson mixture).
-- Zero shortcuts (Poisson and negative binomial inversion): u below a lower bound of P(X = 0)
-  computed without transcendental functions is a zero; the bounds lie strictly below the
-  computed P(X = 0) by far more than rounding, so the shortcut changes no result. exp(-y) >=
-  1 - y, and exp(-y) >= P3(y / 4)^4 with P3(z) = 1 - z + z^2/2 - z^3/6 (the alternating
-  Taylor series bounds exp(-z) from below for z >= 0, and P3 > 0 for z <= 1.5); for the
-  negative binomial, log(1 + t) <= t (6 + t) / (6 + 4 t) for t >= 0 (its derivative exceeds
-  1 / (1 + t) by 4 t^3 / ((1 + t) (6 + 4 t)^2)) gives P(X = 0) = exp(-r log(1 + m / r)) >=
-  exp(-m (6 r + m) / (6 r + 4 m)).
+- Both searches are squeezed (cheap bounds decide most comparisons, like the squeezes of
+  rejection methods): the search returns the least x with u <= P(X = 0) * S(x), S(x) = the
+  sum of p(j) / P(X = 0) over j <= x (rational in m and r); while a lower bound lo and an
+  upper bound hi of P(X = 0), computed without transcendental functions, decide each
+  comparison (u <= lo S: yes; u > hi S: no), P(X = 0) itself is never computed. Rounding is
+  monotone and lo, hi lie outside the computed P(X = 0) by far more than its rounding
+  (relative slack 2^-40), so the bounds change no result. At x = 0 the lower bound is the
+  zero shortcut: most SKUs sell nothing on most days. Bounds: P(X = 0) = exp(-y) with y = m
+  (Poisson) or y = r log(1 + m / r) (negative binomial); Taylor's remainder gives P5(z) <=
+  exp(-z) <= P6(z) (Pk: the series of exp(-z) to z^k, z >= 0), raised to the 8th power at z
+  = y / 8; for y, with s = m / (2 r + m), y = 2 r atanh(s) = m (1 - s) (1 + s^2/3 + s^4/5 +
+  ...), all terms positive, those after s^4/5 at most s^6 / (7 (1 - s^2)); and y <= m (log(1
+  + t) <= t), a bound without a divide.
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ MAX_ATTEMPTS = 10_000  # rejection loops accept with prob > 0.5; this cap is nev
 MAX_COUNT = 2**60
 INVERSION_CAP = 1000
 _RECIPROCALS = 1.0 / np.maximum(np.arange(INVERSION_CAP + 1, dtype=np.float64), 1.0)
+# Slack of the bounds of exp(-y): far above the rounding of exp, log1p and the polynomials
+# (< 1e-14 relative for y <= 20), far below their approximation errors at typical y.
+_BELOW_ONE = 1.0 - 2.0**-40
+_ABOVE_ONE = 1.0 + 2.0**-40
 
 
 @njit(cache=True, inline="always")
@@ -76,38 +85,82 @@ def daily_mean(base: float, season_factor: float, trend: float, uplift: float, p
 
 @njit(cache=True, inline="always")
 def _below_exp_neg(y: float) -> float:
-    """A lower bound of exp(-y) that stays below the computed exp(-y) by far more than
-    rounding: for 0.01 <= y <= 6, P3(y/4)^4 with P3(z) = 1 - z + z^2/2 - z^3/6 (exp(-y)
-    exceeds it by ~y^4/1536 relative, >= 6e-12 relative; 99.9% of exp(-y) at y = 1, 91% at 3);
-    for 1e-6 <= y < 0.01, 1 - y (margin ~y^2/2 >= 5e-13); else 0 (no bound)."""
-    if y >= 0.01:
-        if y > 6.0:
-            return 0.0
-        z = 0.25 * y
-        b = 1.0 - z * (1.0 - z * (0.5 - z * (1.0 / 6.0)))
-        b = b * b
-        return b * b
-    return 1.0 - y if y >= 1e-6 else 0.0
+    """A lower bound of exp(-y), y >= 0, below the computed exp(-y) by far more than rounding:
+    max(P5(y/8), 0)^8 (1 - 2^-40). exp(-z) >= P5(z) (Taylor, remainder z^6/720 e^-c >= 0) and
+    P5 falls (P5' = -P4 < 0), so max(P5, 0) <= exp(-z) throughout; P5 reaches 0 near z = 2.18
+    (no bound beyond y ~ 17.4). Relative gap ~y^6/(720 * 8^5) + 2^-40. Estrin's scheme: a
+    short dependency chain."""
+    z = 0.125 * y
+    z2 = z * z
+    b = max((1.0 - z) + z2 * (0.5 - z * (1.0 / 6.0))
+            + (z2 * z2) * (1.0 / 24.0 - z * (1.0 / 120.0)), 0.0)
+    b = b * b
+    b = b * b
+    return (b * b) * _BELOW_ONE
+
+
+@njit(cache=True, inline="always")
+def _above_exp_neg(y: float) -> float:
+    """An upper bound of exp(-y), y >= 0, above the computed exp(-y) by far more than
+    rounding: P6(y/8)^8 (1 + 2^-40); exp(-z) <= P6(z) (remainder -z^7/5040 e^-c <= 0) and
+    P6 > 0. Relative gap ~y^7/(5040 * 8^6) + 2^-40 (loose, but valid, for large y)."""
+    z = 0.125 * y
+    z2 = z * z
+    b = ((1.0 - z) + z2 * (0.5 - z * (1.0 / 6.0))
+         + (z2 * z2) * ((1.0 / 24.0 - z * (1.0 / 120.0)) + z2 * (1.0 / 720.0)))
+    b = b * b
+    b = b * b
+    return (b * b) * _ABOVE_ONE
+
+
+@njit(cache=True, inline="always")
+def _negbin_p0(mean: float, size: float) -> float:
+    """P(X = 0) = (r / (r + m))^r as exp(-r log1p(m / r)): no rounding of r / (r + m) is
+    raised to the power r (huge r stays accurate)."""
+    return math.exp(-size * math.log1p(mean / size))
+
+
+@njit(cache=True, inline="always")
+def _search(u: float, lo: float, y_lo: float, a: float, b: float, mean: float, size: float,
+            negbin: bool) -> float:
+    """Sequential search inversion: the least x with u <= p0 * S(x), where p0 = P(X = 0) =
+    exp(-y), S(x) = t(0) + .. + t(x), t(0) = 1, t(x) = t(x-1) * (a + b (x-1)) / x (= p(x) / p0),
+    or INVERSION_CAP if none; the caller has found u > lo (not 0). lo <= p0 <= hi bound p0
+    (hi from y_lo <= y): while they decide the comparisons (u <= lo * S: yes; u > hi * S: no;
+    rounding is monotone, so these agree with u <= p0 * S as computed), p0 itself (an
+    exponential, and a logarithm for the negative binomial) is never computed."""
+    hi = _above_exp_neg(y_lo)
+    s = 1.0
+    t = 1.0
+    x = 0
+    while x < INVERSION_CAP:
+        if u <= hi * s:
+            break  # undecided: needs p0 itself
+        x += 1
+        # 1/x from a table: a multiply, not a divide, per step.
+        t = t * ((a + b * (x - 1)) * _RECIPROCALS[x])
+        s += t
+        if u <= lo * s:
+            return float(x)
+    # The cap only matters when u sits within rounding error of 1 (cdf never reaches it).
+    p0 = _negbin_p0(mean, size) if negbin else math.exp(-mean)
+    while u > p0 * s and x < INVERSION_CAP:
+        x += 1
+        t = t * ((a + b * (x - 1)) * _RECIPROCALS[x])
+        s += t
+    return float(x)
 
 
 @njit(cache=True, inline="always")
 def _poisson_inversion(mean: float, skey: np.uint64, day: np.int64, stream: np.int64,
                        k: np.int64) -> tuple[float, np.int64]:
+    # p0 = exp(-mean), p(x) = p(x-1) * mean / x.
     u = uniform(skey, day, stream, k)
-    # Most SKUs sell less than one unit a day: u below a bound of P(X = 0) = exp(-mean)
-    # is a zero without the exponential (the search below would return 0 for it too).
-    if u <= _below_exp_neg(mean):
+    lo = _below_exp_neg(mean)
+    # Most SKUs sell less than one unit a day: a zero without the exponential.
+    if u <= lo:
         return 0.0, k + 1
-    p = math.exp(-mean)
-    cdf = p
-    x = 0
-    # The cap only matters when u sits within rounding error of 1 (cdf never reaches it).
-    # p(x) = p(x-1) * mean / x with 1/x from a table: a multiply, not a divide, per step.
-    while u > cdf and x < INVERSION_CAP:
-        x += 1
-        p = p * mean * _RECIPROCALS[x]
-        cdf += p
-    return float(x), k + 1
+    return _search(u, lo, mean, mean, 0.0, mean, 1.0, False), k + 1
 
 
 @njit(cache=True)
@@ -190,36 +243,32 @@ def gamma(shape: float, skey: np.uint64, day: np.int64, stream: np.int64,
 
 
 @njit(cache=True, inline="always")
-def _negbin_p0(mean: float, size: float) -> float:
-    """P(X = 0) = (r / (r + m))^r as exp(-r log1p(m / r)): no rounding of r / (r + m) is
-    raised to the power r (huge r stays accurate)."""
-    return math.exp(-size * math.log1p(mean / size))
-
-
-@njit(cache=True, inline="always")
-def _below_negbin_p0(mean: float, size: float) -> float:
-    """A lower bound of P(X = 0) = exp(-r log(1 + m/r)) far below its computed value (module
-    docstring): exp(-y) bounded below at y = m (6 r + m) / (6 r + 4 m) >= r log(1 + m/r)."""
-    return _below_exp_neg(mean * (6.0 * size + mean) / (6.0 * size + 4.0 * mean))
+def _negbin_log_p0_bounds(mean: float, size: float) -> tuple[float, float]:
+    """Bounds (lo, hi) of y = r log(1 + m/r) = -log P(X = 0) without logarithms (module
+    docstring): with s = m / (2r + m), y = 2 r atanh(s) = m (1 - s) (1 + s^2/3 + s^4/5 + ..);
+    all terms are positive, and those after s^4/5 sum to at most s^6 / (7 (1 - s^2))."""
+    s = mean / (2.0 * size + mean)
+    s2 = s * s
+    lo = mean * (1.0 - s) * (1.0 + s2 * (1.0 / 3.0 + s2 * 0.2))
+    # m (1 - s) s^6 / (7 (1 - s^2)) = m s^6 / (7 (1 + s)) <= m s^6 / 7
+    return lo, lo + mean * (s2 * s2 * s2) * (1.0 / 7.0)
 
 
 @njit(cache=True)
 def _negbin_inversion(mean: float, size: float, skey: np.uint64, day: np.int64,
                       stream: np.int64, k: np.int64) -> tuple[float, np.int64]:
+    # p(x) = p(x-1) * q (r + x - 1) / x with q = m / (r + m).
     u = uniform(skey, day, stream, k)
-    # A zero without the logarithm and exponential (the search below would return 0 too).
-    if u <= _below_negbin_p0(mean, size):
+    # Zeros without the logarithm and exponential, first by P(X = 0) >= exp(-m) (as
+    # log(1 + t) <= t: no divide on the way), then by the tighter bound.
+    if u <= _below_exp_neg(mean):
         return 0.0, k + 1
-    p = _negbin_p0(mean, size)
-    cdf = p
+    y_lo, y_hi = _negbin_log_p0_bounds(mean, size)
+    lo = _below_exp_neg(y_hi)
+    if u <= lo:
+        return 0.0, k + 1
     q = mean / (size + mean)
-    x = 0
-    # p(x) = p(x-1) * q * (r + x - 1) / x, 1/x from the table; the cap as in the Poisson's.
-    while u > cdf and x < INVERSION_CAP:
-        x += 1
-        p = p * (q * (size + (x - 1)) * _RECIPROCALS[x])
-        cdf += p
-    return float(x), k + 1
+    return _search(u, lo, y_lo, q * size, q, mean, size, True), k + 1
 
 
 @njit(cache=True)
