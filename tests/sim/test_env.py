@@ -6,12 +6,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+from numba import njit
 
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.errors import CatalogError, UserError
 from skurl.sim import VectorEnv
 from skurl.sim.api import ActionError, Env, EnvStateError
+from skurl.sim.sku_ops import write_features
 from skurl.sim.state import METRIC_FIELDS
 from skurl.sim.testing import order_up_to, random_catalog
 
@@ -152,6 +154,32 @@ def test_raw_state_views_are_read_only(catalog: Catalog) -> None:
     obs = VectorEnv(catalog, SimConfig(days=2)).reset(0)
     with pytest.raises(ValueError):
         obs.raw.on_hand[0] = 5
+    with pytest.raises(ValueError):  # a step rewrites only the columns that can change
+        obs.features[0, 0] = 5
+
+
+@njit
+def _full_rows(p, s, feats: np.ndarray, npipe: np.int64, day: np.int64) -> None:
+    for i in range(feats.shape[0]):
+        if not s.failed[i]:
+            write_features(p.par, s.st, s.stock, s.forecast, feats, npipe, i, day, True)
+
+
+@pytest.mark.parametrize("widen", [(0, 0), (5, 7)])
+def test_daily_feature_updates_equal_full_rewrites(widen: tuple[int, int]) -> None:
+    """A step writes only the columns that can change; every day the whole matrix must
+    equal a from-scratch write of every row, also with columns wider than the SKUs use (a
+    shard laid out for its whole catalog)."""
+    cat = random_catalog(300, seed=5, max_lead=4, max_life=9)
+    own = (int(cat.max_shelf_life), int(cat.max_lead_time + cat.max_delay))
+    env = VectorEnv(cat, SimConfig(days=40), min_widths=(own[0] + widen[0], own[1] + widen[1]))
+    obs = env.reset(3)
+    rng = np.random.default_rng(0)
+    for day in range(1, 41):
+        obs = env.step(rng.poisson(3.0, len(cat)).astype(np.float64)).obs
+        full = np.zeros_like(obs.features)
+        _full_rows(env._params, env._state, full, np.int64(env.layout.pipeline), np.int64(day))
+        np.testing.assert_array_equal(obs.features, full)
 
 
 @pytest.mark.parametrize(("orders", "fragment"), [

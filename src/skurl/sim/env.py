@@ -8,8 +8,9 @@ Usage:
         if res.done: break
 
 All returned arrays (features, raw state, reward, metrics, failed mask) are views of
-buffers allocated once and overwritten by the next reset/step: copy what you keep. The raw
-state views are read-only (they are the simulator's own state).
+buffers allocated once and overwritten by the next reset/step: copy what you keep. The
+features and raw state views are read-only: the raw state is the simulator's own state, and
+a step rewrites only the feature columns that can change (sku_ops.write_features).
 
 A shard must be group-closed: all members of a substitution group in the same env (the
 env cannot see the rest of the catalog; catalog.partition guarantees it).
@@ -114,6 +115,7 @@ class VectorEnv:
                                       for k, name in enumerate(METRIC_FIELDS)})
         self._metrics.block = _read_only(acc[:, :len(METRIC_FIELDS)])
         self._failed_view = _read_only(self._state.failed)
+        self._features_view = _read_only(self._out.features)
         self._day = -1
         self._seed: int | None = None
         self._episode = 0
@@ -143,7 +145,7 @@ class VectorEnv:
     def _obs(self) -> Obs:
         on_hand, pipeline, backlog, forecast = self._raw_views
         raw = RawState(on_hand, pipeline, backlog, forecast, self._day)
-        return Obs(self._out.features, raw, self.layout.schema)
+        return Obs(self._features_view, raw, self.layout.schema)
 
     def reset(self, seed: int, episode: int = 0) -> Obs:
         """Day 0 of episode `episode` under run seed `seed` (ints >= 0)."""

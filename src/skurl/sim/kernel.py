@@ -81,7 +81,7 @@ def _reset_range(p: Params, s: State, out: Outputs, key: np.uint64, init_days: f
         if reason != 0:
             _isolate(s, out, i, reason, True)
             continue
-        write_features(par, st, stock, forecast, out.features, npipe, i, np.int64(0))
+        write_features(par, st, stock, forecast, out.features, npipe, i, np.int64(0), True)
 
 
 @njit(cache=True, parallel=True)
@@ -100,7 +100,8 @@ def _close_day(p: Params, s: State, out: Outputs, npipe: np.int64, i: np.int64, 
     settle(p.par, s.st, s.stock, out.reward, out.acc, i, day, v[1], v[2], v[3], v[4], v[5],
            sub_served, credit, backorders, cost_mode)
     if advance(p.par, s.st, s.stock, s.forecast, i, day):
-        write_features(p.par, s.st, s.stock, s.forecast, out.features, npipe, i, day + 1)
+        write_features(p.par, s.st, s.stock, s.forecast, out.features, npipe, i, day + 1,
+                       False)
     else:
         _isolate(s, out, i, FAIL_FORECAST, False)
 
