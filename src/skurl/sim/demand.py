@@ -254,7 +254,7 @@ def _negbin_log_p0_bounds(mean: float, size: float) -> tuple[float, float]:
     return lo, lo + mean * (s2 * s2 * s2) * (1.0 / 7.0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _negbin_inversion(mean: float, size: float, skey: np.uint64, day: np.int64,
                       stream: np.int64, k: np.int64) -> tuple[float, np.int64]:
     # p(x) = p(x-1) * q (r + x - 1) / x with q = m / (r + m).
@@ -278,7 +278,7 @@ def _negbin_mixture(mean: float, size: float, skey: np.uint64, day: np.int64,
     return poisson(g * (mean / size), skey, day, stream, k)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def negbin(mean: float, size: float, skey: np.uint64, day: np.int64, stream: np.int64,
            k: np.int64) -> tuple[float, np.int64]:
     """Negative binomial with this mean and size r (var = mean + mean^2 / r)."""
@@ -289,7 +289,7 @@ def negbin(mean: float, size: float, skey: np.uint64, day: np.int64, stream: np.
     return _negbin_mixture(mean, size, skey, day, stream, k)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def sample_demand(dist: np.int64, mean: float, size: float, skey: np.uint64, day: np.int64,
                   stream: np.int64) -> float:
     """One day's demand (a float holding an integer) for distribution code `dist`."""
