@@ -65,3 +65,30 @@ def test_uniform_catalogs_get_one_exact_level_for_all_skus():
     assert res.params["S"].shape == (7,) and np.all(res.params["S"] == 12.0)  # exact optimum (chain)
     runner_up = res.details["runner_up"]
     assert runner_up["gap"] > 3 * runner_up["gap_se"] or res.details["final_skus"] >= 16_000
+
+
+class _SlopeHiddenByBatchZero:
+    """Per-SKU objectives of z: batch 0 is flat within noise (the interior a hair lower, so
+    the box does not grow on it), the other batches slope down to z = 3.0, beyond the box's
+    upper edge (z <= 1.4)."""
+
+    name = "fake"
+    runs = 0
+
+    def __call__(self, params: dict[str, float], batch: int) -> np.ndarray:
+        self.runs += 1
+        z = params["z"]
+        truth = (z - 3.0) ** 2
+        if batch == 0:
+            truth = 0.0 if 0.7 <= z <= 1.3 else 0.002
+        rng = np.random.default_rng(round(z * 10) * 7 + batch)
+        return truth + 0.01 * rng.standard_normal(100)
+
+
+def test_uniform_search_widens_when_more_batches_move_the_best_onto_an_edge():
+    from skurl.policy.tuning_uniform import Axis, Space, _Scores, _search
+
+    space = Space([Axis("z", 6, 14, floor=-30, step=0.1)], lambda v: {"z": v["z"]})
+    scores = _Scores(_SlopeHiddenByBatchZero(), space, None)  # type: ignore[arg-type]
+    best, _, _ = _search(space, scores, skus=100, max_skus=800, separation=3.0)
+    assert space.params(best) == {"z": 3.0}

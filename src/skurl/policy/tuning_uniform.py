@@ -120,20 +120,25 @@ class _Scores:
         return np.concatenate(parts)
 
 
+def _widen(space: Space, best: Point) -> bool:
+    """Widen the box on every side where `best` sits on its edge; False if none."""
+    grown = False
+    for axis, i in zip(space.axes, best, strict=True):
+        width = max(2, (axis.hi - axis.lo) // 2)
+        if i == axis.lo and axis.lo > axis.floor:
+            axis.lo, grown = max(axis.floor, axis.lo - width), True
+        elif i == axis.hi:
+            axis.hi, grown = axis.hi + width, True
+    return grown
+
+
 def _grow_box(space: Space, scores: _Scores, max_grow: int = 8) -> Point:
     """Simulate the whole box (batch 0); widen it where the best sits on an edge."""
     for _ in range(max_grow + 1):
         points = space.points()
         means = [float(np.mean(scores.get(p, 1))) for p in points]
         best = points[int(np.argmin(means))]
-        grown = False
-        for axis, i in zip(space.axes, best, strict=True):
-            width = max(2, (axis.hi - axis.lo) // 2)
-            if i == axis.lo and axis.lo > axis.floor:
-                axis.lo, grown = max(axis.floor, axis.lo - width), True
-            elif i == axis.hi:
-                axis.hi, grown = axis.hi + width, True
-        if not grown:
+        if not _widen(space, best):
             return best
     return best
 
@@ -163,6 +168,19 @@ def _separate(space: Space, scores: _Scores, skus: int, max_skus: int, separatio
         contenders, batches = close, batches * 2
 
 
+def _search(space: Space, scores: _Scores, skus: int, max_skus: int, separation: float,
+            max_grow: int = 8) -> tuple[Point, int, list[dict[str, Any]]]:
+    """Grow the box on batch 0, then separate the contenders; when more batches move the
+    best onto an edge (batch 0's noise hid the slope there), widen and separate again, so
+    the answer is never a point the box cut short."""
+    _grow_box(space, scores, max_grow)
+    for _ in range(max_grow + 1):
+        best, batches, rows = _separate(space, scores, skus, max_skus, separation)
+        if not _widen(space, best):
+            break
+    return best, batches, rows
+
+
 def tune_uniform(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int, warmup: int,
                  skus: int = 1000, max_skus: int = 16_000, separation: float = 3.0,
                  progress: Progress | None = None) -> TuneResult:
@@ -171,8 +189,7 @@ def tune_uniform(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, 
     scorer = CandidateScorer(name, tuning_catalog, sim_cfg, seed=seed, days=days, warmup=warmup)
     space = search_space(name, catalog, sim_cfg)
     scores = _Scores(scorer, space, progress)
-    _grow_box(space, scores)
-    best, batches, rows = _separate(space, scores, skus, max_skus, separation)
+    best, batches, rows = _search(space, scores, skus, max_skus, separation)
     chosen = space.params(best)
     assert chosen is not None
     n = len(catalog)
