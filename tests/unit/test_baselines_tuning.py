@@ -92,3 +92,18 @@ def test_uniform_search_widens_when_more_batches_move_the_best_onto_an_edge():
     scores = _Scores(_SlopeHiddenByBatchZero(), space, None)  # type: ignore[arg-type]
     best, _, _ = _search(space, scores, skus=100, max_skus=800, separation=3.0)
     assert space.params(best) == {"z": 3.0}
+
+
+def test_per_sku_search_steps_beyond_the_grid_where_the_best_sits_at_its_end():
+    """Penalties of 0.05 (Poisson demand) and 2000 (geometric: a heavy tail) per lost unit
+    against a holding cost of 1: the best safety factors lie below and above the first grid
+    (-0.5..3.0), and the search must reach them."""
+    cat = two_kinds(40)
+    cat.lost_sale_cost[:20], cat.lost_sale_cost[20:] = 0.05, 2000.0
+    cat.demand_dist[20:] = 1
+    cat.sku_id = cat.sku_id + np.arange(40)  # not a uniform catalog: per-SKU search
+    res = tune("forecast-base-stock", cat, COST, eval_seed=0, days=100, warmup=20)
+    z = res.params["z"]
+    assert res.method == "per-sku-grid" and res.details["z_expansions"] >= 2
+    # Without the steps beyond, z stays in -0.75..3.25 (the grid and its refinement).
+    assert np.median(z[:20]) < -1.0 and z[20:].max() > 3.25

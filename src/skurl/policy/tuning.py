@@ -16,7 +16,9 @@ Two searches:
   knobs (safety factor z, order-cap multiplier, EOQ multiplier, share of mean demand);
   each grid value is simulated over the whole catalog, and each SKU keeps the value with
   its lowest objective (cost, or minus profit under sim.reward=profit) from env.totals();
-  then finer steps around each SKU's best. No Python loop over SKUs.
+  SKUs whose best is the highest (lowest) value tried so far then try one step further, for
+  as long as that improves some SKU (a fixed grid cut a quarter of the synthetic catalog's
+  SKUs short at its ends); then finer steps around each SKU's best. No Python loop over SKUs.
 """
 
 from __future__ import annotations
@@ -166,6 +168,9 @@ def _candidates(knob: Knob, knobs: dict[str, np.ndarray], scored: bool) -> list[
     return [*knob.grid] if scored else [*knob.grid, knobs[knob.name].copy()]
 
 
+MAX_EXPANSIONS = 8  # per knob: steps beyond the grid's ends (z: from 3.0 up to 6.0 is 6)
+
+
 def tune_per_sku(scorer: CandidateScorer, progress: Progress | None = None) -> tuple[Params, np.ndarray, dict]:
     """Coordinate search over the policy's knobs, per SKU (one sweep: z first, then the
     cap or order-size knob). Returns params, the per-SKU objective of the chosen candidate,
@@ -175,22 +180,48 @@ def tune_per_sku(scorer: CandidateScorer, progress: Progress | None = None) -> t
     n = len(catalog)
     best_obj = np.full(n, np.inf)
 
-    def try_values(knob: Knob, values: np.ndarray | float) -> None:
+    def try_values(knob: Knob, values: np.ndarray | float) -> np.ndarray:
         val = np.clip(np.broadcast_to(np.asarray(values, dtype=np.float64), (n,)), knob.lo, knob.hi)
         obj = scorer(knob_params(name, catalog, sim_cfg, {**knobs, knob.name: val}))
+        improved = obj < best_obj
         _pick(best_obj, knobs[knob.name], obj, val)
         if progress:
             progress(f"tune {name}: run {scorer.runs} ({knob.name}), mean objective "
                      f"{float(np.mean(best_obj[np.isfinite(best_obj)])):.4f}")
+        return improved
 
+    expansions = {}
     for knob in KNOBS[name]:
         for values in _candidates(knob, knobs, bool(np.isfinite(best_obj).any())):
             try_values(knob, values)
+        expansions[f"{knob.name}_expansions"] = _expand(knob, knobs, try_values)
         center = knobs[knob.name].copy()  # refine around each SKU's best so far
         try_values(knob, center - knob.step / 2)
         try_values(knob, center + knob.step / 2)
     details = {f"{k}_chosen": v for k, v in knobs.items()}
-    return knob_params(name, catalog, sim_cfg, knobs), best_obj, details
+    return knob_params(name, catalog, sim_cfg, knobs), best_obj, {**details, **expansions}
+
+
+def _expand(knob: Knob, knobs: dict[str, np.ndarray],
+            try_values: Callable[[Knob, np.ndarray], np.ndarray]) -> int:
+    """Step each SKU whose best value is the highest (lowest) tried beyond it, while some
+    SKU improves; SKUs inside the tried range keep their value (scored again, unchanged).
+    Returns the number of extra simulations."""
+    top, bottom = max(knob.grid), min(knob.grid)
+    runs = 0
+    for _ in range(MAX_EXPANSIONS):
+        best = knobs[knob.name]
+        up = (best >= top) & (best + knob.step <= knob.hi)
+        down = (best <= bottom) & (best - knob.step >= knob.lo)
+        if not (up.any() or down.any()):
+            break
+        trial = best + np.where(up, knob.step, 0.0) - np.where(down, knob.step, 0.0)
+        improved = try_values(knob, trial)
+        runs += 1
+        if not (improved & (up | down)).any():
+            break
+        top, bottom = top + knob.step, bottom - knob.step
+    return runs
 
 
 # ------------------------------------------------------------------------------ tune
