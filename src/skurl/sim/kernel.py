@@ -19,6 +19,7 @@ from numba import njit, prange
 
 from skurl.sim.day import init_sku, own_demand, serve_group, settle
 from skurl.sim.jit import sku_jit
+from skurl.sim.prefetch import prefetch_row
 from skurl.sim.rng import sku_key
 from skurl.sim.sku_ops import advance, write_features
 from skurl.sim.state import (
@@ -42,6 +43,7 @@ from skurl.sim.state import (
 )
 
 GROUPS_PER_ITEM = 128  # global groups per parallel work item
+METRICS_PREFETCH_AHEAD = 8  # SKUs: ~1.3 us of work ahead of the metrics row's use (prefetch.py)
 
 
 @njit(cache=True, inline="always")
@@ -113,7 +115,9 @@ def _sku_range(p: Params, s: State, out: Outputs, orders: np.ndarray, npipe: np.
     """Own demand of rows lo..hi-1; rows outside substitution groups finish the day."""
     par, st = p.par, s.st
     zero = np.int64(0)
+    last = par.shape[0] - 1
     for i in range(lo, hi):
+        prefetch_row(out.acc, min(i + METRICS_PREFETCH_AHEAD, last))
         if st[i, S_FAIL] != 0:
             _clear_day(out, i)
             continue
