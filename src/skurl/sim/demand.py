@@ -84,19 +84,28 @@ def daily_mean(base: float, season_factor: float, trend: float, uplift: float, p
 
 
 @njit(cache=True, inline="always")
+def _taylor_exp_neg(z: float) -> tuple[float, float, float]:
+    """The shared terms of the Taylor polynomials of exp(-z) in Estrin's scheme (a short
+    dependency chain): P5(z) = head + z2^2 c4 and P6(z) = head + z2^2 (c4 + z2 / 720)."""
+    z2 = z * z
+    return (1.0 - z) + z2 * (0.5 - z * (1.0 / 6.0)), 1.0 / 24.0 - z * (1.0 / 120.0), z2
+
+
+@njit(cache=True, inline="always")
+def _pow8(b: float) -> float:
+    b = b * b
+    b = b * b
+    return b * b
+
+
+@njit(cache=True, inline="always")
 def _below_exp_neg(y: float) -> float:
     """A lower bound of exp(-y), y >= 0, below the computed exp(-y) by far more than rounding:
     max(P5(y/8), 0)^8 (1 - 2^-40). exp(-z) >= P5(z) (Taylor, remainder z^6/720 e^-c >= 0) and
     P5 falls (P5' = -P4 < 0), so max(P5, 0) <= exp(-z) throughout; P5 reaches 0 near z = 2.18
-    (no bound beyond y ~ 17.4). Relative gap ~y^6/(720 * 8^5) + 2^-40. Estrin's scheme: a
-    short dependency chain."""
-    z = 0.125 * y
-    z2 = z * z
-    b = max((1.0 - z) + z2 * (0.5 - z * (1.0 / 6.0))
-            + (z2 * z2) * (1.0 / 24.0 - z * (1.0 / 120.0)), 0.0)
-    b = b * b
-    b = b * b
-    return (b * b) * _BELOW_ONE
+    (no bound beyond y ~ 17.4). Relative gap ~y^6/(720 * 8^5) + 2^-40."""
+    head, c4, z2 = _taylor_exp_neg(0.125 * y)
+    return _pow8(max(head + (z2 * z2) * c4, 0.0)) * _BELOW_ONE
 
 
 @njit(cache=True, inline="always")
@@ -104,13 +113,8 @@ def _above_exp_neg(y: float) -> float:
     """An upper bound of exp(-y), y >= 0, above the computed exp(-y) by far more than
     rounding: P6(y/8)^8 (1 + 2^-40); exp(-z) <= P6(z) (remainder -z^7/5040 e^-c <= 0) and
     P6 > 0. Relative gap ~y^7/(5040 * 8^6) + 2^-40 (loose, but valid, for large y)."""
-    z = 0.125 * y
-    z2 = z * z
-    b = ((1.0 - z) + z2 * (0.5 - z * (1.0 / 6.0))
-         + (z2 * z2) * ((1.0 / 24.0 - z * (1.0 / 120.0)) + z2 * (1.0 / 720.0)))
-    b = b * b
-    b = b * b
-    return (b * b) * _ABOVE_ONE
+    head, c4, z2 = _taylor_exp_neg(0.125 * y)
+    return _pow8(head + (z2 * z2) * (c4 + z2 * (1.0 / 720.0))) * _ABOVE_ONE
 
 
 @njit(cache=True, inline="always")
