@@ -246,6 +246,21 @@ class TrainConfig:
         "at its own version in fp32, so only stale rollouts need them (halves collector inference)"
     )
     keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
+    warm_start: Literal["none", "base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock"] = opt(
+        "none", "before PPO, tune this baseline on the training SKUs and clone it into the policy net "
+        "(behaviour cloning on its decisions); none = start from random weights"
+    )
+    warm_start_episodes: int = opt(2, "training episodes of the tuned baseline recorded for cloning")
+    warm_start_skus: int = opt(4096, "at most this many SKUs' decisions recorded per cloning episode")
+    warm_start_steps: int = opt(1000, "minibatch steps (2048 decisions each) of the cloning fit")
+    warm_start_smoothing: float = opt(
+        0.2, "probability the cloned policy puts on the two actions next to the baseline's (half "
+        "each): a clone that never deviates gives PPO nothing to compare"
+    )
+    warm_start_critic: int = opt(
+        3, "after cloning, PPO iterations that train only the value net (the policy stays the clone "
+        "until its advantages come from a critic of it, not from random weights)"
+    )
 
     def __post_init__(self) -> None:
         check(self.iterations >= 0, "train.iterations", self.iterations, "an integer >= 0")
@@ -254,6 +269,12 @@ class TrainConfig:
         check(self.eval_every >= 0, "train.eval_every", self.eval_every, "an integer >= 0 (0 = only at the end)")
         check(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints, "an integer >= 1")
         check(self.torch_threads >= 0, "train.torch_threads", self.torch_threads, "an integer >= 0")
+        check(self.warm_start_episodes >= 1, "train.warm_start_episodes", self.warm_start_episodes, "an integer >= 1")
+        check(self.warm_start_skus >= 1, "train.warm_start_skus", self.warm_start_skus, "an integer >= 1")
+        check(self.warm_start_steps >= 0, "train.warm_start_steps", self.warm_start_steps, "an integer >= 0")
+        check(0.0 <= self.warm_start_smoothing < 1.0, "train.warm_start_smoothing", self.warm_start_smoothing,
+              "a number in [0, 1)")
+        check(self.warm_start_critic >= 0, "train.warm_start_critic", self.warm_start_critic, "an integer >= 0")
 
 
 @dataclass(frozen=True)

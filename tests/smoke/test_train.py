@@ -46,6 +46,19 @@ def test_train_then_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert result["policy"] == "ppo" and result["params"]["iteration"] == 3 and result["skus"] == 20
 
 
+def test_warm_start_clones_the_tuned_baseline_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    warm = ["train.warm_start=base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=200",
+            "train.warm_start_critic=1", "policy.actions.n=20"]
+    assert main(["train", "--run-dir", str(run), "--iterations", "2", "--no-baseline", *sets(TINY + warm)]) == 0
+    first = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["warm_start_rows"] == 40 * 10 and first["warm_start_grid_exact"] == 1.0
+    assert first["warm_start_accuracy"] > 0.5 and first["warm_start_eval_cost"] > 0
+    assert first["policy_loss"] == 0.0 or first["approx_kl"] == 0.0  # the first iteration fits the critic only
+    history = json.loads((run / "eval.json").read_text())["history"]
+    assert [h["iteration"] for h in history] == [-1, 1]  # the clone (before iteration 0), then the trained policy
+
+
 def test_resume_extends_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     assert main(["train", "--run-dir", str(run), "--iterations", "2", "--no-baseline", *sets(TINY)]) == 0

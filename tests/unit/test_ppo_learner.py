@@ -270,3 +270,17 @@ def test_preserve_obs_norm_keeps_both_nets_functions_of_the_raw_observation(pres
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
         else:
             assert not torch.allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_a_value_only_update_leaves_the_policy_net_alone() -> None:
+    learner = Learner(cfg("ppo.normalize_obs=false"), OBS, ACTIONS, "cpu")
+    policy = {k: v.clone() for k, v in learner.model.policy.state_dict().items()}
+    value = {k: v.clone() for k, v in learner.model.value.state_dict().items()}
+    stats = learner.update(bandit_rollout(learner, 32, 0), train_policy=False)
+    assert stats["value_loss"] > 0 and (learner.iteration, learner.version) == (1, 1)
+    for k, v in learner.model.policy.state_dict().items():
+        assert torch.equal(v, policy[k]), k
+    assert any(not torch.equal(v, value[k]) for k, v in learner.model.value.state_dict().items())
+    learner.update(bandit_rollout(learner, 32, 1))  # and the next update trains both again
+    assert any(not torch.equal(v, policy[k]) for k, v in learner.model.policy.state_dict().items())
+    assert learner.train_policy

@@ -65,3 +65,16 @@ def test_approx_kl_is_the_low_variance_estimator() -> None:
     expected = sum((r - 1) - math.log(r) for r in ratios) / 2
     assert float(stats["approx_kl"]) == pytest.approx(expected, rel=1e-5)
     assert float(stats["clip_frac"]) == pytest.approx(0.5)  # 1.25 is outside 1 ± 0.2, 0.9 is not
+
+
+def test_without_the_policy_terms_the_loss_is_the_value_term() -> None:
+    new_logp = torch.tensor([-1.0, -2.0], requires_grad=True)
+    entropy = torch.tensor([0.5, 0.7], requires_grad=True)
+    values = torch.tensor([1.0, 3.0], requires_grad=True)
+    returns = torch.tensor([0.0, 1.0])
+    loss, stats = ppo_loss(new_logp, torch.tensor([-1.5, -1.0]), torch.tensor([1.0, -1.0]), values, returns,
+                           entropy, 0.2, 0.5, 0.01, train_policy=False)
+    assert float(loss.detach()) == pytest.approx(0.5 * 0.5 * (1.0 + 4.0) / 2)
+    assert float(stats["policy_loss"]) != 0.0  # still reported
+    loss.backward()
+    assert new_logp.grad is None and entropy.grad is None and values.grad is not None

@@ -129,14 +129,19 @@ class ColocatedRun:
         logger = RunLogger(self.run_dir)
         if start > 0:
             logger.truncate_after(start - 1)
+        began = time.perf_counter()
         try:
             if self.want_baseline:
                 self.baseline = self._baseline()
+            warm = self.warm_start() if start == 0 and self.warm and end > 0 else {}
             with Progress(cfg.train.iterations, initial=start, stream=self.stream) as progress:
                 for it in range(start, end):
                     scalars = self.iteration(it)
+                    if it == start:
+                        scalars.update(warm)
                     if self._due(it, cfg.train.eval_every, end):
                         scalars.update(self.evaluate(it))
+                    scalars["wall_seconds"] = time.perf_counter() - began  # since this process's run() began
                     logger.log(it, scalars)
                     progress.update(it, **self._progress_fields(scalars))
         finally:
@@ -151,6 +156,41 @@ class ColocatedRun:
         keys = ("transitions_per_s", "reward_mean")
         keys += ("eval_cost", "baseline_cost") if self.cfg.sim.reward == "cost" else ("eval_profit", "baseline_profit")
         return {k: scalars.get(k) for k in keys}
+
+    @property
+    def warm(self) -> bool:
+        return self.cfg.train.warm_start != "none"
+
+    def warm_start(self) -> dict[str, Any]:
+        """train.warm_start: tune the baseline on the first training shard, clone it into
+        the policy net (learn/imitate.py) and publish the clone as the next version.
+        Scalars for the first iteration's record, with the clone's evaluation."""
+        from skurl.learn.imitate import clone, record
+        from skurl.policy.baselines import make_policy
+        from skurl.policy.tuning import tune
+
+        cfg, t = self.cfg, self.cfg.train
+        began = time.perf_counter()
+        env = self._env(0)
+        with self.timer.stage("warm_start"):
+            tuned = tune(t.warm_start, env.catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
+                         warmup=cfg.eval.warmup)
+            teacher = make_policy(t.warm_start, env.catalog, cfg.sim, tuned.params)
+            demos = record(env, teacher, self.grid, seed=t.seed, episodes=t.warm_start_episodes,
+                           max_skus=t.warm_start_skus)
+            fit = clone(self.learner.model, demos, steps=t.warm_start_steps, smoothing=t.warm_start_smoothing,
+                        seed=t.seed,
+                        normalize_obs=cfg.ppo.normalize_obs, stats_decay=cfg.ppo.stats_decay,
+                        max_grad_norm=cfg.ppo.max_grad_norm, device=self.learner.device)
+            self.learner.version += 1  # the clone is a policy of its own
+            self.weights.publish(self.learner.version, self.learner.weights())
+        out: dict[str, Any] = {**demos.scalars(), **fit, "warm_start_seconds": time.perf_counter() - began,
+                               "warm_start_tuned_objective": tuned.objective}
+        if t.eval_every > 0:
+            began = time.perf_counter()
+            out.update({f"warm_start_{k}": v for k, v in self.evaluate(-1).items()})
+            out["warm_start_eval_seconds"] = time.perf_counter() - began
+        return out
 
     @staticmethod
     def _due(it: int, every: int, end: int) -> bool:
@@ -170,7 +210,8 @@ class ColocatedRun:
                                     **({} if obs_skus is None else {"obs_skus": obs_skus}))
         assert rollout is not None
         with timer.stage("learn"):
-            stats = self.learner.update(rollout)
+            # After a warm start, the first iterations fit the critic to the clone only.
+            stats = self.learner.update(rollout, train_policy=not (self.warm and it < cfg.train.warm_start_critic))
         with timer.stage("sync"):
             self.weights.publish(self.learner.version, self.learner.weights())
         if self._due(it, cfg.train.checkpoint_every, cfg.train.iterations):

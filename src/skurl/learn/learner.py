@@ -101,13 +101,14 @@ def shuffled_minibatches(batch: PreparedBatch, perm: torch.Tensor, size: int) ->
 
 
 def ppo_minibatch_loss(forward: Forward, mb: PreparedBatch, clip: float, vf_coef: float,
-                       ent_coef: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       ent_coef: float, train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The PPO loss of one minibatch; `forward` maps its observations to fp32 (logits, values)."""
     logits, values = forward(mb.obs)
     logp_all = torch.log_softmax(logits, dim=-1)
     new_logp = logp_all.gather(-1, mb.actions.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return ppo_loss(new_logp, mb.old_logp, mb.advantages, values, mb.returns, entropy, clip, vf_coef, ent_coef)
+    return ppo_loss(new_logp, mb.old_logp, mb.advantages, values, mb.returns, entropy, clip, vf_coef, ent_coef,
+                    train_policy)
 
 
 def recorded_behaviour(data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -138,6 +139,7 @@ class Learner:
         self.compute_dtype = torch.bfloat16 if self.ppo.amp == "bf16" else torch.float32
         self.side_by_side = False  # set per update: the nets' threads (see _one_thread_per_net)
         self.iteration = 0  # updates done
+        self.train_policy = True  # False during an update that fits the value net only
         self.version = 0  # version of the current weights (bumped by each update)
 
     def lr_at(self, iteration: int) -> float:
@@ -188,8 +190,10 @@ class Learner:
         mean, _ = allreduce_mean_std(rewards[:0] if padded else rewards)
         return rewards - mean, float(mean)
 
-    def update(self, rollout: Rollout) -> dict[str, float]:
-        """One PPO iteration on `rollout`; bumps iteration and version. Returns stats."""
+    def update(self, rollout: Rollout, train_policy: bool = True) -> dict[str, float]:
+        """One PPO iteration on `rollout`; bumps iteration and version. Returns stats.
+        train_policy=False fits the value net only (the policy net is left unchanged)."""
+        self.train_policy = bool(train_policy)
         rollout = self._sample_skus(rollout)
         data = self._to_device(rollout)
         batch, prep_stats = self._prepare(data, behaviour=rollout.policy_version == self.version)
@@ -197,7 +201,8 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         stats = self._epochs(batch)
-        self.adapt_lr(stats["last_epoch_kl"])
+        if self.train_policy:  # a frozen policy's KL of 0 says nothing about the step size
+            self.adapt_lr(stats["last_epoch_kl"])
         self.iteration += 1
         self.version += 1
         return {**prep_stats, **stats, "lr": lr, "ent_coef": self.ent_coef_at(self.iteration - 1),
@@ -373,7 +378,8 @@ class Learner:
         return twin_forward(self.model.policy, self.model.value, x, self.compute_dtype, self.side_by_side)
 
     def _minibatch_loss(self, mb: PreparedBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return ppo_minibatch_loss(self._forward, mb, self.ppo.clip, self.ppo.vf_coef, self.ent_coef_at(self.iteration))
+        return ppo_minibatch_loss(self._forward, mb, self.ppo.clip, self.ppo.vf_coef, self.ent_coef_at(self.iteration),
+                                  self.train_policy)
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state (weights + normalizer) as contiguous CPU tensors, for publishing."""

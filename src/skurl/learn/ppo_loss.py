@@ -20,16 +20,20 @@ def ppo_loss(
     clip: float,
     vf_coef: float,
     ent_coef: float,
+    train_policy: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss to minimize and detached stats (policy_loss, value_loss, entropy, approx_kl,
-    clip_frac). All inputs are [B]; adv is already normalized."""
+    clip_frac). All inputs are [B]; adv is already normalized. With train_policy=False
+    the loss is the value term alone (the policy gets no gradient; stats as usual)."""
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
     surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv)
     policy_loss = -surrogate.mean()
     value_loss = 0.5 * (values - returns).square().mean()
     entropy_mean = entropy.mean()
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    loss = vf_coef * value_loss
+    if train_policy:
+        loss = policy_loss + loss - ent_coef * entropy_mean
     with torch.no_grad():
         stats = {
             "policy_loss": policy_loss.detach(),

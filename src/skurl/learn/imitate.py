@@ -1,0 +1,170 @@
+"""Warm start by imitation: clone a tuned baseline into the policy net before PPO.
+
+From random weights PPO spends its first iterations rediscovering what a tuned heuristic
+already knows (order about what sells, more when the pipeline is empty). Supervised
+pretraining on an expert's decisions before RL is the recipe of AlphaGo's policy network
+(Silver et al. 2016) and of DQfD (Hester et al. 2018); here the expert is one of skurl's
+own baselines, tuned by simulation on the training SKUs (policy/tuning.py), so the run
+starts at the baseline's cost and PPO spends its iterations on improving it.
+
+Steps (ColocatedRun.warm_start): tune the baseline; `record` episodes of it on the
+training env, each decision mapped to the nearest action of the grid (the env steps with
+that action's units, so the states are those the clone will meet); `clone` the policy
+net by cross-entropy on them (the observation normalizer first takes their moments).
+Then the first train.warm_start_critic PPO iterations train only the value net, so the
+policy is not pushed around by advantages from an untrained critic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from skurl.buffer.minibatch import seeded_generator
+from skurl.policy.actions import ActionGrid, bind_to_env
+from skurl.sim.api import Env, RawState
+
+WARM_START_KEY = 3  # seeded_generator key (learner.py uses 1 and 2)
+# Episode numbers of the recorded teacher episodes: PPO collects episodes 0..iterations-1
+# of the run seed, so these never replay a training episode's demand.
+TEACHER_EPISODE0 = 2**40
+CLONE_LR = 1e-3  # Adam's default: a supervised fit, not a trust-region step
+CLONE_MINIBATCH = 2048
+EVAL_ROWS = 4096  # rows per no-grad pass (as the learner's)
+
+
+def unit_table(grid: ActionGrid, raw: RawState, n: int) -> np.ndarray:
+    """Units (float64 [n, A]) that each action of `grid` orders in state `raw`."""
+    if grid.kind == "cover":
+        return grid.unit_table(raw, slice(0, n))
+    forecast = raw.forecast[:, 0]
+    return np.stack([grid.to_orders_checked(np.full(n, k), forecast)[0] for k in range(grid.n)], axis=1)
+
+
+def nearest_actions(grid: ActionGrid, raw: RawState, orders: np.ndarray) -> np.ndarray:
+    """Per SKU, the action whose units are closest to `orders` [N] (the first of ties,
+    the smaller order on the ordered grids); int64 [N]."""
+    table = unit_table(grid, raw, orders.shape[0])
+    gap = np.abs(table - np.asarray(orders, np.float64)[:, None])
+    return np.argmin(np.nan_to_num(gap, nan=np.inf), axis=1).astype(np.int64)
+
+
+@dataclass
+class Demonstrations:
+    obs: np.ndarray  # float32 [M, D]: features of the recorded SKU-days
+    labels: np.ndarray  # int64 [M]: the grid action nearest to the teacher's order
+    reward_mean: float  # the grid-rounded teacher's mean reward per SKU-day (all SKUs)
+    exact: float  # share of the teacher's orders the grid reproduces exactly
+
+    def scalars(self) -> dict[str, float]:
+        return {"warm_start_rows": float(self.labels.shape[0]), "warm_start_reward_mean": self.reward_mean,
+                "warm_start_grid_exact": self.exact}
+
+
+def recorded_rows(num_skus: int, max_skus: int, seed: int) -> np.ndarray:
+    """The rows whose decisions are kept: all, or a seeded sample of `max_skus` (sorted)."""
+    if num_skus <= max_skus:
+        return np.arange(num_skus)
+    gen = seeded_generator(seed, WARM_START_KEY, -1)
+    return torch.randperm(num_skus, generator=gen)[:max_skus].sort().values.numpy()
+
+
+def record(env: Env, teacher: Any, grid: ActionGrid, *, seed: int, episodes: int,
+           max_skus: int) -> Demonstrations:
+    """Run `episodes` whole episodes of `teacher` (a Policy) on `env` from episode
+    TEACHER_EPISODE0 of `seed`; keep features and nearest-action labels of up to
+    `max_skus` SKUs per day."""
+    grid = bind_to_env(grid, env)
+    n, days = env.num_skus, int(env.info()["days"])
+    rows = recorded_rows(n, max_skus, seed)
+    obs_out: list[np.ndarray] = []
+    label_out: list[np.ndarray] = []
+    reward_sum, exact, decisions = 0.0, 0, 0
+    for e in range(episodes):
+        reset = getattr(teacher, "reset", None)
+        if callable(reset):
+            reset()
+        obs = env.reset(seed, TEACHER_EPISODE0 + e)
+        for _ in range(days):
+            orders = np.asarray(teacher.orders(obs), np.float64)
+            labels = nearest_actions(grid, obs.raw, orders)
+            units, _ = grid.orders_for(labels, obs.raw)
+            exact += int((units == orders).sum())
+            decisions += n
+            obs_out.append(obs.features[rows].astype(np.float32))
+            label_out.append(labels[rows])
+            result = env.step(units)
+            reward_sum += float(result.reward.sum(dtype=np.float64))
+            obs = result.obs
+            if result.done:
+                break
+    return Demonstrations(np.concatenate(obs_out), np.concatenate(label_out),
+                          reward_sum / max(decisions, 1), exact / max(decisions, 1))
+
+
+def soft_targets(labels: torch.Tensor, n_actions: int, smoothing: float) -> torch.Tensor:
+    """Target distributions [M, A]: 1 - smoothing on the label, smoothing / 2 on each
+    neighbour (all of it on the one neighbour at either end of the grid). Every grid is
+    ordered (units, multipliers, safety factors), so the neighbours are the nearest
+    decisions: the clone explores around the baseline, not across the whole grid."""
+    target = torch.zeros(labels.shape[0], n_actions, device=labels.device)
+    if smoothing == 0.0 or n_actions == 1:
+        return target.scatter_(1, labels[:, None], 1.0)
+    lower = torch.where(labels > 0, labels - 1, labels + 1)
+    upper = torch.where(labels < n_actions - 1, labels + 1, labels - 1)
+    target.scatter_(1, labels[:, None], 1.0 - smoothing)
+    target.scatter_add_(1, lower[:, None], torch.full_like(target[:, :1], smoothing / 2))
+    target.scatter_add_(1, upper[:, None], torch.full_like(target[:, :1], smoothing / 2))
+    return target
+
+
+def clone(model: Any, demos: Demonstrations, *, steps: int, smoothing: float, seed: int,
+          normalize_obs: bool, stats_decay: float, max_grad_norm: float,
+          device: torch.device) -> dict[str, float]:
+    """Fit model.policy (an ActorCritic's) to the demonstrations by cross-entropy against
+    soft_targets for `steps` minibatch steps (reshuffled passes over the data); the
+    value net is left alone. Returns the final loss, the share of
+    labels the greedy policy reproduces and the mean entropy of the clone."""
+    obs = torch.from_numpy(demos.obs).to(device)
+    labels = torch.from_numpy(demos.labels).to(device)
+    n_actions = int(model.policy(model.normalize(obs[:1])).shape[-1])
+    if normalize_obs:
+        model.obs_norm.update(obs, stats_decay)
+    with torch.no_grad():
+        x = torch.cat([model.normalize(c) for c in obs.split(EVAL_ROWS)])
+    params = list(model.policy.parameters())
+    optimizer = torch.optim.Adam(params, lr=CLONE_LR, eps=1e-5)
+    rows, done, epoch = labels.shape[0], 0, 0
+    while done < steps and rows > 0:
+        perm = torch.randperm(rows, generator=seeded_generator(seed, WARM_START_KEY, epoch)).to(device)
+        epoch += 1
+        for start in range(0, rows, CLONE_MINIBATCH):
+            if done == steps:
+                break
+            done += 1
+            index = perm[start:start + CLONE_MINIBATCH]
+            target = soft_targets(labels[index], n_actions, smoothing)
+            loss = F.cross_entropy(model.policy(x[index]), target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            optimizer.step()
+    return _fit_stats(model, x, labels)
+
+
+@torch.no_grad()
+def _fit_stats(model: Any, x: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """The clone's mean -log p(label), greedy accuracy and mean entropy."""
+    loss_sum, hits, entropy = 0.0, 0, 0.0
+    for xs, ys in zip(x.split(EVAL_ROWS), labels.split(EVAL_ROWS), strict=True):
+        logp = torch.log_softmax(model.policy(xs), dim=-1)
+        loss_sum += float(F.nll_loss(logp, ys, reduction="sum"))
+        hits += int((logp.argmax(-1) == ys).sum())
+        entropy -= float((logp.exp() * logp).sum())
+    rows = max(labels.shape[0], 1)
+    return {"warm_start_nll": loss_sum / rows, "warm_start_accuracy": hits / rows,
+            "warm_start_entropy": entropy / rows}
