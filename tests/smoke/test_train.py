@@ -54,6 +54,8 @@ def test_warm_start_clones_the_tuned_baseline_first(tmp_path: Path, capsys: pyte
     first = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     assert first["warm_start_rows"] == 40 * 10 and first["warm_start_grid_exact"] == 1.0
     assert first["warm_start_accuracy"] > 0.5 and first["warm_start_eval_cost"] > 0
+    laps = [first[f"warm_start_{k}_seconds"] for k in ("tune", "record", "clone")]
+    assert all(x > 0 for x in laps) and first["warm_start_seconds"] == pytest.approx(sum(laps))
     assert first["policy_loss"] == 0.0 or first["approx_kl"] == 0.0  # the first iteration fits the critic only
     history = json.loads((run / "eval.json").read_text())["history"]
     assert [h["iteration"] for h in history] == [-1, 1]  # the clone (before iteration 0), then the trained policy

@@ -164,32 +164,35 @@ class ColocatedRun:
     def warm_start(self) -> dict[str, Any]:
         """train.warm_start: tune the baseline on the first training shard, clone it into
         the policy net (learn/imitate.py) and publish the clone as the next version.
-        Scalars for the first iteration's record, with the clone's evaluation."""
+        Scalars for the first iteration's record (with each step's seconds and the
+        clone's evaluation)."""
         from skurl.learn.imitate import clone, record
         from skurl.policy.baselines import make_policy
         from skurl.policy.tuning import tune
 
         cfg, t = self.cfg, self.cfg.train
-        began = time.perf_counter()
         env = self._env(0)
+        laps = _Laps()
         with self.timer.stage("warm_start"):
             tuned = tune(t.warm_start, env.catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
                          warmup=cfg.eval.warmup)
+            laps.lap("tune")
             teacher = make_policy(t.warm_start, env.catalog, cfg.sim, tuned.params)
             demos = record(env, teacher, self.grid, seed=t.seed, episodes=t.warm_start_episodes,
                            max_skus=t.warm_start_skus)
+            laps.lap("record")
             fit = clone(self.learner.model, demos, steps=t.warm_start_steps, smoothing=t.warm_start_smoothing,
-                        seed=t.seed,
-                        normalize_obs=cfg.ppo.normalize_obs, stats_decay=cfg.ppo.stats_decay,
+                        seed=t.seed, normalize_obs=cfg.ppo.normalize_obs, stats_decay=cfg.ppo.stats_decay,
                         max_grad_norm=cfg.ppo.max_grad_norm, device=self.learner.device)
             self.learner.version += 1  # the clone is a policy of its own
             self.weights.publish(self.learner.version, self.learner.weights())
-        out: dict[str, Any] = {**demos.scalars(), **fit, "warm_start_seconds": time.perf_counter() - began,
-                               "warm_start_tuned_objective": tuned.objective}
+            laps.lap("clone")
+        out: dict[str, Any] = {**demos.scalars(), **fit, "warm_start_tuned_objective": tuned.objective,
+                               "warm_start_seconds": laps.total, **laps.scalars("warm_start_")}
         if t.eval_every > 0:
-            began = time.perf_counter()
             out.update({f"warm_start_{k}": v for k, v in self.evaluate(-1).items()})
-            out["warm_start_eval_seconds"] = time.perf_counter() - began
+            laps.lap("eval")
+            out["warm_start_eval_seconds"] = laps.seconds["eval"]
         return out
 
     @staticmethod
@@ -274,6 +277,25 @@ class ColocatedRun:
             result = _policy_result(self._score(policy), self.eval_catalog)
         path.write_text(json.dumps(result, indent=1))
         return result
+
+
+class _Laps:
+    """Seconds of consecutive steps (lap(name) closes the step begun at the last lap)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = self._start = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name], self._last = now - self._last, now
+
+    @property
+    def total(self) -> float:
+        return self._last - self._start
+
+    def scalars(self, prefix: str) -> dict[str, float]:
+        return {f"{prefix}{name}_seconds": v for name, v in self.seconds.items()}
 
 
 def _policy_result(result: EvalResult, catalog: Catalog) -> dict[str, Any]:
