@@ -120,3 +120,15 @@ def test_broken_checkpoints_are_rejected(tmp_path: Path) -> None:
     (path / "meta.json").write_text(json.dumps({**meta, "format": "other"}))
     with pytest.raises(CheckpointError, match="format"):
         load_checkpoint(path)
+
+
+def test_training_with_a_warm_start_is_the_same_on_1_and_2_threads(tmp_path: Path) -> None:
+    """Determinism across thread counts (simulator and torch), warm start included."""
+    warm = ("train.warm_start=capped-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=30",
+            "train.warm_start_critic=1")
+    for threads in (1, 2):
+        train(tiny(*warm, f"train.torch_threads={threads}", f"sim.threads={threads}"), tmp_path / f"t{threads}",
+              baseline=False)
+    a, b = trained_tensors(tmp_path / "t1", 4), trained_tensors(tmp_path / "t2", 4)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
