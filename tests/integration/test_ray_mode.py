@@ -71,6 +71,18 @@ def test_ray_mode_equals_colocated_bit_for_bit_across_a_resume(reference: Path, 
     assert main(["train", "--mode", "ray", "--resume", str(run_dir), "--run-dir", "x"]) == 2  # one line
 
 
+def test_a_warm_started_ray_training_equals_colocated(tmp_path: Path) -> None:
+    warm = ("train.warm_start=forecast-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=20",
+            "train.warm_start_critic=1")
+    colocated.train(config(*warm), tmp_path / "colocated", baseline=False)
+    ray_mode.train(config(*warm), tmp_path / "ray", baseline=False)
+    want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "ray")
+    for k in want:
+        assert torch.equal(want[k], got[k]), k
+    first = json.loads((tmp_path / "ray" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["warm_start_rows"] == 300 * 10 and first["approx_kl"] == 0.0
+
+
 def test_actors_that_do_not_fit_the_cluster_are_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"ray\.cpus_per_worker.*8 workers x 1"):
         ray_mode.train(config("ray.num_workers=8", "ray.cpus_per_worker=1"), tmp_path / "x", baseline=False)

@@ -96,9 +96,6 @@ def _checked(cfg: Any, mode: str) -> Any:
     if mode != "colocated" and kind in IN_PROCESS_ACTIONS:
         raise UserError(f"policy.actions.kind={kind}: needs each SKU's full state in the collector, "
                         f"which only --mode colocated gives; expected multiplier or units with --mode {mode}")
-    if mode != "colocated" and cfg.train.warm_start != "none":
-        raise UserError(f"train.warm_start={cfg.train.warm_start}: cloning a baseline runs in the co-located "
-                        f"loop only; expected train.warm_start=none with --mode {mode}")
     return cfg
 
 

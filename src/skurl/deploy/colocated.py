@@ -102,10 +102,23 @@ class ColocatedRun:
 
     def _env(self, shard: int) -> Any:
         if shard not in self._envs:
-            rows = self.shards[shard]
-            cat = self.catalog if rows.size == len(self.catalog) else self.catalog.subset(rows)
-            self._envs[shard] = make_env(cat, self.cfg.sim, self.widths)
+            self._envs[shard] = self._local_env(shard)
         return self._envs[shard]
+
+    def _local_env(self, shard: int) -> Any:
+        """A new in-process env of training shard `shard`."""
+        rows = self.shards[shard]
+        cat = self.catalog if rows.size == len(self.catalog) else self.catalog.subset(rows)
+        return make_env(cat, self.cfg.sim, self.widths)
+
+    def warm_start_env(self) -> Any:
+        """The in-process env the warm start records its baseline on: the first training
+        shard's (modes whose collectors simulate elsewhere build one for it)."""
+        return self._env(0)
+
+    def trains_policy(self, it: int) -> bool:
+        """False for the iterations after a warm start that fit the critic to the clone only."""
+        return not (self.warm and it < self.cfg.train.warm_start_critic)
 
     def collector(self, iteration: int) -> Collector:
         env = self._env(iteration % len(self.shards))
@@ -171,7 +184,7 @@ class ColocatedRun:
         from skurl.policy.tuning import tune
 
         cfg, t = self.cfg, self.cfg.train
-        env = self._env(0)
+        env = self.warm_start_env()
         laps = _Laps()
         with self.timer.stage("warm_start"):
             tuned = tune(t.warm_start, env.catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
@@ -213,8 +226,7 @@ class ColocatedRun:
                                     **({} if obs_skus is None else {"obs_skus": obs_skus}))
         assert rollout is not None
         with timer.stage("learn"):
-            # After a warm start, the first iterations fit the critic to the clone only.
-            stats = self.learner.update(rollout, train_policy=not (self.warm and it < cfg.train.warm_start_critic))
+            stats = self.learner.update(rollout, train_policy=self.trains_policy(it))
         with timer.stage("sync"):
             self.weights.publish(self.learner.version, self.learner.weights())
         if self._due(it, cfg.train.checkpoint_every, cfg.train.iterations):

@@ -125,6 +125,9 @@ class DecoupledRun(ColocatedRun):
     def _env(self, shard: int) -> Any:
         return _SchemaOnly(layout_for(self.catalog, self.cfg.sim.review_days).schema)
 
+    def warm_start_env(self) -> Any:
+        return self._local_env(0)  # the learner records the baseline itself, as colocated does
+
     def _connect(self, addresses: Sequence[str]) -> None:
         for address in addresses:
             client = CollectorClient(address, self.cfg.rpc,
@@ -170,7 +173,7 @@ class DecoupledRun(ColocatedRun):
             rollout, scalars = self._assemble(it, shares, report)
         with timer.stage("learn"):
             learn_start = time.perf_counter()
-            stats = self.learner.update(rollout)
+            stats = self.learner.update(rollout, train_policy=self.trains_policy(it))
             learn_seconds = time.perf_counter() - learn_start
         with timer.stage("sync"):
             self._publish()

@@ -107,6 +107,9 @@ class RayRun(ColocatedRun):
     def _env(self, shard: int) -> Any:
         return self._placement(shard)
 
+    def warm_start_env(self) -> Any:
+        return self._local_env(0)  # the driver records the baseline itself, as colocated does
+
     def collector(self, iteration: int) -> Any:
         self._current = RayCollectors(self, self._placement(iteration % len(self.shards)))
         return self._current
