@@ -185,27 +185,27 @@ class ColocatedRun:
 
         cfg, t = self.cfg, self.cfg.train
         env = self.warm_start_env()
-        laps = _Laps()
+        steps = StageTimer(prometheus=False)  # its parts, for the first record
         with self.timer.stage("warm_start"):
-            tuned = tune(t.warm_start, env.catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
-                         warmup=cfg.eval.warmup)
-            laps.lap("tune")
-            teacher = make_policy(t.warm_start, env.catalog, cfg.sim, tuned.params)
-            demos = record(env, teacher, self.grid, seed=t.seed, episodes=t.warm_start_episodes,
-                           max_skus=t.warm_start_skus)
-            laps.lap("record")
-            fit = clone(self.learner.model, demos, steps=t.warm_start_steps, smoothing=t.warm_start_smoothing,
-                        seed=t.seed, normalize_obs=cfg.ppo.normalize_obs, stats_decay=cfg.ppo.stats_decay,
-                        max_grad_norm=cfg.ppo.max_grad_norm, device=self.learner.device)
-            self.learner.version += 1  # the clone is a policy of its own
-            self.weights.publish(self.learner.version, self.learner.weights())
-            laps.lap("clone")
+            with steps.stage("tune"):
+                tuned = tune(t.warm_start, env.catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
+                             warmup=cfg.eval.warmup)
+            with steps.stage("record"):
+                teacher = make_policy(t.warm_start, env.catalog, cfg.sim, tuned.params)
+                demos = record(env, teacher, self.grid, seed=t.seed, episodes=t.warm_start_episodes,
+                               max_skus=t.warm_start_skus)
+            with steps.stage("clone"):
+                fit = clone(self.learner.model, demos, steps=t.warm_start_steps, smoothing=t.warm_start_smoothing,
+                            seed=t.seed, normalize_obs=cfg.ppo.normalize_obs, stats_decay=cfg.ppo.stats_decay,
+                            max_grad_norm=cfg.ppo.max_grad_norm, device=self.learner.device)
+                self.learner.version += 1  # the clone is a policy of its own
+                self.weights.publish(self.learner.version, self.learner.weights())
         out: dict[str, Any] = {**demos.scalars(), **fit, "warm_start_tuned_objective": tuned.objective,
-                               "warm_start_seconds": laps.total, **laps.scalars("warm_start_")}
+                               "warm_start_seconds": sum(steps.totals().values())}
         if t.eval_every > 0:
-            out.update({f"warm_start_{k}": v for k, v in self.evaluate(-1).items()})
-            laps.lap("eval")
-            out["warm_start_eval_seconds"] = laps.seconds["eval"]
+            with steps.stage("eval"):
+                out.update({f"warm_start_{k}": v for k, v in self.evaluate(-1).items()})
+        out.update({f"warm_start_{name}_seconds": s for name, s in steps.totals().items()})
         return out
 
     @staticmethod
@@ -289,25 +289,6 @@ class ColocatedRun:
             result = _policy_result(self._score(policy), self.eval_catalog)
         path.write_text(json.dumps(result, indent=1))
         return result
-
-
-class _Laps:
-    """Seconds of consecutive steps (lap(name) closes the step begun at the last lap)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._last = self._start = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.seconds[name], self._last = now - self._last, now
-
-    @property
-    def total(self) -> float:
-        return self._last - self._start
-
-    def scalars(self, prefix: str) -> dict[str, float]:
-        return {f"{prefix}{name}_seconds": v for name, v in self.seconds.items()}
 
 
 def _policy_result(result: EvalResult, catalog: Catalog) -> dict[str, Any]:

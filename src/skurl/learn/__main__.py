@@ -89,6 +89,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.iterations is not None:
         extra.append(f"train.iterations={args.iterations}")
     cfg = config_from_args(args, extra)
+    if cfg.train.warm_start != "none":  # it needs the co-located/decoupled/Ray loop's env and evaluation
+        raise UserError(f"train.warm_start={cfg.train.warm_start}: the torchrun learner does not clone a "
+                        "baseline; expected train.warm_start=none here (skurl train --mode "
+                        "colocated|decoupled|ray does)")
     if cfg.train.torch_threads:
         torch.set_num_threads(cfg.train.torch_threads)
     device = init_distributed(cfg)

@@ -95,7 +95,7 @@ def record(env: Env, teacher: Any, grid: ActionGrid, *, seed: int, episodes: int
             units, _ = grid.orders_for(labels, obs.raw)
             exact += int((units == orders).sum())
             decisions += n
-            obs_out.append(obs.features[rows].astype(np.float32))
+            obs_out.append(np.asarray(obs.features[rows], np.float32))  # the take copies
             label_out.append(labels[rows])
             result = env.step(units)
             reward_sum += float(result.reward.sum(dtype=np.float64))
@@ -131,7 +131,6 @@ def clone(model: Any, demos: Demonstrations, *, steps: int, smoothing: float, se
     labels the greedy policy reproduces and the mean entropy of the clone."""
     obs = torch.from_numpy(demos.obs).to(device)
     labels = torch.from_numpy(demos.labels).to(device)
-    n_actions = int(model.policy(model.normalize(obs[:1])).shape[-1])
     if normalize_obs:
         model.obs_norm.update(obs, stats_decay)
     with torch.no_grad():
@@ -147,7 +146,7 @@ def clone(model: Any, demos: Demonstrations, *, steps: int, smoothing: float, se
                 break
             done += 1
             index = perm[start:start + CLONE_MINIBATCH]
-            target = soft_targets(labels[index], n_actions, smoothing)
+            target = soft_targets(labels[index], model.n_actions, smoothing)
             loss = F.cross_entropy(model.policy(x[index]), target)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
