@@ -19,8 +19,8 @@ class ScriptedEnv:
     1 lost, 1 substituted away, holding cost = on hand at the end of the day = the day
     index, penalty 2 per lost unit, revenue 5 per sale. SKU 1 fails on day `fail_day`."""
 
-    def __init__(self, n: int, fail_day: int = 10**9) -> None:
-        self.n, self.fail_day = n, fail_day
+    def __init__(self, n: int, fail_day: int = 10**9, purchase: float = 0.0) -> None:
+        self.n, self.fail_day, self.purchase = n, fail_day, purchase
         self.day = 0
         self.resets: list[tuple[int, int]] = []
         self.orders_seen: list[np.ndarray] = []
@@ -52,7 +52,7 @@ class ScriptedEnv:
         one = np.ones(self.n)
         day = dict(demand=4 * one, sales=3 * one, lost=one, substituted=one, waste=0 * one, ordered=orders,
                    arrived=0 * one, on_hand_end=self.day * one, holding_cost=self.day * one,
-                   penalty_cost=2 * one, purchase_cost=0 * one, order_cost=0 * one, waste_cost=0 * one,
+                   penalty_cost=2 * one, purchase_cost=self.purchase * one, order_cost=0 * one, waste_cost=0 * one,
                    revenue=15 * one)
         if self.day >= self.fail_day:
             self.failed[1] = True
@@ -122,6 +122,22 @@ def test_zero_warmup_and_json():
     assert data["avg_cost_per_sku_day"] == pytest.approx(3.5) and data["fill_rate"] == pytest.approx(0.75)
     assert data["params"]["k"]["min"] == 1.0 and data["params"]["k"]["max"] == 3.0
     assert "per_sku_cost" not in data
+
+
+def test_inventory_cost_is_cost_less_the_cost_of_goods_sold():
+    # 4 units bought a day at unit cost 1.5 (purchase 6), 3 sold: cost of goods sold 4.5; the
+    # unsold unit's purchase (1.5) stays in the inventory cost with holding and penalty.
+    env = ScriptedEnv(3, purchase=6.0)
+    cat = uniform_catalog(CatalogConfig(kind="uniform", skus=3, unit_cost=1.5))
+    res = evaluate(cat, SimConfig(), OrdersDay(), days=4, warmup=0, seed=0, env=env)
+    holding = 1.5  # mean of days 0..3
+    assert res.avg_cost_per_sku_day == pytest.approx(holding + 2 + 6)
+    assert res.breakdown["cogs"] == pytest.approx(4.5)
+    assert res.avg_inventory_cost_per_sku_day == pytest.approx(holding + 2 + 1.5)
+    assert np.allclose(res.per_sku_inventory_cost, holding + 2 + 1.5)
+    data = res.to_json()
+    assert data["avg_inventory_cost_per_sku_day"] == pytest.approx(holding + 3.5)
+    assert "per_sku_inventory_cost" not in data
 
 
 def test_rejects_bad_horizons():

@@ -22,14 +22,18 @@ SEGMENTS = {"fast movers": 1.5, "slow movers": 0.5, "perishables": 1.2}
 def _policy(cost: float, segment_factor: float = 1.0) -> dict[str, Any]:
     return {
         "avg_cost_per_sku_day": cost, "avg_profit_per_sku_day": 10.0 - cost,
-        "fill_rate": 0.95, "lost_units": 0.25, "waste_units": 0.125, "mean_on_hand": 6.5,
+        "avg_inventory_cost_per_sku_day": cost / 2, "fill_rate": 0.95, "lost_units": 0.25, "waste_units": 0.125, "mean_on_hand": 6.5,
         "breakdown": {"holding": cost * 0.4, "penalty": cost * 0.3, "purchase": cost * 0.2,
                       "order": cost * 0.05, "waste": cost * 0.05, "revenue": 10.0},
-        "segments": {name: {"skus": 100 * (k + 1), "avg_cost_per_sku_day": cost * f
-                            * (segment_factor if name == "perishables" else 1.0)}
+        "segments": {name: _segment(100 * (k + 1), cost * f * (segment_factor if name == "perishables" else 1.0))
                      for k, (name, f) in enumerate(SEGMENTS.items())},
         "params": {"level": 3},
     }
+
+
+def _segment(skus: int, cost: float) -> dict[str, Any]:
+    return {"skus": skus, "avg_cost_per_sku_day": cost, "avg_inventory_cost_per_sku_day": cost / 4,
+            "avg_profit_per_sku_day": 10.0 - cost}
 
 
 def _write_metrics(run_dir: Path, iterations: int = 8, sample_skus: int = 0) -> None:
@@ -72,12 +76,13 @@ def test_full_report(full_run: Path) -> None:
     md = path.read_text()
     for name in ("ppo", "base_stock", "s_S", *SEGMENTS):
         assert name in md
-    assert "| **ppo** (trained) | 3 | -25.0% | 7 | 95.0% |" in md
-    assert "| base_stock (best baseline) | 4 |" in md
+    assert "| **ppo** (trained) | 3 | -25.0% | 1.5 | -25.0% | 7 | 95.0% |" in md
+    assert "| base_stock (best baseline) | 4 | +0.0% | 2 | +0.0% | 6 |" in md
     assert "is 25.0% cheaper per SKU-day" in md and "Its profit per SKU-day is 7 against 6 (16.7% more)." in md
-    # segments: ppo 3*f (perishables halved) vs base_stock 4*f
-    assert "| fast movers | 100 | 4.5 | base_stock | 6 | -25.0% |" in md
-    assert "| perishables | 300 | 1.8 | base_stock | 4.8 | -62.5% |" in md
+    assert "bought but not sold) is 25.0% lower." in md
+    # segments: ppo 3*f (perishables halved) vs base_stock 4*f; inventory cost a quarter
+    assert "| fast movers | 100 | 4.5 | base_stock | 6 | -25.0% | 1.125 | 1.5 | -25.0% | 5.5 | 4 |" in md
+    assert "| perishables | 300 | 1.8 | base_stock | 4.8 | -62.5% | 0.45 | 1.2 | -62.5% | 8.2 | 5.2 |" in md
     assert "Trained on a sample of 2,000 SKUs per iteration." in md
     assert "| simulate | 16 | 2 | 30.8% |" in md
     assert _plots(full_run) == set(ALL_PLOTS)

@@ -299,7 +299,10 @@ def _policy_result(result: EvalResult, catalog: Catalog) -> dict[str, Any]:
     seg = {}
     for name, mask in segments(catalog).items():
         if mask.any():
-            seg[name] = {"skus": int(mask.sum()), "avg_cost_per_sku_day": float(result.per_sku_cost[mask].mean())}
+            seg[name] = {"skus": int(mask.sum()),
+                         "avg_cost_per_sku_day": float(result.per_sku_cost[mask].mean()),
+                         "avg_inventory_cost_per_sku_day": float(result.per_sku_inventory_cost[mask].mean()),
+                         "avg_profit_per_sku_day": float(result.per_sku_profit[mask].mean())}
     out["segments"] = seg
     return out
 

@@ -34,6 +34,11 @@ class SegmentRow:
     trained_cost: float | None
     best_baseline: str | None
     baseline_cost: float | None
+    # Inventory cost (cost less cost of goods sold) and profit, where the evaluation has them.
+    trained_inventory: float | None = None
+    baseline_inventory: float | None = None
+    trained_profit: float | None = None
+    baseline_profit: float | None = None
 
     @property
     def diff_pct(self) -> float | None:

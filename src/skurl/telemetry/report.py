@@ -59,6 +59,7 @@ class CostBreakdown(TypedDict, total=False):
     order: float
     waste: float
     revenue: float
+    cogs: float  # cost of goods sold, inside purchase (not a sixth cost)
 
 
 class SegmentResult(TypedDict):
@@ -66,6 +67,8 @@ class SegmentResult(TypedDict):
 
     skus: int
     avg_cost_per_sku_day: float
+    avg_inventory_cost_per_sku_day: NotRequired[float]  # cost less cost of goods sold
+    avg_profit_per_sku_day: NotRequired[float]
 
 
 class PolicyResult(TypedDict):
@@ -74,6 +77,7 @@ class PolicyResult(TypedDict):
 
     avg_cost_per_sku_day: float
     avg_profit_per_sku_day: NotRequired[float]
+    avg_inventory_cost_per_sku_day: NotRequired[float]  # cost less cost of goods sold
     fill_rate: NotRequired[float]
     lost_units: NotRequired[float]
     waste_units: NotRequired[float]

@@ -40,6 +40,11 @@ def _cost(result: Mapping[str, Any] | None) -> float | None:
     return _num((result or {}).get("avg_cost_per_sku_day"))
 
 
+def _inventory(result: Mapping[str, Any] | None) -> float | None:
+    """Cost less the cost of goods sold (collect/evaluate.py), absent in older eval files."""
+    return _num((result or {}).get("avg_inventory_cost_per_sku_day"))
+
+
 def _profit(result: Mapping[str, Any]) -> float | None:
     profit = _num(result.get("avg_profit_per_sku_day"))
     revenue = _num((result.get("breakdown") or {}).get("revenue"))
@@ -117,8 +122,12 @@ class ReportData:
             costs = {b: c for b, c in costs.items() if c is not None}
             best = min(costs, key=lambda b: costs[b]) if costs else None
             skus = mine.get("skus", (segs(best).get(seg) or {}).get("skus") if best else None)
+            theirs = segs(best).get(seg) if best else None
             rows.append(SegmentRow(seg, int(skus) if _num(skus) is not None else None,
-                                   _cost(mine), best, costs.get(best) if best else None))
+                                   _cost(mine), best, costs.get(best) if best else None,
+                                   _inventory(mine), _inventory(theirs),
+                                   _num(mine.get("avg_profit_per_sku_day")),
+                                   _num((theirs or {}).get("avg_profit_per_sku_day"))))
         return rows
 
     def _take_metrics(self) -> None:
@@ -231,17 +240,20 @@ def _summary(data: ReportData) -> list[str]:
     lines = ["## Summary", ""]
     if not data.policies:
         return [*lines, "_No evaluation results yet._", ""]
-    best = _cost(data.policies.get(data.best_baseline)) if data.best_baseline else None
+    best_result = data.policies.get(data.best_baseline) if data.best_baseline else None
+    best = _cost(best_result)
     rows = []
     for name in _ordered_policies(data):
         p = data.policies[name]
         fill = _num(p.get("fill_rate"))
         rows.append([_label(data, name), fmt(_cost(p)), fmt_pct(_vs(_cost(p), best)),
+                     fmt(_inventory(p)), fmt_pct(_vs(_inventory(p), _inventory(best_result))),
                      fmt(_profit(p)), fmt_pct(100 * fill if fill is not None else None, False),
                      fmt(p.get("lost_units")), fmt(p.get("waste_units")),
                      fmt(p.get("mean_on_hand"))])
-    lines += _table(["Policy", "Cost/SKU-day", "vs best baseline", "Profit/SKU-day",
-                     "Fill rate", "Lost units", "Waste units", "Mean on-hand"], rows)
+    lines += _table(["Policy", "Cost/SKU-day", "vs best baseline", "Inventory cost/SKU-day",
+                     "vs best baseline", "Profit/SKU-day", "Fill rate", "Lost units",
+                     "Waste units", "Mean on-hand"], rows)
     if data.trained and best is not None:
         change = _vs(_cost(data.policies[data.trained]), best)
         word = "cheaper" if (change or 0) <= 0 else "costlier"
@@ -254,6 +266,11 @@ def _summary(data: ReportData) -> list[str]:
             delta = 100.0 * (mine - theirs) / abs(theirs)
             sentence += (f" Its profit per SKU-day is {fmt(mine)} against {fmt(theirs)} "
                          f"({fmt_pct(abs(delta), False)} {'more' if delta >= 0 else 'less'}).")
+        inv = _vs(_inventory(data.policies[data.trained]), _inventory(best_result))
+        if inv is not None:
+            sentence += (f" Its inventory cost (cost less the cost of goods sold: holding, lost "
+                         f"sales, ordering, waste and units bought but not sold) is "
+                         f"{fmt_pct(abs(inv), False)} {'lower' if inv <= 0 else 'higher'}.")
         lines += [sentence, ""]
     return lines
 
@@ -274,10 +291,18 @@ def _breakdown_table(data: ReportData) -> list[str]:
 def _segment_table(data: ReportData) -> list[str]:
     if not data.segment_rows:
         return []
+    mine = data.trained or "trained"
+    header = ["Segment", "SKUs", f"{mine} cost", "Best baseline", "Baseline cost", "Difference"]
     rows = [[r.segment, fmt(r.skus), fmt(r.trained_cost), r.best_baseline or "n/a",
              fmt(r.baseline_cost), fmt_pct(r.diff_pct)] for r in data.segment_rows]
-    return _table(["Segment", "SKUs", f"{data.trained or 'trained'} cost",
-                   "Best baseline", "Baseline cost", "Difference"], rows)
+    if any(r.trained_inventory is not None for r in data.segment_rows):
+        header += [f"{mine} inventory cost", "Baseline inventory cost", "Difference",
+                   f"{mine} profit", "Baseline profit"]
+        for row, r in zip(rows, data.segment_rows, strict=True):
+            row += [fmt(r.trained_inventory), fmt(r.baseline_inventory),
+                    fmt_pct(_vs(r.trained_inventory, r.baseline_inventory)),
+                    fmt(r.trained_profit), fmt(r.baseline_profit)]
+    return _table(header, rows)
 
 
 def _training_table(data: ReportData) -> list[str]:
