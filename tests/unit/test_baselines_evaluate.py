@@ -19,8 +19,8 @@ class ScriptedEnv:
     1 lost, 1 substituted away, holding cost = on hand at the end of the day = the day
     index, penalty 2 per lost unit, revenue 5 per sale. SKU 1 fails on day `fail_day`."""
 
-    def __init__(self, n: int, fail_day: int = 10**9, purchase: float = 0.0) -> None:
-        self.n, self.fail_day, self.purchase = n, fail_day, purchase
+    def __init__(self, n: int, fail_day: int = 10**9, purchase: float = 0.0, waste: float = 0.0) -> None:
+        self.n, self.fail_day, self.purchase, self.waste = n, fail_day, purchase, waste
         self.day = 0
         self.resets: list[tuple[int, int]] = []
         self.orders_seen: list[np.ndarray] = []
@@ -50,9 +50,9 @@ class ScriptedEnv:
     def step(self, orders: np.ndarray) -> StepResult:
         self.orders_seen.append(np.array(orders))
         one = np.ones(self.n)
-        day = dict(demand=4 * one, sales=3 * one, lost=one, substituted=one, waste=0 * one, ordered=orders,
+        day = dict(demand=4 * one, sales=3 * one, lost=one, substituted=one, waste=self.waste * one, ordered=orders,
                    arrived=0 * one, on_hand_end=self.day * one, holding_cost=self.day * one,
-                   penalty_cost=2 * one, purchase_cost=self.purchase * one, order_cost=0 * one, waste_cost=0 * one,
+                   penalty_cost=2 * one, purchase_cost=self.purchase * one, order_cost=0 * one, waste_cost=self.waste / 4 * one,
                    revenue=15 * one)
         if self.day >= self.fail_day:
             self.failed[1] = True
@@ -124,19 +124,20 @@ def test_zero_warmup_and_json():
     assert "per_sku_cost" not in data
 
 
-def test_inventory_cost_is_cost_less_the_cost_of_goods_sold():
-    # 4 units bought a day at unit cost 1.5 (purchase 6), 3 sold: cost of goods sold 4.5; the
-    # unsold unit's purchase (1.5) stays in the inventory cost with holding and penalty.
-    env = ScriptedEnv(3, purchase=6.0)
+def test_inventory_cost_counts_the_purchase_of_expired_units_only():
+    # 4 units bought a day at unit cost 1.5 (purchase 6), 0.5 of them expire (waste cost 0.25
+    # a unit): the inventory cost keeps holding, penalty, disposal and the expired units'
+    # purchase (0.75), not the purchase of units sold or still in stock.
+    env = ScriptedEnv(3, purchase=6.0, waste=0.5)
     cat = uniform_catalog(CatalogConfig(kind="uniform", skus=3, unit_cost=1.5))
     res = evaluate(cat, SimConfig(), OrdersDay(), days=4, warmup=0, seed=0, env=env)
     holding = 1.5  # mean of days 0..3
-    assert res.avg_cost_per_sku_day == pytest.approx(holding + 2 + 6)
-    assert res.breakdown["cogs"] == pytest.approx(4.5)
-    assert res.avg_inventory_cost_per_sku_day == pytest.approx(holding + 2 + 1.5)
-    assert np.allclose(res.per_sku_inventory_cost, holding + 2 + 1.5)
+    assert res.avg_cost_per_sku_day == pytest.approx(holding + 2 + 6 + 0.125)
+    assert res.breakdown["expired_purchase"] == pytest.approx(0.75)
+    assert res.avg_inventory_cost_per_sku_day == pytest.approx(holding + 2 + 0.125 + 0.75)
+    assert np.allclose(res.per_sku_inventory_cost, holding + 2.875)
     data = res.to_json()
-    assert data["avg_inventory_cost_per_sku_day"] == pytest.approx(holding + 3.5)
+    assert data["avg_inventory_cost_per_sku_day"] == pytest.approx(holding + 2.875)
     assert "per_sku_inventory_cost" not in data
 
 

@@ -79,7 +79,7 @@ def test_full_report(full_run: Path) -> None:
     assert "| **ppo** (trained) | 3 | -25.0% | 1.5 | -25.0% | 7 | 95.0% |" in md
     assert "| base_stock (best baseline) | 4 | +0.0% | 2 | +0.0% | 6 |" in md
     assert "is 25.0% cheaper per SKU-day" in md and "Its profit per SKU-day is 7 against 6 (16.7% more)." in md
-    assert "bought but not sold) is 25.0% lower." in md
+    assert "with the purchase of expired units) is 25.0% lower." in md
     # segments: ppo 3*f (perishables halved) vs base_stock 4*f; inventory cost a quarter
     assert "| fast movers | 100 | 4.5 | base_stock | 6 | -25.0% | 1.125 | 1.5 | -25.0% | 5.5 | 4 |" in md
     assert "| perishables | 300 | 1.8 | base_stock | 4.8 | -62.5% | 0.45 | 1.2 | -62.5% | 8.2 | 5.2 |" in md

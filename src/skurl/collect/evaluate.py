@@ -8,12 +8,12 @@ policies are scored by the same code.
 Accounting (sums over SKUs and counted days, failed SKUs excluded):
 - cost = holding + penalty + purchase + order + waste; profit = revenue - cost. Both are
   reported whatever sim.reward is; `objective` names the one sim.reward optimizes.
-- inventory cost = cost - cost of goods sold (unit cost x units sold): holding, lost-sale
-  penalty, ordering and waste, plus the purchase of units bought but not sold (expired or
-  still on hand). This is what a replenishment policy controls. Total cost is dominated by
-  the purchase of what customers buy (~96% on the default synthetic catalog), so a policy
-  that serves more demand pays more in total while doing better: its profit and its
-  inventory cost say so, its total cost does not. breakdown["cogs"] is the part removed.
+- inventory cost = holding + penalty + order + waste + the purchase cost of the expired
+  units: total cost less the purchase of units sold or still in stock (which keep their
+  value). This is what a replenishment policy controls. Total cost is dominated by the
+  purchase of what customers buy (~95% on the default synthetic catalog), so a policy that
+  serves more customers pays more in total while doing better: its profit and its inventory
+  cost say so, its total cost does not. breakdown["expired_purchase"] is the added term.
 - fill_rate = 1 - lost / demand: the share of customers served the same day, by the item
   they came for or by a substitute. The simulator books a substitute sale as a sale of
   the SKU that had the stock, a customer's demand and loss at the SKU they came for, and
@@ -116,7 +116,7 @@ class EvalResult:
     mean_on_hand: float
     breakdown: dict[str, float]  # per SKU-day: holding, penalty, purchase, order, waste, revenue
     failed_skus: int
-    avg_inventory_cost_per_sku_day: float  # cost less the cost of goods sold (module docstring)
+    avg_inventory_cost_per_sku_day: float  # costs a policy controls (module docstring)
     per_sku_cost: np.ndarray = field(repr=False)  # float64 [N] average cost per day
     per_sku_profit: np.ndarray = field(repr=False)
     per_sku_inventory_cost: np.ndarray = field(repr=False)
@@ -165,13 +165,13 @@ def _aggregate(policy: Policy, sums: dict[str, np.ndarray], failed: np.ndarray, 
     per_day = {k: v / (days * len(seeds)) for k, v in sums.items()}
     cost_sku = sku_cost(per_day)
     profit_sku = per_day["revenue"] - cost_sku
-    cogs_sku = unit_cost * per_day["sales"]
-    inventory_sku = cost_sku - cogs_sku
+    expired_sku = unit_cost * per_day["waste"]
+    inventory_sku = cost_sku - per_day["purchase_cost"] + expired_sku
     draws = episode_cost[:, ok].ravel()
     se = float(draws.std(ddof=1) / np.sqrt(draws.size)) if draws.size > 1 else float("nan")
     demand = total["demand"]
     breakdown = {k.removesuffix("_cost"): total[k] / sku_days for k in (*COST_FIELDS, "revenue")}
-    breakdown["cogs"] = float(cogs_sku[ok].sum() / count)
+    breakdown["expired_purchase"] = float(expired_sku[ok].sum() / count)
     return EvalResult(
         policy=str(getattr(policy, "name", type(policy).__name__)),
         params=dict(policy.params()),

@@ -139,7 +139,7 @@ def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: floa
         ("avg cost / SKU-day", f"{result.avg_cost_per_sku_day:.4f} ± {result.cost_se:.4f}"),
         ("avg profit / SKU-day", f"{result.avg_profit_per_sku_day:.4f}"),
         ("avg inventory cost / SKU-day", f"{result.avg_inventory_cost_per_sku_day:.4f} "
-                                         "(cost less cost of goods sold)"),
+                                         "(holding, penalty, ordering, waste)"),
         ("fill rate (customers)", f"{result.fill_rate:.4%}"),
         ("fill rate (own item)", f"{result.item_fill_rate:.4%}"),
         ("lost units", f"{result.lost_units:,.0f} ({result.lost_units / max(sku_days, 1):.4g} / SKU-day)"),

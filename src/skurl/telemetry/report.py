@@ -59,7 +59,7 @@ class CostBreakdown(TypedDict, total=False):
     order: float
     waste: float
     revenue: float
-    cogs: float  # cost of goods sold, inside purchase (not a sixth cost)
+    expired_purchase: float  # purchase cost of expired units, inside purchase (not a sixth cost)
 
 
 class SegmentResult(TypedDict):
@@ -67,7 +67,7 @@ class SegmentResult(TypedDict):
 
     skus: int
     avg_cost_per_sku_day: float
-    avg_inventory_cost_per_sku_day: NotRequired[float]  # cost less cost of goods sold
+    avg_inventory_cost_per_sku_day: NotRequired[float]  # costs a policy controls (collect/evaluate.py)
     avg_profit_per_sku_day: NotRequired[float]
 
 
@@ -77,7 +77,7 @@ class PolicyResult(TypedDict):
 
     avg_cost_per_sku_day: float
     avg_profit_per_sku_day: NotRequired[float]
-    avg_inventory_cost_per_sku_day: NotRequired[float]  # cost less cost of goods sold
+    avg_inventory_cost_per_sku_day: NotRequired[float]  # costs a policy controls (collect/evaluate.py)
     fill_rate: NotRequired[float]
     lost_units: NotRequired[float]
     waste_units: NotRequired[float]

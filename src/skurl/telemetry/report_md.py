@@ -41,7 +41,8 @@ def _cost(result: Mapping[str, Any] | None) -> float | None:
 
 
 def _inventory(result: Mapping[str, Any] | None) -> float | None:
-    """Cost less the cost of goods sold (collect/evaluate.py), absent in older eval files."""
+    """Holding, penalty, ordering and waste incl. the expired units' purchase (collect/
+    evaluate.py); absent in older eval files."""
     return _num((result or {}).get("avg_inventory_cost_per_sku_day"))
 
 
@@ -268,8 +269,8 @@ def _summary(data: ReportData) -> list[str]:
                          f"({fmt_pct(abs(delta), False)} {'more' if delta >= 0 else 'less'}).")
         inv = _vs(_inventory(data.policies[data.trained]), _inventory(best_result))
         if inv is not None:
-            sentence += (f" Its inventory cost (cost less the cost of goods sold: holding, lost "
-                         f"sales, ordering, waste and units bought but not sold) is "
+            sentence += (f" Its inventory cost (holding, lost sales, ordering and waste, "
+                         f"with the purchase of expired units) is "
                          f"{fmt_pct(abs(inv), False)} {'lower' if inv <= 0 else 'higher'}.")
         lines += [sentence, ""]
     return lines
