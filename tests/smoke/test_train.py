@@ -14,7 +14,7 @@ TINY = [
     "catalog.kind=uniform", "catalog.skus=40", "sim.days=10", "sim.reward=cost", "sim.substitution=false",
     "policy.actions.kind=units", "policy.actions.n=10", "policy.hidden=[16,16]", "ppo.epochs=2",
     "ppo.minibatch=128", "train.checkpoint_every=2", "train.eval_every=2", "train.torch_threads=1",
-    "eval.days=8", "eval.warmup=2", "eval.skus=20",
+    "eval.days=8", "eval.warmup=2", "eval.skus=20", "train.warm_start=none",
 ]
 
 
