@@ -1,0 +1,153 @@
+"""Can any policy's total cost be 5% below the tuned forecast-base-stock's without earning
+less? Bounds for the catalog `skurl train` trains on (the embedded defaults; --config/--set
+for others), on the held-out evaluation seed, from the demand the simulator drew there.
+
+Total cost = holding + lost-sale penalty + purchase + ordering + waste. Each unit a customer
+asks SKU i for is either sold by i (bought at unit cost c_i, sold at price_i) or not. If not,
+a share f_i of it (sub_frac, in a substitution group) moves to a substitute j (bought at
+c_j, sold at price_j) or is lost; the rest is lost (penalty p_i). Per unit, then:
+  serve:  cost c_i,  profit price_i - c_i
+  refuse: cost >= (1 - f_i) p_i + f_i min(min_j c_j, p_i),
+          profit <= -(1 - f_i) p_i + f_i max(max_j (price_j - c_j), -p_i).
+Holding, ordering and waste only add cost and take profit, and the free initial stock is
+used up in the evaluation's warm-up, so for ANY policy (with perfect foresight, even):
+- full-service floor: a policy that serves every customer the item asked for pays at least
+  sum_i D_i c_i;
+- any-policy floor: sum_i D_i min(serve cost, refuse cost);
+- the most profit any policy can make while its cost is 5% below the baseline's: serve all,
+  then refuse the units that save the most cost per unit of profit given up until the cost
+  target is met (a fractional knapsack, which the greedy order solves exactly).
+If that profit is below the baseline's, every policy 5% cheaper earns less than it.
+
+    .venv/bin/python benchmarks/synthetic_cost_floor.py
+    .venv/bin/python benchmarks/synthetic_cost_floor.py --set train.seed=1 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+import numpy as np
+
+from skurl.catalog import load_catalog
+from skurl.catalog.schema import Catalog
+from skurl.collect.evaluate import eval_subset, make_env, run_episode, sku_cost
+from skurl.commands.train_cmd import EMBEDDED
+from skurl.config import load_config
+from skurl.deploy.colocated import BASELINE
+from skurl.policy.baselines import make_policy
+from skurl.policy.tuning import tune
+
+
+def _group_reduce(group: np.ndarray, values: np.ndarray, ufunc: np.ufunc, empty: float) -> np.ndarray:
+    """Per SKU: ufunc-reduction of `values` over its substitution group (itself if none)."""
+    out = values.astype(np.float64).copy()
+    grouped = group >= 0
+    if grouped.any():
+        ids, inverse = np.unique(group[grouped], return_inverse=True)
+        acc = np.full(ids.size, empty)
+        ufunc.at(acc, inverse, out[grouped])
+        out[grouped] = acc[inverse]
+    return out
+
+
+def unit_fates(catalog: Catalog, substitution: bool) -> dict[str, np.ndarray]:
+    """Per SKU: (cost, profit) of a unit served by the SKU, and bounds for a unit it does
+    not serve (module docstring)."""
+    c = catalog.unit_cost.astype(np.float64)
+    p = catalog.lost_sale_cost.astype(np.float64)
+    price = catalog.price.astype(np.float64)
+    f = np.where((catalog.group >= 0) & substitution, catalog.sub_frac.astype(np.float64), 0.0)
+    sub_cost = _group_reduce(catalog.group, c, np.minimum, np.inf)
+    sub_margin = _group_reduce(catalog.group, price - c, np.maximum, -np.inf)
+    return {"serve_cost": c, "serve_profit": price - c,
+            "refuse_cost": (1 - f) * p + f * np.minimum(sub_cost, p),
+            "refuse_profit": -(1 - f) * p + f * np.maximum(sub_margin, -p)}
+
+
+def best_profit_at_cost(demand: np.ndarray, fates: dict[str, np.ndarray], target: float) -> float:
+    """Upper bound on the profit (sum over SKUs) of a policy whose cost is <= target."""
+    cost = float((demand * fates["serve_cost"]).sum())
+    profit = float((demand * fates["serve_profit"]).sum())
+    saving = fates["serve_cost"] - fates["refuse_cost"]  # per unit refused
+    loss = fates["serve_profit"] - fates["refuse_profit"]
+    useful = np.flatnonzero((saving > 0) & (demand > 0))
+    order = useful[np.argsort(loss[useful] / saving[useful], kind="stable")]
+    for i in order:
+        if cost <= target:
+            break
+        units = min(demand[i], (cost - target) / saving[i])
+        cost -= units * saving[i]
+        profit -= units * loss[i]
+    return profit if cost <= target + 1e-9 * abs(target) else float("nan")
+
+
+def bounds(catalog: Catalog, totals: dict[str, np.ndarray], sku_days: float, substitution: bool,
+           fbs_cost: float, cut: float) -> dict[str, float]:
+    demand = totals["demand"]
+    fates = unit_fates(catalog, substitution)
+    floor = np.minimum(fates["serve_cost"], fates["refuse_cost"])
+    refuse = fates["refuse_cost"] < fates["serve_cost"]
+    target = (1.0 - cut) * fbs_cost * sku_days
+    return {
+        "full_service_floor": float((demand * fates["serve_cost"]).sum() / sku_days),
+        "any_policy_floor": float((demand * floor).sum() / sku_days),
+        "any_policy_floor_profit": float((demand * np.where(refuse, fates["refuse_profit"],
+                                                            fates["serve_profit"])).sum() / sku_days),
+        "any_policy_floor_refused_share": float(demand[refuse].sum() / max(demand.sum(), 1.0)),
+        "best_profit_at_target_cost": best_profit_at_cost(demand, fates, target) / sku_days,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config")
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--cut", type=float, default=0.05, help="cost target: this share below the baseline")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, [*([] if args.config else EMBEDDED), *args.overrides])
+    catalog = eval_subset(load_catalog(cfg.catalog), cfg.eval.skus)
+    tuned = tune(BASELINE, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
+                 warmup=cfg.eval.warmup)
+    policy = make_policy(BASELINE, catalog, cfg.sim, tuned.params)
+    env = make_env(catalog, dataclasses.replace(cfg.sim, days=cfg.eval.warmup + cfg.eval.days))
+    totals, failed = run_episode(env, policy, seed=cfg.eval.seed, episode=0, days=cfg.eval.days,
+                                 warmup=cfg.eval.warmup)
+    if failed.any():
+        raise SystemExit(f"{int(failed.sum())} SKUs failed in the simulator; floors need all of them")
+    sku_days = float(len(catalog) * cfg.eval.days)
+    cost = float(sku_cost(totals).sum() / sku_days)
+    # What a policy controls (collect/evaluate.py): all but the purchase of units sold or
+    # still in stock.
+    kept = float((totals["purchase_cost"] - catalog.unit_cost * totals["waste"]).sum() / sku_days)
+    profit = float((totals["revenue"].sum()) / sku_days) - cost
+    out = {"skus": len(catalog), "days": cfg.eval.days, "seed": cfg.eval.seed,
+           "fbs_cost": cost, "fbs_purchase_kept": kept, "fbs_inventory_cost": cost - kept,
+           "fbs_profit": profit,
+           "fbs_fill_rate": 1.0 - float(totals["lost"].sum() / max(totals["demand"].sum(), 1.0)),
+           "cut": args.cut, **bounds(catalog, totals, sku_days, cfg.sim.substitution, cost, args.cut)}
+    for key in ("full_service_floor", "any_policy_floor"):
+        out[key + "_vs_fbs_pct"] = 100.0 * (out[key] / cost - 1.0)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{out['skus']} SKUs x {out['days']} days, evaluation seed {out['seed']}")
+    print(f"tuned {BASELINE}: cost {cost:.4f}/SKU-day = purchase of units sold or in stock {kept:.4f} "
+          f"({100 * kept / cost:.1f}%) + inventory cost {cost - kept:.4f} ({100 * (cost - kept) / cost:.1f}%); "
+          f"profit {profit:.4f}; fill rate {out['fbs_fill_rate']:.4f}")
+    print(f"full-service floor (every customer served the item asked for, nothing else paid): "
+          f"{out['full_service_floor']:.4f} ({out['full_service_floor_vs_fbs_pct']:+.2f}% vs {BASELINE})")
+    print(f"any-policy floor: {out['any_policy_floor']:.4f} ({out['any_policy_floor_vs_fbs_pct']:+.2f}%), "
+          f"by refusing {100 * out['any_policy_floor_refused_share']:.1f}% of demand; "
+          f"its profit at most {out['any_policy_floor_profit']:.4f}")
+    print(f"most profit any policy can make at cost <= {1 - args.cut:.2f} x {BASELINE}'s: "
+          f"{out['best_profit_at_target_cost']:.4f} (vs {BASELINE}'s {profit:.4f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
