@@ -14,10 +14,15 @@ used up in the evaluation's warm-up, so for ANY policy (with perfect foresight, 
 - full-service floor: a policy that serves every customer the item asked for pays at least
   sum_i D_i c_i;
 - any-policy floor: sum_i D_i min(serve cost, refuse cost);
+- equal-service floor: the least cost of a policy that turns away no more customers than
+  the baseline did: serve all, then refuse the units that save the most cost each, up to
+  the baseline's lost units (a fractional knapsack again: greedy by saving per unit);
 - the most profit any policy can make while its cost is 5% below the baseline's: serve all,
   then refuse the units that save the most cost per unit of profit given up until the cost
   target is met (a fractional knapsack, which the greedy order solves exactly).
-If that profit is below the baseline's, every policy 5% cheaper earns less than it.
+If that profit is below the baseline's, every policy 5% cheaper earns less than it. The
+same bound is also printed for policies that still pay a share of the baseline's inventory
+cost (holding, ordering, waste; --inventory-shares): no real policy pays none of it.
 
     .venv/bin/python benchmarks/synthetic_cost_floor.py
     .venv/bin/python benchmarks/synthetic_cost_floor.py --set train.seed=1 --json
@@ -85,20 +90,39 @@ def best_profit_at_cost(demand: np.ndarray, fates: dict[str, np.ndarray], target
     return profit if cost <= target + 1e-9 * abs(target) else float("nan")
 
 
+def floor_at_service(demand: np.ndarray, fates: dict[str, np.ndarray], max_refused: float) -> float:
+    """Least total cost when at most `max_refused` units go unserved by their own SKU."""
+    cost = float((demand * fates["serve_cost"]).sum())
+    saving = fates["serve_cost"] - fates["refuse_cost"]
+    useful = np.flatnonzero((saving > 0) & (demand > 0))
+    left = max_refused
+    for i in useful[np.argsort(-saving[useful], kind="stable")]:
+        if left <= 0:
+            break
+        units = min(demand[i], left)
+        cost -= units * saving[i]
+        left -= units
+    return cost
+
+
 def bounds(catalog: Catalog, totals: dict[str, np.ndarray], sku_days: float, substitution: bool,
-           fbs_cost: float, cut: float) -> dict[str, float]:
+           fbs_cost: float, cut: float, fbs_other: float, shares: list[float]) -> dict[str, float]:
+    """`fbs_other`: the baseline's holding + ordering + waste per SKU-day; a policy paying
+    share s of it has s * fbs_other less room under the cost target, and that much less profit."""
     demand = totals["demand"]
     fates = unit_fates(catalog, substitution)
     floor = np.minimum(fates["serve_cost"], fates["refuse_cost"])
     refuse = fates["refuse_cost"] < fates["serve_cost"]
-    target = (1.0 - cut) * fbs_cost * sku_days
+    target = (1.0 - cut) * fbs_cost
     return {
         "full_service_floor": float((demand * fates["serve_cost"]).sum() / sku_days),
         "any_policy_floor": float((demand * floor).sum() / sku_days),
         "any_policy_floor_profit": float((demand * np.where(refuse, fates["refuse_profit"],
                                                             fates["serve_profit"])).sum() / sku_days),
         "any_policy_floor_refused_share": float(demand[refuse].sum() / max(demand.sum(), 1.0)),
-        "best_profit_at_target_cost": best_profit_at_cost(demand, fates, target) / sku_days,
+        "equal_service_floor": floor_at_service(demand, fates, float(totals["lost"].sum())) / sku_days,
+        **{f"best_profit_at_target_cost_paying_{s:g}": best_profit_at_cost(
+            demand, fates, (target - s * fbs_other) * sku_days) / sku_days - s * fbs_other for s in shares},
     }
 
 
@@ -107,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--cut", type=float, default=0.05, help="cost target: this share below the baseline")
+    ap.add_argument("--inventory-shares", type=float, nargs="+", default=[0.0, 0.5, 0.8, 1.0],
+                    help="shares of the baseline's holding + ordering + waste the policy still pays")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     cfg = load_config(args.config, [*([] if args.config else EMBEDDED), *args.overrides])
@@ -129,8 +155,13 @@ def main(argv: list[str] | None = None) -> int:
            "fbs_cost": cost, "fbs_purchase_kept": kept, "fbs_inventory_cost": cost - kept,
            "fbs_profit": profit,
            "fbs_fill_rate": 1.0 - float(totals["lost"].sum() / max(totals["demand"].sum(), 1.0)),
-           "cut": args.cut, **bounds(catalog, totals, sku_days, cfg.sim.substitution, cost, args.cut)}
-    for key in ("full_service_floor", "any_policy_floor"):
+           "cut": args.cut}
+    other = float((totals["holding_cost"] + totals["order_cost"] + totals["waste_cost"]
+                   + catalog.unit_cost * totals["waste"]).sum() / sku_days)
+    out["fbs_holding_ordering_waste"] = other
+    out.update(bounds(catalog, totals, sku_days, cfg.sim.substitution, cost, args.cut, other,
+                      args.inventory_shares))
+    for key in ("full_service_floor", "equal_service_floor", "any_policy_floor"):
         out[key + "_vs_fbs_pct"] = 100.0 * (out[key] / cost - 1.0)
     if args.json:
         print(json.dumps(out))
@@ -141,11 +172,17 @@ def main(argv: list[str] | None = None) -> int:
           f"profit {profit:.4f}; fill rate {out['fbs_fill_rate']:.4f}")
     print(f"full-service floor (every customer served the item asked for, nothing else paid): "
           f"{out['full_service_floor']:.4f} ({out['full_service_floor_vs_fbs_pct']:+.2f}% vs {BASELINE})")
+    print(f"equal-service floor (turning away at most as many customers as {BASELINE}, nothing "
+          f"else paid): {out['equal_service_floor']:.4f} ({out['equal_service_floor_vs_fbs_pct']:+.2f}%)")
     print(f"any-policy floor: {out['any_policy_floor']:.4f} ({out['any_policy_floor_vs_fbs_pct']:+.2f}%), "
           f"by refusing {100 * out['any_policy_floor_refused_share']:.1f}% of demand; "
           f"its profit at most {out['any_policy_floor_profit']:.4f}")
-    print(f"most profit any policy can make at cost <= {1 - args.cut:.2f} x {BASELINE}'s: "
-          f"{out['best_profit_at_target_cost']:.4f} (vs {BASELINE}'s {profit:.4f})")
+    print(f"most profit a policy can make at cost <= {1 - args.cut:.2f} x {BASELINE}'s "
+          f"({BASELINE}'s profit {profit:.4f}), if it pays this share of {BASELINE}'s holding + "
+          f"ordering + waste ({other:.4f}/SKU-day):")
+    for s in args.inventory_shares:
+        bound = out[f"best_profit_at_target_cost_paying_{s:g}"]
+        print(f"  {s:g}: {bound:.4f} ({100 * (bound / profit - 1):+.1f}%)")
     return 0
 
 
