@@ -36,6 +36,21 @@ def test_orthogonal_init_and_head_gains(model: ActorCritic) -> None:
     assert all(float(m.bias.detach().abs().max()) == 0.0 for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
+def test_initial_weights_do_not_depend_on_the_thread_count() -> None:
+    # At the default 2x256 the QR behind orthogonal_ summed differently on 1 and 2 threads.
+    before = torch.get_num_threads()
+    weights = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            torch.manual_seed(0)
+            weights.append([p.detach().clone() for p in ActorCritic(70, ACTIONS, (256, 256)).parameters()])
+            assert torch.get_num_threads() == threads  # the init puts the caller's setting back
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))
+
+
 @torch.no_grad()
 def test_initial_policy_is_near_uniform(model: ActorCritic) -> None:
     logits, _ = model(torch.randn(256, OBS))

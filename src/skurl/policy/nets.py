@@ -37,7 +37,16 @@ def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, head_gain: float) -> n
 
 
 def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
-    nn.init.orthogonal_(layer.weight, gain=gain)
+    # On one thread: the QR decomposition behind orthogonal_ (LAPACK) sums in an order that
+    # depends on the thread count from ~256 wide on, so train.torch_threads (and the
+    # machine's core count, with the default 0) changed a 2x256 network's initial weights
+    # in the last bits, and every run diverged from there. The QR is a few ms.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        nn.init.orthogonal_(layer.weight, gain=gain)
+    finally:
+        torch.set_num_threads(threads)
     nn.init.zeros_(layer.bias)
     return layer
 
