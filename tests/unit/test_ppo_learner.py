@@ -68,7 +68,8 @@ def test_same_seed_same_data_same_weights() -> None:
 def test_sample_skus_trains_on_a_subset() -> None:
     learner = Learner(cfg("ppo.sample_skus=5"), OBS, ACTIONS, "cpu")
     stats = learner.update(bandit_rollout(learner, 40, 0))
-    assert stats["transitions"] == DAYS * 5
+    assert stats["transitions"] == DAYS * 5 and stats["sample_skus"] == 5  # the report's note
+    assert "sample_skus" not in Learner(cfg(), OBS, ACTIONS, "cpu").update(bandit_rollout(learner, 40, 1))
 
 
 def test_stale_rollout_uses_the_recorded_behaviour() -> None:

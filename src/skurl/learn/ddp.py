@@ -180,7 +180,8 @@ class DDPLearner(Learner):
         self.adapt_lr(stats["last_epoch_kl"])  # the kl is global: every rank takes the same lr
         self.iteration += 1
         self.version += 1
-        return {**prep_stats, **stats, "lr": lr, "transitions": float(part.days * sl.total)}
+        return {**prep_stats, **stats, "lr": lr, "transitions": float(part.days * sl.total),
+                **self.sample_stat(sl.total)}
 
     @torch.no_grad()
     def _prepare_slice(self, data: dict[str, torch.Tensor], sl: RankSlice,

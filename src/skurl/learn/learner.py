@@ -206,7 +206,12 @@ class Learner:
         self.iteration += 1
         self.version += 1
         return {**prep_stats, **stats, "lr": lr, "ent_coef": self.ent_coef_at(self.iteration - 1),
-                "transitions": float(batch.actions.numel())}
+                "transitions": float(batch.actions.numel()), **self.sample_stat(rollout.num_skus)}
+
+    def sample_stat(self, trained_skus: int) -> dict[str, float]:
+        """{"sample_skus": SKUs trained on} under ppo.sample_skus (the run report says the
+        update saw a sample), else nothing."""
+        return {"sample_skus": float(trained_skus)} if self.ppo.sample_skus else {}
 
     def _sample_skus(self, rollout: Rollout) -> Rollout:
         index = self.sample_index(rollout.num_skus)
