@@ -21,9 +21,9 @@ from skurl.errors import UserError
 # --set keys still override these. 90 iterations: on held-out seeds the policy's profit was
 # still rising steeply at 40 (2.4, 3.5, 5.0, 6.9 per SKU-day at iterations 10..40, against
 # 9.13 for the tuned forecast-base-stock); at 90 it ended at 9.18.
-# The warm start (the tuned forecast-base-stock cloned before PPO, ~20 s) made the runs
-# far less seed-dependent: profit vs the tuned baseline on train.seed 0, 1, 2 went from
-# -3.3%, +0.7%, -15.3% without it to +1.3%, -0.3%, -0.5% with it (held-out seed; session 8).
+# The warm start (the tuned forecast-base-stock cloned before PPO, ~20 s) makes the result
+# depend less on the seed: profit vs the tuned baseline on the held-out seed, train.seed 0,
+# 1, 2: -2.1%, +0.5%, -15.3% without it, +1.3%, -4.0%, -0.5% with it (session 8).
 EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "ppo.reward_scale=sku", "train.iterations=90",
             "train.eval_every=10", "train.warm_start=forecast-base-stock")
 # The order-up-to grid (policy.actions.kind=cover) needs each SKU's full raw state, which
