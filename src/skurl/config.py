@@ -266,6 +266,10 @@ class TrainConfig:
         "at its own version in fp32, so only stale rollouts need them (halves collector inference)"
     )
     keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
+    keep_best: bool = opt(
+        False, "the run's result is the evaluated policy with the best objective on a validation seed "
+        "(never a held-out one), kept in RUN_DIR/best: the final eval.json and `skurl eval --run` use it"
+    )
     warm_start: Literal["none", "base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock"] = opt(
         "none", "before PPO, tune this baseline on the training SKUs and clone it into the policy net "
         "(behaviour cloning on its decisions); none = start from random weights"

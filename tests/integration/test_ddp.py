@@ -212,14 +212,15 @@ def test_learner_entry_reports_missing_shards_in_one_line(tmp_path: Path,
     assert code == 2 and len(errors) == 1 and "iteration 0 has 0 shards" in errors[0], errors
 
 
-def test_learner_entry_refuses_a_warm_start_in_one_line(tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("setting", ["train.warm_start=base-stock", "train.keep_best=true"])
+def test_learner_entry_refuses_what_needs_the_evaluation_loop_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str) -> None:
     from skurl.learn.__main__ import main
 
     code = main(["--rollouts", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "run"),
-                 *[a for s in [*LEARNER_SETTINGS, "train.warm_start=base-stock"] for a in ("--set", s)]])
+                 *[a for s in [*LEARNER_SETTINGS, setting] for a in ("--set", s)]])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1 and "train.warm_start=base-stock" in errors[0], errors
+    assert code == 2 and len(errors) == 1 and setting in errors[0], errors
 
 
 def _dim_rollout(skus: int, dim: int, n_actions: int, seed: int) -> Rollout:

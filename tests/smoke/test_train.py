@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from skurl.cli import main
@@ -14,7 +15,7 @@ TINY = [
     "catalog.kind=uniform", "catalog.skus=40", "sim.days=10", "sim.reward=cost", "sim.substitution=false",
     "policy.actions.kind=units", "policy.actions.n=10", "policy.hidden=[16,16]", "ppo.epochs=2",
     "ppo.minibatch=128", "train.checkpoint_every=2", "train.eval_every=2", "train.torch_threads=1",
-    "eval.days=8", "eval.warmup=2", "eval.skus=20", "train.warm_start=none",
+    "eval.days=8", "eval.warmup=2", "eval.skus=20", "train.warm_start=none", "train.keep_best=false",
 ]
 
 
@@ -88,3 +89,50 @@ def test_bench_collect_and_learn_print_figures(capsys: pytest.CaptureFixture[str
     assert main(["bench", "learn", "--transitions", "2000", "--repeat", "1", "--set", "ppo.epochs=2", *small]) == 0
     learn = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert learn["transitions"] == 2000 and learn["epochs"] == 2 and learn["transition_epochs_per_s"] > 0
+
+
+def _best_run(run: Path, iterations: int, *extra: str) -> None:
+    keep = ["train.keep_best=true", "train.eval_every=1", "train.seed=3"]
+    assert main(["train", "--run-dir", str(run), "--iterations", str(iterations), *extra,
+                 *sets(TINY + keep)]) == 0
+
+
+def test_keep_best_ships_the_policy_with_the_best_validation_score(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    _best_run(run, 5)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    scores = [r["validation_score"] for r in records]  # one evaluation per iteration
+    best = int(np.argmax(scores)) + 1  # the first of equal scores: the policy after that iteration
+    assert best < 5  # an earlier policy than the last, so the run ships it instead
+    assert [r["best_iteration"] for r in records][-1] == best
+    (kept,) = (run / "best" / "checkpoints").iterdir()
+    meta = json.loads((kept / "meta.json").read_text())
+    assert meta["iteration"] == best and meta["validation_score"] == max(scores)
+    evaluation = json.loads((run / "eval.json").read_text())
+    shipped = evaluation["policies"]["ppo"]
+    assert shipped["params"]["iteration"] == best and shipped["params"]["selected"] == "best"
+    assert [h["iteration"] for h in evaluation["history"]] == [0, 1, 2, 3, 4]  # the learning curve stays
+    assert f"train.keep_best kept: the best validation score (seed {meta['validation_seed']})" in (run / "report.md").read_text()
+    assert records[best - 1]["eval_cost"] == pytest.approx(shipped["avg_cost_per_sku_day"])
+    capsys.readouterr()
+    assert main(["eval", "--run", str(run), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["params"]["iteration"] == best and result["params"]["selected"] == "best"
+    assert result["avg_cost_per_sku_day"] == shipped["avg_cost_per_sku_day"]
+
+
+def test_keep_best_survives_a_resume(tmp_path: Path) -> None:
+    # Stopped after 2 of 5 iterations and resumed: the same policy is kept and shipped.
+    from skurl.config import load_config
+    from skurl.deploy import colocated
+
+    cfg = load_config(None, [*TINY, "train.keep_best=true", "train.eval_every=1", "train.seed=3",
+                             "train.iterations=5"])
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    colocated.train(cfg, whole)
+    colocated.train(cfg, parts, stop_after=2)
+    colocated.resume(parts)
+    assert json.loads((whole / "eval.json").read_text()) == json.loads((parts / "eval.json").read_text())
+    (a,), (b,) = ((r / "best" / "checkpoints").iterdir() for r in (whole, parts))
+    assert a.name == b.name and json.loads((a / "meta.json").read_text())["iteration"] < 5

@@ -31,7 +31,8 @@ from skurl.sim.layout import catalog_widths
 # A synthetic catalog whose first SKUs need fewer pipeline columns than the whole.
 SYNTH = ["catalog.kind=synthetic", "catalog.skus=300", "sim.days=6", "policy.hidden=[8,8]",
          "ppo.epochs=1", "ppo.minibatch=256", "train.torch_threads=1", "train.checkpoint_every=1",
-         "train.eval_every=1", "eval.days=4", "eval.warmup=1", "eval.skus=5", "train.warm_start=none"]
+         "train.eval_every=1", "eval.days=4", "eval.warmup=1", "eval.skus=5", "train.warm_start=none",
+         "train.keep_best=false"]
 
 
 def _narrow_prefix() -> int:

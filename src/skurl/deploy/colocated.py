@@ -26,8 +26,9 @@ from skurl.catalog import Catalog, load_catalog
 from skurl.collect.collector import Collector
 from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
 from skurl.config import Config, config_to_dict, load_config
+from skurl.deploy.best import BestKeeper, validation_score, validation_seed
 from skurl.errors import UserError
-from skurl.learn.checkpoint import latest_checkpoint, restore_learner, save_checkpoint
+from skurl.learn.checkpoint import latest_checkpoint, model_state, restore_learner, save_checkpoint
 from skurl.learn.learner import Learner
 from skurl.policy.learned import CONFIG_FILE, LearnedPolicy, grid_for
 from skurl.policy.nets import ActorCritic
@@ -98,6 +99,7 @@ class ColocatedRun:
         self.eval_env: Any = None
         self.want_baseline = baseline
         self.baseline: dict[str, Any] | None = None
+        self.best = BestKeeper(self.run_dir) if cfg.train.keep_best else None
         self.last_eval: dict[str, Any] | None = None
 
     def _env(self, shard: int) -> Any:
@@ -160,6 +162,7 @@ class ColocatedRun:
         finally:
             logger.close()
         if end == cfg.train.iterations:
+            self._ship_best(end - 1)
             write_report(self.run_dir)
         return TrainResult(self.run_dir, end, self.last_eval, self.baseline)
 
@@ -259,11 +262,40 @@ class ColocatedRun:
             results[BASELINE] = self.baseline
         write_eval(self.run_dir, it, results, trained=TRAINED)
         out = {"eval_cost": result.avg_cost_per_sku_day, "eval_profit": result.avg_profit_per_sku_day,
-               "eval_fill_rate": result.fill_rate}
+               "eval_fill_rate": result.fill_rate, **self._offer_best(policy)}
         if self.baseline is not None:
             out["baseline_cost"] = self.baseline["avg_cost_per_sku_day"]
             out["baseline_profit"] = self.baseline["avg_profit_per_sku_day"]
         return out
+
+    def _offer_best(self, policy: Any) -> dict[str, float]:
+        """train.keep_best: score the evaluated policy on the validation seed and keep the
+        learner's state if it is the best so far (deploy/best.py)."""
+        if self.best is None:
+            return {}
+        cfg = self.cfg
+        seed = validation_seed(cfg.eval.seed)
+        with self.timer.stage("eval"):
+            result = evaluate(self.eval_catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
+                              seed=seed, env=self.eval_env)
+        score = validation_score(result, cfg.sim.reward)
+        self.best.offer(self.learner, score, seed)
+        return {"validation_score": score, "best_iteration": float(self.best.iteration or 0)}
+
+    def _ship_best(self, last: int) -> None:
+        """train.keep_best: when the kept policy is an earlier one than the last, score it on
+        the held-out seeds; it becomes eval.json's trained policy (the history stays)."""
+        best = self.best
+        if best is None or best.path is None or best.iteration == self.learner.iteration:
+            return
+        state, meta = model_state(best.path)
+        self.eval_model.load_state_dict(state)
+        info = {"iteration": meta["iteration"], "version": meta["version"], "selected": "best",
+                "validation_score": best.score, "validation_seed": meta["validation_seed"]}
+        policy = LearnedPolicy(self.eval_model, self.grid.bind(self.eval_catalog), name=TRAINED, info=info)
+        self.last_eval = _policy_result(self._score(policy), self.eval_catalog)
+        results = {TRAINED: self.last_eval, **({BASELINE: self.baseline} if self.baseline is not None else {})}
+        write_eval(self.run_dir, last, results, trained=TRAINED, history=False)
 
     def _score(self, policy: Any) -> EvalResult:
         cfg = self.cfg

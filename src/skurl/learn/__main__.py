@@ -93,6 +93,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(f"train.warm_start={cfg.train.warm_start}: the torchrun learner does not clone a "
                         "baseline; expected train.warm_start=none here (skurl train --mode "
                         "colocated|decoupled|ray does)")
+    if cfg.train.keep_best:  # it picks among the loop's evaluations, which this learner does not run
+        raise UserError("train.keep_best=true: the torchrun learner does not evaluate policies; expected "
+                        "train.keep_best=false here (skurl train --mode colocated|decoupled|ray does)")
     if cfg.train.torch_threads:
         torch.set_num_threads(cfg.train.torch_threads)
     device = init_distributed(cfg)

@@ -33,6 +33,22 @@ class CheckpointError(UserError):
     """A checkpoint directory is missing, incomplete or not a skurl checkpoint."""
 
 
+BEST_DIR = "best"  # RUN_DIR/best/checkpoints: the policy train.keep_best keeps (deploy/best.py)
+
+
+def best_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint train.keep_best kept for RUN_DIR, if any."""
+    return latest_checkpoint(Path(run_dir) / BEST_DIR)
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's meta.json alone (no tensors read)."""
+    meta_file = Path(path) / META_FILE
+    if not meta_file.is_file():
+        raise CheckpointError(f"checkpoint '{path}': expected {META_FILE}")
+    return json.loads(meta_file.read_text())
+
+
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 

@@ -124,21 +124,23 @@ class LearnedPolicy:
     @classmethod
     def from_run(cls, run_dir: str | Path, checkpoint: str | Path | None = None, *,
                  catalog: Catalog | None = None, **kw: Any) -> LearnedPolicy:
-        """The policy of a training run: RUN_DIR/config.yaml + its latest checkpoint
-        (or `checkpoint`); `catalog`: the SKUs it will order for, in the env's row order
-        (needed by policy.actions.kind=cover)."""
+        """The policy of a training run: RUN_DIR/config.yaml + its latest checkpoint, or
+        the one train.keep_best kept in RUN_DIR/best (or `checkpoint`); `catalog`: the SKUs it
+        will order for, in the env's row order (needed by policy.actions.kind=cover)."""
         from skurl.config import load_config
-        from skurl.learn.checkpoint import latest_checkpoint, model_state
+        from skurl.learn.checkpoint import best_checkpoint, latest_checkpoint, model_state
 
         run = Path(run_dir)
         if not (run / CONFIG_FILE).is_file():
             raise UserError(f"run '{run}': no {CONFIG_FILE}; expected a directory made by `skurl train`")
-        path = Path(checkpoint) if checkpoint else latest_checkpoint(run)
+        cfg = load_config(run / CONFIG_FILE)
+        best = best_checkpoint(run) if cfg.train.keep_best and checkpoint is None else None
+        path = Path(checkpoint) if checkpoint else best or latest_checkpoint(run)
         if path is None:
             raise UserError(f"run '{run}': no checkpoints yet (expected {run}/checkpoints/iter_XXXXXX)")
-        cfg = load_config(run / CONFIG_FILE)
         state, meta = model_state(path)
-        info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"]}
+        info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"],
+                **({"selected": "best"} if best is not None else {})}
         return cls(ActorCritic.from_state(state), grid_for(cfg, catalog), info=info, **kw)
 
 

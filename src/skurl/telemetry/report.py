@@ -124,12 +124,15 @@ def write_eval(
     results: Mapping[str, Mapping[str, Any]],
     *,
     trained: str | None = None,
+    history: bool = True,
 ) -> Path:
     """Write run_dir/eval.json with the results of the evaluation at `iteration`.
 
     `results` maps policy name -> PolicyResult. The cost of each policy is appended to
     the history; history entries at or past `iteration` are replaced (a resumed run
-    re-evaluates them). Written atomically (never a half-written file).
+    re-evaluates them). history=False leaves the history as it is (the run's final
+    result is a policy picked from earlier evaluations, train.keep_best). Written
+    atomically (never a half-written file).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -140,14 +143,16 @@ def write_eval(
             raise ValueError(f"eval result {name!r}: avg_cost_per_sku_day must be a number")
         policies[str(name)] = _plain(result, str(name))
     previous, _ = read_eval(run_dir)
-    history = [h for h in (previous or {}).get("history", []) if h["iteration"] < iteration]
-    entry: dict[str, Any] = {"iteration": int(iteration)}
-    entry.update({name: r["avg_cost_per_sku_day"] for name, r in policies.items()})
+    entries = list((previous or {}).get("history", []))
+    if history:
+        entry: dict[str, Any] = {"iteration": int(iteration)}
+        entry.update({name: r["avg_cost_per_sku_day"] for name, r in policies.items()})
+        entries = [*[h for h in entries if h["iteration"] < iteration], entry]
     data: dict[str, Any] = {"iteration": int(iteration)}
     if trained is not None:
         data["trained"] = trained
     data["policies"] = policies
-    data["history"] = [*history, entry]
+    data["history"] = entries
     path = run_dir / EVAL_FILE
     _atomic_write(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
     return path

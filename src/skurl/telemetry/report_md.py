@@ -165,6 +165,12 @@ class ReportData:
                          "baselines.")
         if not self.segment_rows:
             notes.append(f"No per-segment results in {EVAL_FILE}.")
+        shipped = (self.policies.get(self.trained or "") or {}).get("params") or {}
+        if shipped.get("selected") == "best":
+            notes.append(f"The trained policy's results are those of the policy train.keep_best kept: the "
+                         f"best validation score (seed {shipped.get('validation_seed')}) among the "
+                         f"evaluated ones, after iteration {shipped.get('iteration')}; the learning curve "
+                         f"shows every evaluation.")
         missing = [n for n in self.policies if n not in self.breakdowns]
         if missing:
             notes.append("No cost breakdown for: " + ", ".join(missing) + ".")

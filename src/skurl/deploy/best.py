@@ -1,0 +1,60 @@
+"""train.keep_best: the run's result is the best policy of its in-training evaluations,
+picked on validation seeds.
+
+PPO's greedy policy swings between evaluations (on the embedded synthetic catalog by up to
+4% of profit between evaluations 10 iterations apart, late in training), so the last
+iteration's weights are one draw, not the best the run found. Each evaluated policy is also
+scored on a validation seed (the baseline's first tuning seed, policy/tuning.py: never one
+of the held-out evaluation seeds), and the best one's checkpoint is kept in RUN_DIR/best.
+The run's final eval.json (on the held-out seeds, as before) and `skurl eval --run` use it,
+so the policy is picked without looking at the seeds it is reported on.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from skurl.collect.evaluate import EvalResult
+from skurl.learn.checkpoint import BEST_DIR, best_checkpoint, read_meta, save_checkpoint
+from skurl.policy.tuning import tuning_seed
+
+SCORE_KEY = "validation_score"
+
+
+def validation_seed(eval_seed: int) -> int:
+    return tuning_seed(eval_seed)
+
+
+def validation_score(result: EvalResult, reward: str) -> float:
+    """Higher is better: profit per SKU-day, or minus the cost under sim.reward=cost."""
+    return result.avg_profit_per_sku_day if reward == "profit" else -result.avg_cost_per_sku_day
+
+
+class BestKeeper:
+    """The best validation score so far and its checkpoint (restored from RUN_DIR/best, so a
+    resumed run keeps comparing against the policy the first part of the run kept)."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.root = Path(run_dir) / BEST_DIR
+        self.path = best_checkpoint(run_dir)
+        self.score = -math.inf
+        self.meta: dict[str, Any] = {}
+        if self.path is not None:
+            self.meta = read_meta(self.path)
+            self.score = float(self.meta[SCORE_KEY])
+
+    def offer(self, learner: Any, score: float, seed: int) -> bool:
+        """Keep the learner's current state if `score` beats the best so far (a tie keeps
+        the earlier policy)."""
+        if not score > self.score:
+            return False
+        self.path = save_checkpoint(self.root, learner, meta={SCORE_KEY: score, "validation_seed": seed}, keep=1)
+        self.meta = read_meta(self.path)
+        self.score = score
+        return True
+
+    @property
+    def iteration(self) -> int | None:
+        return None if self.path is None else int(self.meta["iteration"])
