@@ -144,14 +144,18 @@ def test_a_learner_on_a_sample_of_skus_decodes_only_those_and_still_equals_coloc
 
 def test_a_warm_started_decoupled_training_equals_colocated(tmp_path: Path) -> None:
     """The learner records and clones the baseline on a local env of its own; the first
-    iteration fits the critic only, in both modes."""
+    iteration fits the critic only, in both modes. train.keep_best keeps the same policy."""
     warm = ("train.warm_start=forecast-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=20",
-            "train.warm_start_critic=1")
+            "train.warm_start_critic=1", "train.eval_every=1", "train.keep_best=true")
     colocated.train(tiny(*warm), tmp_path / "colocated", baseline=False)
     decoupled.train(tiny("sync.backend=grpc", *warm), tmp_path / "decoupled", baseline=False)
     assert_same_training(tmp_path / "colocated", tmp_path / "decoupled")
     first = read_metrics(tmp_path / "decoupled" / "metrics.jsonl")[0]
     assert first["warm_start_rows"] == 240 * 8 and first["approx_kl"] == 0.0
+    evals = [json.loads((tmp_path / mode / "eval.json").read_text()) for mode in ("colocated", "decoupled")]
+    assert evals[0]["policies"] == evals[1]["policies"]
+    kept = [sorted((tmp_path / mode / "best" / "checkpoints").iterdir()) for mode in ("colocated", "decoupled")]
+    assert [p.name for p in kept[0]] == [p.name for p in kept[1]] and len(kept[0]) == 1
 
 
 @pytest.mark.parametrize(("setting", "match"), [

@@ -73,7 +73,7 @@ def test_ray_mode_equals_colocated_bit_for_bit_across_a_resume(reference: Path, 
 
 def test_a_warm_started_ray_training_equals_colocated(tmp_path: Path) -> None:
     warm = ("train.warm_start=forecast-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=20",
-            "train.warm_start_critic=1")
+            "train.warm_start_critic=1", "train.keep_best=true", "train.eval_every=1")
     colocated.train(config(*warm), tmp_path / "colocated", baseline=False)
     ray_mode.train(config(*warm), tmp_path / "ray", baseline=False)
     want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "ray")
@@ -81,6 +81,9 @@ def test_a_warm_started_ray_training_equals_colocated(tmp_path: Path) -> None:
         assert torch.equal(want[k], got[k]), k
     first = json.loads((tmp_path / "ray" / "metrics.jsonl").read_text().splitlines()[0])
     assert first["warm_start_rows"] == 300 * 10 and first["approx_kl"] == 0.0
+    evals = [json.loads((tmp_path / mode / "eval.json").read_text()) for mode in ("colocated", "ray")]
+    assert evals[0]["policies"] == evals[1]["policies"]  # the same policy kept (train.keep_best)
+    assert "warm_start_validation_score" in first and "validation_score" in first  # the clone is a candidate too
 
 
 def test_actors_that_do_not_fit_the_cluster_are_a_config_error(tmp_path: Path) -> None:
