@@ -136,3 +136,19 @@ def test_keep_best_survives_a_resume(tmp_path: Path) -> None:
     assert json.loads((whole / "eval.json").read_text()) == json.loads((parts / "eval.json").read_text())
     (a,), (b,) = ((r / "best" / "checkpoints").iterdir() for r in (whole, parts))
     assert a.name == b.name and json.loads((a / "meta.json").read_text())["iteration"] < 5
+
+
+def test_keep_best_starts_afresh_on_other_skus(tmp_path: Path) -> None:
+    from skurl.catalog import load_catalog
+    from skurl.config import load_config
+    from skurl.deploy.best import BestKeeper
+    from skurl.learn.learner import Learner
+
+    cfg = load_config(None, [*TINY, "train.keep_best=true"])
+    catalog = load_catalog(cfg.catalog)
+    learner = Learner(cfg, 8, 4)
+    keeper = BestKeeper(tmp_path, catalog)
+    assert keeper.offer(learner, 1.0, 7) and not keeper.offer(learner, 1.0, 7)  # a tie keeps the first
+    assert BestKeeper(tmp_path, catalog).score == 1.0  # restored by a resumed run
+    other = BestKeeper(tmp_path, catalog.subset(np.arange(10)))
+    assert other.score == -np.inf and other.path is None

@@ -7,15 +7,21 @@ iteration's weights are one draw, not the best the run found. Each evaluated pol
 scored on a validation seed (the baseline's first tuning seed, policy/tuning.py: never one
 of the held-out evaluation seeds), and the best one's checkpoint is kept in RUN_DIR/best.
 The run's final eval.json (on the held-out seeds, as before) and `skurl eval --run` use it,
-so the policy is picked without looking at the seeds it is reported on.
+so the policy is picked without looking at the seeds it is reported on. Scores are only
+compared on the same evaluation SKUs: a run resumed on a changed catalog starts afresh.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from skurl.catalog import Catalog
 from skurl.collect.evaluate import EvalResult
 from skurl.learn.checkpoint import BEST_DIR, best_checkpoint, read_meta, save_checkpoint
 from skurl.policy.tuning import tuning_seed
@@ -32,25 +38,40 @@ def validation_score(result: EvalResult, reward: str) -> float:
     return result.avg_profit_per_sku_day if reward == "profit" else -result.avg_cost_per_sku_day
 
 
+def catalog_digest(catalog: Catalog) -> str:
+    """sha256 of every column of `catalog` (the SKUs validation scores are computed on)."""
+    h = hashlib.sha256()
+    for f in dataclasses.fields(catalog):
+        h.update(f.name.encode())
+        h.update(np.ascontiguousarray(getattr(catalog, f.name)).tobytes())
+    return h.hexdigest()
+
+
 class BestKeeper:
     """The best validation score so far and its checkpoint (restored from RUN_DIR/best, so a
-    resumed run keeps comparing against the policy the first part of the run kept)."""
+    resumed run keeps comparing against the policy the first part of the run kept, unless
+    it was scored on other SKUs)."""
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, eval_catalog: Catalog) -> None:
         self.root = Path(run_dir) / BEST_DIR
+        self.digest = catalog_digest(eval_catalog)
         self.path = best_checkpoint(run_dir)
         self.score = -math.inf
         self.meta: dict[str, Any] = {}
         if self.path is not None:
             self.meta = read_meta(self.path)
-            self.score = float(self.meta[SCORE_KEY])
+            if self.meta.get("catalog_sha256") == self.digest:
+                self.score = float(self.meta[SCORE_KEY])
+            else:  # scored on other SKUs: not a candidate (the next kept one replaces it)
+                self.path, self.meta = None, {}
 
     def offer(self, learner: Any, score: float, seed: int) -> bool:
         """Keep the learner's current state if `score` beats the best so far (a tie keeps
         the earlier policy)."""
         if not score > self.score:
             return False
-        self.path = save_checkpoint(self.root, learner, meta={SCORE_KEY: score, "validation_seed": seed}, keep=1)
+        meta = {SCORE_KEY: score, "validation_seed": seed, "catalog_sha256": self.digest}
+        self.path = save_checkpoint(self.root, learner, meta=meta, keep=1)
         self.meta = read_meta(self.path)
         self.score = score
         return True

@@ -99,7 +99,7 @@ class ColocatedRun:
         self.eval_env: Any = None
         self.want_baseline = baseline
         self.baseline: dict[str, Any] | None = None
-        self.best = BestKeeper(self.run_dir) if cfg.train.keep_best else None
+        self.best = BestKeeper(self.run_dir, self.eval_catalog) if cfg.train.keep_best else None
         self.last_eval: dict[str, Any] | None = None
 
     def _env(self, shard: int) -> Any:
