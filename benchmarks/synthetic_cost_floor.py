@@ -39,7 +39,7 @@ import numpy as np
 
 from skurl.catalog import load_catalog
 from skurl.catalog.schema import Catalog
-from skurl.collect.evaluate import eval_subset, make_env, run_episode, sku_cost
+from skurl.collect.evaluate import eval_subset, make_env, run_episode, sku_cost, sku_inventory_cost
 from skurl.commands.train_cmd import EMBEDDED
 from skurl.config import load_config
 from skurl.deploy.colocated import BASELINE
@@ -147,17 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{int(failed.sum())} SKUs failed in the simulator; floors need all of them")
     sku_days = float(len(catalog) * cfg.eval.days)
     cost = float(sku_cost(totals).sum() / sku_days)
-    # What a policy controls (collect/evaluate.py): all but the purchase of units sold or
-    # still in stock.
-    kept = float((totals["purchase_cost"] - catalog.unit_cost * totals["waste"]).sum() / sku_days)
+    inventory = float(sku_inventory_cost(totals, catalog.unit_cost).sum() / sku_days)
+    kept = cost - inventory  # the purchase of units sold or still in stock
     profit = float((totals["revenue"].sum()) / sku_days) - cost
     out = {"skus": len(catalog), "days": cfg.eval.days, "seed": cfg.eval.seed,
-           "fbs_cost": cost, "fbs_purchase_kept": kept, "fbs_inventory_cost": cost - kept,
+           "fbs_cost": cost, "fbs_purchase_kept": kept, "fbs_inventory_cost": inventory,
            "fbs_profit": profit,
            "fbs_fill_rate": 1.0 - float(totals["lost"].sum() / max(totals["demand"].sum(), 1.0)),
            "cut": args.cut}
-    other = float((totals["holding_cost"] + totals["order_cost"] + totals["waste_cost"]
-                   + catalog.unit_cost * totals["waste"]).sum() / sku_days)
+    other = inventory - float(totals["penalty_cost"].sum() / sku_days)  # holding + ordering + waste
     out["fbs_holding_ordering_waste"] = other
     out.update(bounds(catalog, totals, sku_days, cfg.sim.substitution, cost, args.cut, other,
                       args.inventory_shares))

@@ -68,6 +68,11 @@ def sku_cost(totals: dict[str, np.ndarray]) -> np.ndarray:
     return sum((totals[k] for k in COST_FIELDS), np.zeros_like(totals["demand"]))
 
 
+def sku_inventory_cost(totals: dict[str, np.ndarray], unit_cost: np.ndarray) -> np.ndarray:
+    """Per SKU: cost less the purchase of units sold or still in stock (module docstring)."""
+    return sku_cost(totals) - totals["purchase_cost"] + unit_cost * totals["waste"]
+
+
 def sku_objective(totals: dict[str, np.ndarray], reward: str) -> np.ndarray:
     """What tuning minimizes per SKU: cost, or minus profit under sim.reward=profit."""
     cost = sku_cost(totals)
@@ -165,13 +170,12 @@ def _aggregate(policy: Policy, sums: dict[str, np.ndarray], failed: np.ndarray, 
     per_day = {k: v / (days * len(seeds)) for k, v in sums.items()}
     cost_sku = sku_cost(per_day)
     profit_sku = per_day["revenue"] - cost_sku
-    expired_sku = unit_cost * per_day["waste"]
-    inventory_sku = cost_sku - per_day["purchase_cost"] + expired_sku
+    inventory_sku = sku_inventory_cost(per_day, unit_cost)
     draws = episode_cost[:, ok].ravel()
     se = float(draws.std(ddof=1) / np.sqrt(draws.size)) if draws.size > 1 else float("nan")
     demand = total["demand"]
     breakdown = {k.removesuffix("_cost"): total[k] / sku_days for k in (*COST_FIELDS, "revenue")}
-    breakdown["expired_purchase"] = float(expired_sku[ok].sum() / count)
+    breakdown["expired_purchase"] = float((unit_cost * per_day["waste"])[ok].sum() / count)
     return EvalResult(
         policy=str(getattr(policy, "name", type(policy).__name__)),
         params=dict(policy.params()),

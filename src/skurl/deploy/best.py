@@ -57,13 +57,13 @@ class BestKeeper:
         self.digest = catalog_digest(eval_catalog)
         self.path = best_checkpoint(run_dir)
         self.score = -math.inf
-        self.meta: dict[str, Any] = {}
+        self.iteration: int | None = None  # the kept policy's: after this many updates
         if self.path is not None:
-            self.meta = read_meta(self.path)
-            if self.meta.get("catalog_sha256") == self.digest:
-                self.score = float(self.meta[SCORE_KEY])
+            meta = read_meta(self.path)
+            if meta.get("catalog_sha256") == self.digest:
+                self.score, self.iteration = float(meta[SCORE_KEY]), int(meta["iteration"])
             else:  # scored on other SKUs: not a candidate (the next kept one replaces it)
-                self.path, self.meta = None, {}
+                self.path = None
 
     def offer(self, learner: Any, score: float, seed: int) -> bool:
         """Keep the learner's current state if `score` beats the best so far (a tie keeps
@@ -72,10 +72,5 @@ class BestKeeper:
             return False
         meta = {SCORE_KEY: score, "validation_seed": seed, "catalog_sha256": self.digest}
         self.path = save_checkpoint(self.root, learner, meta=meta, keep=1)
-        self.meta = read_meta(self.path)
-        self.score = score
+        self.score, self.iteration = score, int(learner.iteration)
         return True
-
-    @property
-    def iteration(self) -> int | None:
-        return None if self.path is None else int(self.meta["iteration"])

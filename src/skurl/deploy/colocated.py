@@ -273,12 +273,9 @@ class ColocatedRun:
         learner's state if it is the best so far (deploy/best.py)."""
         if self.best is None:
             return {}
-        cfg = self.cfg
-        seed = validation_seed(cfg.eval.seed)
+        seed = validation_seed(self.cfg.eval.seed)
         with self.timer.stage("eval"):
-            result = evaluate(self.eval_catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
-                              seed=seed, env=self.eval_env)
-        score = validation_score(result, cfg.sim.reward)
+            score = validation_score(self._evaluate_on(policy, seed), self.cfg.sim.reward)
         self.best.offer(self.learner, score, seed)
         return {"validation_score": score, "best_iteration": float(self.best.iteration or 0)}
 
@@ -298,12 +295,17 @@ class ColocatedRun:
         write_eval(self.run_dir, last, results, trained=TRAINED, history=False)
 
     def _score(self, policy: Any) -> EvalResult:
+        """`policy` on the held-out seeds."""
+        return self._evaluate_on(policy, self.cfg.eval.seed)
+
+    def _evaluate_on(self, policy: Any, seed: int) -> EvalResult:
+        """`policy` on the evaluation SKUs from `seed` (one env, built on first use)."""
         cfg = self.cfg
         if self.eval_env is None:
             sim = dataclasses.replace(cfg.sim, days=cfg.eval.warmup + cfg.eval.days)
             self.eval_env = make_env(self.eval_catalog, sim, self.widths)
         return evaluate(self.eval_catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
-                        seed=cfg.eval.seed, env=self.eval_env)
+                        seed=seed, env=self.eval_env)
 
     def _baseline(self) -> dict[str, Any]:
         """The tuned baseline's evaluation, computed once per run dir and cached."""
