@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from skurl.config import Config, load_config
-from skurl.deploy.colocated import resume, train
+from skurl.deploy.colocated import ColocatedRun, resume, train
 from skurl.learn.checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -64,6 +64,41 @@ def test_resume_continues_bit_exactly(tmp_path: Path, extra: tuple[str, ...]) ->
     for x, y in zip(logs[0], logs[1], strict=True):
         assert json.loads(x)["reward_mean"] == json.loads(y)["reward_mean"]
     assert (tmp_path / "stopped" / "report.md").is_file()
+
+
+def test_a_crash_while_evaluating_loses_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash in the evaluation of a checkpointed iteration (here the last, 3) must leave
+    no checkpoint past the last logged record: the resumed run redoes the iteration, so its
+    metrics, eval history and train.keep_best choice match a run that never crashed."""
+    cfg = tiny("train.eval_every=2", "train.keep_best=true")
+    train(cfg, tmp_path / "straight", baseline=False)
+    evaluate = ColocatedRun.evaluate
+
+    def crash_at_3(self: ColocatedRun, it: int) -> dict:
+        if it == 3:
+            raise RuntimeError("simulated crash")
+        return evaluate(self, it)
+
+    with monkeypatch.context() as m:
+        m.setattr(ColocatedRun, "evaluate", crash_at_3)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            train(cfg, tmp_path / "crashed", baseline=False)
+    assert latest_checkpoint(tmp_path / "crashed") == tmp_path / "crashed" / "checkpoints" / "iter_000002"
+    resume(tmp_path / "crashed", baseline=False)
+    logs = [[json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+            for d in ("straight", "crashed")]
+    assert [r["iteration"] for r in logs[1]] == [0, 1, 2, 3]
+    for a, b in zip(*logs, strict=True):
+        assert (a["reward_mean"], a.get("eval_cost"), a.get("validation_score")) == (
+            b["reward_mean"], b.get("eval_cost"), b.get("validation_score"))
+    assert logs[1][3]["eval_cost"] is not None
+    evals = [json.loads((tmp_path / d / "eval.json").read_text()) for d in ("straight", "crashed")]
+    assert evals[0]["history"] == evals[1]["history"] and evals[0]["policies"] == evals[1]["policies"]
+    assert [e["iteration"] for e in evals[1]["history"]] == [1, 3]
+    best = [json.loads(next((tmp_path / d / "best" / "checkpoints").iterdir()).joinpath("meta.json").read_text())
+            for d in ("straight", "crashed")]
+    assert best[0]["iteration"] == best[1]["iteration"]
+    assert best[0]["validation_score"] == best[1]["validation_score"]
 
 
 def test_a_run_dir_with_checkpoints_is_not_overwritten(tmp_path: Path) -> None:

@@ -158,6 +158,7 @@ class ColocatedRun:
                         scalars.update(self.evaluate(it))
                     scalars["wall_seconds"] = time.perf_counter() - began  # since this process's run() began
                     logger.log(it, scalars)
+                    self.checkpoint(it)
                     progress.update(it, **self._progress_fields(scalars))
         finally:
             logger.close()
@@ -215,8 +216,19 @@ class ColocatedRun:
     def _due(it: int, every: int, end: int) -> bool:
         return (every > 0 and (it + 1) % every == 0) or it + 1 == end
 
+    def checkpoint(self, it: int) -> bool:
+        """Save the learner's state after iteration `it` when train.checkpoint_every says so.
+        run() calls it after the iteration's record (with its evaluation) is logged: a crash
+        in between then costs the iteration, which the resumed run redoes bit for bit, and
+        never its record (checkpointing first lost the record, the evaluation and its
+        train.keep_best candidate of an iteration that crashed while being evaluated)."""
+        if not self._due(it, self.cfg.train.checkpoint_every, self.cfg.train.iterations):
+            return False
+        save_checkpoint(self.run_dir, self.learner, keep=self.cfg.train.keep_checkpoints)
+        return True
+
     def iteration(self, it: int) -> dict[str, Any]:
-        """collect -> learn -> publish (-> checkpoint); the iteration's scalars."""
+        """collect -> learn -> publish; the iteration's scalars."""
         cfg, timer = self.cfg, self.timer
         timer.reset()
         start = time.perf_counter()
@@ -232,9 +244,6 @@ class ColocatedRun:
             stats = self.learner.update(rollout, train_policy=self.trains_policy(it))
         with timer.stage("sync"):
             self.weights.publish(self.learner.version, self.learner.weights())
-        if self._due(it, cfg.train.checkpoint_every, cfg.train.iterations):
-            with timer.stage("checkpoint"):
-                save_checkpoint(self.run_dir, self.learner, keep=cfg.train.keep_checkpoints)
         per_sku = rollout.rewards.mean(axis=0, dtype=np.float64)
         p5, p50, p95 = np.percentile(per_sku, [5, 50, 95])
         return {

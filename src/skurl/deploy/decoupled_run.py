@@ -42,7 +42,6 @@ from skurl.deploy.colocated import TRAINED, ColocatedRun
 from skurl.deploy.roles import check_decoupled
 from skurl.deploy.shard_envs import business_from_totals
 from skurl.errors import UserError
-from skurl.learn.checkpoint import save_checkpoint
 from skurl.rpc.collector_client import CollectorClient
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
 from skurl.rpc.feature_delta import PACKED, decode_days
@@ -156,8 +155,8 @@ class DecoupledRun(ColocatedRun):
 
     # ------------------------------------------------------------------ the iteration
     def iteration(self, it: int) -> dict[str, Any]:
-        """publish -> collect (barrier) -> verify + assemble -> learn (-> checkpoint)."""
-        cfg, timer = self.cfg, self.timer
+        """publish -> collect (barrier) -> verify + assemble -> learn."""
+        timer = self.timer
         timer.reset()
         start = time.perf_counter()
         report = CollectReport()
@@ -177,15 +176,17 @@ class DecoupledRun(ColocatedRun):
             learn_seconds = time.perf_counter() - learn_start
         with timer.stage("sync"):
             self._publish()
-        if self._due(it, cfg.train.checkpoint_every, cfg.train.iterations):
-            with timer.stage("checkpoint"):
-                save_checkpoint(self.run_dir, self.learner, keep=cfg.train.keep_checkpoints)
-                self.store.delete_before(self.learner.iteration)  # resume needs no older shards
         seconds = time.perf_counter() - start
         self._record_metrics(stats, learn_seconds, report)
         return {**stats, **scalars, "trained_transitions": stats["transitions"],
                 "policy_version": self.learner.version, "iteration_seconds": seconds,
                 **report_scalars(report, seconds, self._publish_unix), **timer.as_scalars(exclusive=True)}
+
+    def checkpoint(self, it: int) -> bool:
+        saved = super().checkpoint(it)
+        if saved:
+            self.store.delete_before(self.learner.iteration)  # resume needs no older shards
+        return saved
 
     def evaluate(self, it: int) -> dict[str, Any]:
         out = super().evaluate(it)
