@@ -72,15 +72,8 @@ def test_a_crash_while_evaluating_loses_no_record(tmp_path: Path, monkeypatch: p
     metrics, eval history and train.keep_best choice match a run that never crashed."""
     cfg = tiny("train.eval_every=2", "train.keep_best=true")
     train(cfg, tmp_path / "straight", baseline=False)
-    evaluate = ColocatedRun.evaluate
-
-    def crash_at_3(self: ColocatedRun, it: int) -> dict:
-        if it == 3:
-            raise RuntimeError("simulated crash")
-        return evaluate(self, it)
-
     with monkeypatch.context() as m:
-        m.setattr(ColocatedRun, "evaluate", crash_at_3)
+        _crash_evaluating(m, 3)
         with pytest.raises(RuntimeError, match="simulated crash"):
             train(cfg, tmp_path / "crashed", baseline=False)
     assert latest_checkpoint(tmp_path / "crashed") == tmp_path / "crashed" / "checkpoints" / "iter_000002"
@@ -99,6 +92,61 @@ def test_a_crash_while_evaluating_loses_no_record(tmp_path: Path, monkeypatch: p
             for d in ("straight", "crashed")]
     assert best[0]["iteration"] == best[1]["iteration"]
     assert best[0]["validation_score"] == best[1]["validation_score"]
+
+
+def _crash_evaluating(m: pytest.MonkeyPatch, at: int) -> None:
+    evaluate = ColocatedRun.evaluate
+
+    def crash(self: ColocatedRun, it: int) -> dict:
+        if it == at:
+            raise RuntimeError("simulated crash")
+        return evaluate(self, it)
+
+    m.setattr(ColocatedRun, "evaluate", crash)
+
+
+def test_a_fresh_run_in_a_crashed_runs_dir_starts_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An attempt that crashed before its first checkpoint leaves records, eval.json, a kept
+    best policy and a baseline cache; a fresh run in that dir must not double the records or
+    inherit the best policy, and a torn baseline cache is redone."""
+    cfg = tiny("train.eval_every=1", "train.keep_best=true", "train.checkpoint_every=10")
+    straight = train(cfg, tmp_path / "straight")
+    with monkeypatch.context() as m:
+        _crash_evaluating(m, 2)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            train(cfg, tmp_path / "crashed")
+    run = tmp_path / "crashed"
+    assert latest_checkpoint(run) is None and (run / "best").is_dir()
+    (run / "baseline.json").write_text((run / "baseline.json").read_text()[:40])  # torn
+    again = train(cfg, run)
+    assert again.baseline == straight.baseline
+    logs = [[json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+            for d in ("straight", "crashed")]
+    assert [r["iteration"] for r in logs[1]] == [0, 1, 2, 3]
+    assert [r["validation_score"] for r in logs[0]] == [r["validation_score"] for r in logs[1]]
+    evals = [json.loads((tmp_path / d / "eval.json").read_text()) for d in ("straight", "crashed")]
+    assert evals[0] == evals[1]
+
+
+def test_a_kept_policy_past_the_restart_point_is_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A best policy kept after the checkpoint a run restarts from belongs to the part that is
+    redone: with other settings it must not stay the run's result (here the crashed attempt
+    scored absurdly high, so only dropping it lets the fresh run keep its own)."""
+    cfg = tiny("train.eval_every=1", "train.keep_best=true", "train.checkpoint_every=10")
+    with monkeypatch.context() as m:
+        _crash_evaluating(m, 2)
+        m.setattr("skurl.deploy.colocated.validation_score", lambda result, reward: 1e9)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            train(cfg, tmp_path / "crashed", baseline=False)
+    other = tiny("train.eval_every=1", "train.keep_best=true", "train.checkpoint_every=10", "train.seed=1")
+    train(other, tmp_path / "crashed", baseline=False)
+    train(other, tmp_path / "clean", baseline=False)
+    best = [json.loads(next((tmp_path / d / "best" / "checkpoints").iterdir()).joinpath("meta.json").read_text())
+            for d in ("clean", "crashed")]
+    assert best[1]["validation_score"] < 1e9
+    assert (best[0]["iteration"], best[0]["validation_score"]) == (best[1]["iteration"], best[1]["validation_score"])
+    evals = [json.loads((tmp_path / d / "eval.json").read_text()) for d in ("clean", "crashed")]
+    assert evals[0] == evals[1]
 
 
 def test_a_run_dir_with_checkpoints_is_not_overwritten(tmp_path: Path) -> None:

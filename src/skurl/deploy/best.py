@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -52,18 +53,27 @@ class BestKeeper:
     resumed run keeps comparing against the policy the first part of the run kept, unless
     it was scored on other SKUs)."""
 
-    def __init__(self, run_dir: str | Path, eval_catalog: Catalog) -> None:
+    def __init__(self, run_dir: str | Path, eval_catalog: Catalog, start: int = 0) -> None:
+        """`start`: the learner's iteration the run starts from (0, or its checkpoint's)."""
         self.root = Path(run_dir) / BEST_DIR
         self.digest = catalog_digest(eval_catalog)
         self.path = best_checkpoint(run_dir)
         self.score = -math.inf
         self.iteration: int | None = None  # the kept policy's: after this many updates
-        if self.path is not None:
-            meta = read_meta(self.path)
-            if meta.get("catalog_sha256") == self.digest:
-                self.score, self.iteration = float(meta[SCORE_KEY]), int(meta["iteration"])
-            else:  # scored on other SKUs: not a candidate (the next kept one replaces it)
-                self.path = None
+        if self.path is None:
+            return
+        meta = read_meta(self.path)
+        if meta.get("catalog_sha256") != self.digest:
+            self.path = None  # scored on other SKUs: not a candidate (the next kept one replaces it)
+        elif int(meta["iteration"]) > start:
+            # Kept after the checkpoint the run restarts from (it crashed before its next
+            # checkpoint, or a fresh run reuses the dir of one that crashed before its first):
+            # the redone iterations find it again, or, with changed settings, do not. Removed,
+            # as save_checkpoint(keep=1) would keep it over an earlier iteration's policy.
+            shutil.rmtree(self.path)
+            self.path = None
+        else:
+            self.score, self.iteration = float(meta[SCORE_KEY]), int(meta["iteration"])
 
     def offer(self, learner: Any, score: float, seed: int) -> bool:
         """Keep the learner's current state if `score` beats the best so far (a tie keeps

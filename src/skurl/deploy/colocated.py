@@ -11,6 +11,7 @@ checkpoints, eval.json and report.md land in the run directory.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -26,7 +27,7 @@ from skurl.catalog import Catalog, load_catalog
 from skurl.collect.collector import Collector
 from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
 from skurl.config import Config, config_to_dict, load_config
-from skurl.deploy.best import BestKeeper, validation_score, validation_seed
+from skurl.deploy.best import BestKeeper, catalog_digest, validation_score, validation_seed
 from skurl.errors import UserError
 from skurl.learn.checkpoint import latest_checkpoint, model_state, restore_learner, save_checkpoint
 from skurl.learn.learner import Learner
@@ -36,7 +37,7 @@ from skurl.sim.layout import catalog_widths
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.logger import RunLogger
 from skurl.telemetry.progress import Progress
-from skurl.telemetry.report import write_eval, write_report
+from skurl.telemetry.report import atomic_write, forget_evaluations_from, write_eval, write_report
 from skurl.telemetry.stages import StageTimer
 
 BASELINE = "forecast-base-stock"  # the planner's policy the trained one must beat (tuned)
@@ -99,7 +100,7 @@ class ColocatedRun:
         self.eval_env: Any = None
         self.want_baseline = baseline
         self.baseline: dict[str, Any] | None = None
-        self.best = BestKeeper(self.run_dir, self.eval_catalog) if cfg.train.keep_best else None
+        self.best = BestKeeper(self.run_dir, self.eval_catalog, self.learner.iteration) if cfg.train.keep_best else None
         self.last_eval: dict[str, Any] | None = None
 
     def _env(self, shard: int) -> Any:
@@ -142,8 +143,11 @@ class ColocatedRun:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / CONFIG_FILE).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         logger = RunLogger(self.run_dir)
-        if start > 0:
+        if start > 0 or logger.has_records():
+            # Records past the checkpoint (or, on a fresh start, any: left by an attempt that
+            # crashed before its first checkpoint) are redone; kept, they would be doubled.
             logger.truncate_after(start - 1)
+        forget_evaluations_from(self.run_dir, start)
         began = time.perf_counter()
         try:
             if self.want_baseline:
@@ -317,10 +321,14 @@ class ColocatedRun:
                         seed=seed, env=self.eval_env)
 
     def _baseline(self) -> dict[str, Any]:
-        """The tuned baseline's evaluation, computed once per run dir and cached."""
+        """The tuned baseline's evaluation, computed once per run dir and cached with what it
+        depends on (evaluation SKUs, sim and eval settings): a cache from other settings (a
+        resume with --set, a fresh run in a crashed run's dir) or a torn file is redone."""
         path = self.run_dir / BASELINE_FILE
-        if path.is_file():
-            return json.loads(path.read_text())
+        key = self._baseline_key()
+        cached = _read_json(path)
+        if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("result"), dict):
+            return cached["result"]
         from skurl.policy.baselines import make_policy
         from skurl.policy.tuning import tune
 
@@ -330,8 +338,21 @@ class ColocatedRun:
                          days=cfg.eval.days, warmup=cfg.eval.warmup)
             policy = make_policy(BASELINE, self.eval_catalog, cfg.sim, tuned.params)
             result = _policy_result(self._score(policy), self.eval_catalog)
-        path.write_text(json.dumps(result, indent=1))
+        atomic_write(path, json.dumps({"key": key, "result": result}, indent=1) + "\n")
         return result
+
+    def _baseline_key(self) -> str:
+        settings = json.dumps([BASELINE, dataclasses.asdict(self.cfg.sim), dataclasses.asdict(self.cfg.eval)],
+                              sort_keys=True)
+        return hashlib.sha256((catalog_digest(self.eval_catalog) + settings).encode()).hexdigest()
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in `path`, or None when absent or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _policy_result(result: EvalResult, catalog: Catalog) -> dict[str, Any]:

@@ -136,6 +136,12 @@ class RunLogger:
         if arr.size:
             self._writer.add_histogram(name, arr, int(iteration))
 
+    def has_records(self) -> bool:
+        """Whether metrics.jsonl holds anything (a run dir used before)."""
+        self._check_open()
+        self._file.flush()
+        return self.path.stat().st_size > 0
+
     def truncate_after(self, iteration: int) -> int:
         """Drop metrics.jsonl records past `iteration` (and hide TensorBoard events past
         it); returns how many records were dropped. Rewrites the file atomically."""

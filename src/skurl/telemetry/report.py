@@ -36,8 +36,8 @@ from skurl.telemetry.plots import (
 from skurl.telemetry.report_md import DEFAULT_TRAINED, EVAL_FILE, ReportData, render_markdown
 
 __all__ = ["DEFAULT_TRAINED", "EVAL_FILE", "PLOTS_DIR", "REPORT_FILE", "CostBreakdown",
-           "EvalFile", "PolicyResult", "SegmentResult", "read_eval", "write_eval",
-           "write_report"]
+           "EvalFile", "PolicyResult", "SegmentResult", "atomic_write", "forget_evaluations_from",
+           "read_eval", "write_eval", "write_report"]
 
 REPORT_FILE = "report.md"
 PLOTS_DIR = "plots"
@@ -109,7 +109,7 @@ def _plain(value: Any, where: str) -> Any:
     raise TypeError(f"eval result {where}: not JSON-serializable ({type(value).__name__})")
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
@@ -154,8 +154,29 @@ def write_eval(
     data["policies"] = policies
     data["history"] = entries
     path = run_dir / EVAL_FILE
-    _atomic_write(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+    atomic_write(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
     return path
+
+
+def forget_evaluations_from(run_dir: str | Path, start: int) -> None:
+    """A run (re)starting at iteration `start` redoes its evaluations from there on: drop
+    them from eval.json's history. On a fresh start (0) the whole file goes: it was left
+    by an attempt that crashed before its first checkpoint. An unreadable file is left to
+    write_eval (which replaces it)."""
+    path = Path(run_dir) / EVAL_FILE
+    if not path.is_file():
+        return
+    if start == 0:
+        path.unlink()
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        history = data["history"]
+        kept = [h for h in history if h["iteration"] < start]
+    except (OSError, ValueError, TypeError, KeyError):
+        return
+    if len(kept) < len(history):
+        atomic_write(path, json.dumps({**data, "history": kept}, indent=1, allow_nan=False) + "\n")
 
 
 def read_eval(run_dir: str | Path) -> tuple[EvalFile | None, str | None]:
@@ -191,7 +212,7 @@ def write_report(run_dir: str | Path) -> Path:
     data = ReportData.build(records, evaluation, eval_error)
     plots = _draw_plots(run_dir / PLOTS_DIR, data)
     path = run_dir / REPORT_FILE
-    _atomic_write(path, render_markdown(data, {k: f"{PLOTS_DIR}/{p.name}"
+    atomic_write(path, render_markdown(data, {k: f"{PLOTS_DIR}/{p.name}"
                                                for k, p in plots.items()}))
     return path
 
