@@ -205,6 +205,40 @@ def test_broken_checkpoints_are_rejected(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
+def _damage(path: Path) -> None:
+    """Zero 64 bytes in the middle of a file (what safetensors' header check cannot see)."""
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    data[mid:mid + 64] = bytes(64)
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_checkpoint_is_refused_and_resume_uses_the_one_before(tmp_path: Path) -> None:
+    straight = tmp_path / "straight"
+    train(tiny("train.iterations=6"), straight, baseline=False)
+    run = tmp_path / "run"
+    train(tiny("train.iterations=6"), run, stop_after=4, baseline=False)  # checkpoints after 2 and 4
+    _damage(run / "checkpoints" / "iter_000004" / "state.safetensors")
+    with pytest.raises(CheckpointError, match=r"iter_000004'.*state\.safetensors is damaged \(sha256"):
+        load_checkpoint(run / "checkpoints" / "iter_000004")
+    resume(run, baseline=False)
+    assert (run / "checkpoints" / "damaged.iter_000004").is_dir()  # kept for inspection
+    a, b = trained_tensors(straight, 6), trained_tensors(run, 6)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    records = [json.loads(x)["iteration"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records == list(range(6))
+
+
+def test_resume_with_every_checkpoint_damaged_is_one_error(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(tiny(), run, baseline=False)
+    _damage(run / "checkpoints" / "iter_000004" / "state.safetensors")
+    (run / "checkpoints" / "iter_000002" / "state.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(CheckpointError, match="all 2 checkpoints are damaged"):
+        resume(run, baseline=False)
+
+
 def test_training_with_a_warm_start_is_the_same_on_1_and_2_threads(tmp_path: Path) -> None:
     """Determinism across thread counts (simulator and torch), warm start included."""
     warm = ("train.warm_start=capped-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=30",

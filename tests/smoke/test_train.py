@@ -152,3 +152,22 @@ def test_keep_best_starts_afresh_on_other_skus(tmp_path: Path) -> None:
     assert BestKeeper(tmp_path, catalog).score == 1.0  # restored by a resumed run
     other = BestKeeper(tmp_path, catalog.subset(np.arange(10)))
     assert other.score == -np.inf and other.path is None
+
+
+def test_a_damaged_kept_policy_is_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from skurl.catalog import load_catalog
+    from skurl.config import load_config
+    from skurl.deploy.best import BestKeeper
+    from skurl.learn.learner import Learner
+
+    cfg = load_config(None, [*TINY, "train.keep_best=true"])
+    catalog = load_catalog(cfg.catalog)
+    keeper = BestKeeper(tmp_path, catalog)
+    assert keeper.offer(Learner(cfg, 8, 4), 1.0, 7) and keeper.path is not None
+    state = keeper.path / "state.safetensors"
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    state.write_bytes(bytes(data))
+    again = BestKeeper(tmp_path, catalog)
+    assert again.path is None and again.score == -np.inf and not keeper.path.exists()
+    assert "is damaged" in capsys.readouterr().err

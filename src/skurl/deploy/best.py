@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import math
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,13 @@ import numpy as np
 
 from skurl.catalog import Catalog
 from skurl.collect.evaluate import EvalResult
-from skurl.learn.checkpoint import BEST_DIR, best_checkpoint, read_meta, save_checkpoint
+from skurl.learn.checkpoint import (
+    BEST_DIR,
+    DamagedCheckpointError,
+    best_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from skurl.policy.tuning import tuning_seed
 
 SCORE_KEY = "validation_score"
@@ -62,7 +69,13 @@ class BestKeeper:
         self.iteration: int | None = None  # the kept policy's: after this many updates
         if self.path is None:
             return
-        meta = read_meta(self.path)
+        try:
+            _, meta = load_checkpoint(self.path)  # checks its sha256: it may be shipped at the end
+        except DamagedCheckpointError as exc:
+            print(f"skurl: {exc}; the kept best policy is dropped (later evaluations pick anew)", file=sys.stderr)
+            shutil.rmtree(self.path)
+            self.path = None
+            return
         if meta.get("catalog_sha256") != self.digest:
             self.path = None  # scored on other SKUs: not a candidate (the next kept one replaces it)
         elif int(meta["iteration"]) > start:

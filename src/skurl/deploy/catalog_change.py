@@ -45,7 +45,7 @@ from skurl.catalog import Catalog, load_catalog
 from skurl.config import Config, load_config
 from skurl.deploy.colocated import BASELINE, BASELINE_FILE, ColocatedRun, TrainResult
 from skurl.errors import CatalogError, UserError
-from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
+from skurl.learn.checkpoint import load_latest
 from skurl.policy.learned import CONFIG_FILE
 from skurl.sim.layout import catalog_widths, schema_for
 
@@ -265,12 +265,12 @@ def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str])
     cfg_file = run_dir / CONFIG_FILE
     if not cfg_file.is_file():
         raise UserError(f"--resume {run_dir}: no {CONFIG_FILE}; expected a directory made by `skurl train`")
-    path = latest_checkpoint(run_dir)
-    if path is None:
+    latest = load_latest(run_dir)
+    if latest is None:
         raise UserError(f"--resume {run_dir}: no checkpoint to resume from")
+    _, tensors, meta = latest
     saved = load_config(cfg_file)  # the catalog the run trained on until now
     widths = trained_widths(run_dir, saved)
-    tensors, meta = load_checkpoint(path)
     dim, want = int(tensors["model/obs_norm.mean"].shape[0]), schema_for(*widths).dim
     if dim != want:  # e.g. the run's catalog file was edited in place since it was trained
         raise UserError(f"--resume {run_dir}: the checkpoint's network takes {dim} features, but the run's "

@@ -29,7 +29,7 @@ from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
 from skurl.config import Config, config_to_dict, load_config
 from skurl.deploy.best import BestKeeper, catalog_digest, validation_score, validation_seed
 from skurl.errors import UserError
-from skurl.learn.checkpoint import latest_checkpoint, model_state, restore_learner, save_checkpoint
+from skurl.learn.checkpoint import latest_checkpoint, model_state, restore_latest, save_checkpoint
 from skurl.learn.learner import Learner
 from skurl.policy.learned import CONFIG_FILE, LearnedPolicy, grid_for
 from skurl.policy.nets import ActorCritic
@@ -88,10 +88,10 @@ class ColocatedRun:
         self.learner = Learner(cfg, env0.schema.dim, self.grid.n)
         self.meta: dict[str, Any] = {}
         if resume:
-            path = latest_checkpoint(self.run_dir)
-            if path is None:
+            restored = restore_latest(self.learner, self.run_dir)
+            if restored is None:
                 raise UserError(f"--resume {self.run_dir}: no checkpoint to resume from")
-            self.meta = restore_learner(self.learner, path)
+            self.meta = restored[1]
         self.weights = InProcWeights(TRAINED)
         self.weights.publish(self.learner.version, self.learner.weights())
         self.model = ActorCritic.from_state(self.learner.weights())

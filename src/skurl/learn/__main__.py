@@ -31,7 +31,7 @@ from skurl.buffer.rollout import Columns, Rollout
 from skurl.commands.common import add_config_flags, config_from_args
 from skurl.config import Config
 from skurl.errors import UserError
-from skurl.learn.checkpoint import latest_checkpoint, restore_learner, save_checkpoint
+from skurl.learn.checkpoint import restore_latest, save_checkpoint
 from skurl.learn.ddp import DDPLearner, RankSlice, rank_slice
 from skurl.learn.learner import resolve_device
 from skurl.store import RolloutStore, ShardManifest, open_store
@@ -110,9 +110,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _loop(cfg: Config, args: argparse.Namespace, learner: DDPLearner) -> dict[str, Any]:
     lead = learner.rank == 0
-    path = latest_checkpoint(args.run_dir)
-    if path is not None:
-        restore_learner(learner, path)
+    if lead:  # first: it moves damaged checkpoints aside, which the other ranks then skip
+        restore_latest(learner, args.run_dir)
+    if dist.is_initialized():
+        dist.barrier()
+    if not lead:
+        restore_latest(learner, args.run_dir)
     store = open_store(cfg.store)
     publisher = _publisher(cfg) if lead else None
     if publisher is not None:

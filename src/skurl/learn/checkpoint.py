@@ -5,21 +5,27 @@ Layout: RUN_DIR/checkpoints/iter_XXXXXX/{state.safetensors, meta.json}. Tensors
 values (iteration, policy version, optimizer hyper-parameters, RNG scalars) to JSON.
 Never pickle: nothing here can execute code when loaded. A checkpoint is written in a
 temporary directory and renamed into place, so a crash leaves either the old set or
-the new one; only the last `keep` are kept.
+the new one; only the last `keep` are kept. meta.json holds the sha256 of the tensor file,
+checked on every load: a damaged checkpoint is an error, never weights that load fine and
+are wrong (safetensors checks its header, not the data). A resume skips damaged ones
+(restore_latest): they are renamed aside and the newest intact one is used.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load, save
 
 from skurl.errors import UserError
 
@@ -27,10 +33,16 @@ FORMAT = "skurl-checkpoint/1"
 STATE_FILE = "state.safetensors"
 META_FILE = "meta.json"
 PREFIX = "iter_"
+DAMAGED_PREFIX = "damaged."  # a checkpoint restore_latest could not read, kept for inspection
+SHA_KEY = "state_sha256"
 
 
 class CheckpointError(UserError):
     """A checkpoint directory is missing, incomplete or not a skurl checkpoint."""
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint's files are not what was written (checksum, unreadable file)."""
 
 
 BEST_DIR = "best"  # RUN_DIR/best/checkpoints: the policy train.keep_best keeps (deploy/best.py)
@@ -77,7 +89,9 @@ def save_checkpoint(run_dir: str | Path, learner: Any, meta: dict[str, Any] | No
     tmp = root / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_file(tensors, str(tmp / STATE_FILE), metadata={"format": FORMAT})
+    data = save(tensors, metadata={"format": FORMAT})
+    (tmp / STATE_FILE).write_bytes(data)
+    info[SHA_KEY] = hashlib.sha256(data).hexdigest()
     (tmp / META_FILE).write_text(json.dumps(info, indent=1, sort_keys=True))
     for name in (STATE_FILE, META_FILE):
         _fsync(tmp / name)
@@ -96,15 +110,61 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     state, meta_file = path / STATE_FILE, path / META_FILE
     if not state.is_file() or not meta_file.is_file():
         raise CheckpointError(f"checkpoint '{path}': expected {STATE_FILE} and {META_FILE}")
-    meta = json.loads(meta_file.read_text())
-    if meta.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint '{path}': format {meta.get('format')!r}, expected {FORMAT!r}")
-    return load_file(str(state)), meta
+    try:
+        meta = json.loads(meta_file.read_text())
+    except ValueError as exc:
+        raise DamagedCheckpointError(f"checkpoint '{path}': {META_FILE} is not JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else meta
+        raise CheckpointError(f"checkpoint '{path}': format {got!r}, expected {FORMAT!r}")
+    data = state.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if SHA_KEY in meta and digest != meta[SHA_KEY]:
+        raise DamagedCheckpointError(f"checkpoint '{path}': {STATE_FILE} is damaged (sha256 {digest[:12]}..., "
+                              f"expected {str(meta[SHA_KEY])[:12]}... from {META_FILE})")
+    try:
+        return load(data), meta
+    except SafetensorError as exc:
+        raise DamagedCheckpointError(f"checkpoint '{path}': {STATE_FILE} is not readable safetensors ({exc})") from None
+
+
+def load_latest(run_dir: str | Path) -> tuple[Path, dict[str, torch.Tensor], dict[str, Any]] | None:
+    """(path, tensors, meta) of the newest intact checkpoint of RUN_DIR; None if there is
+    none at all. Damaged ones on the way are renamed to checkpoints/damaged.iter_XXXXXX
+    (kept for inspection, out of the way of later saves) with a one-line warning: a resumed
+    run redoes their iterations instead of stopping or, worse, loading wrong weights."""
+    found = list_checkpoints(run_dir)
+    for path in reversed(found):
+        try:
+            tensors, meta = load_checkpoint(path)
+            return path, tensors, meta
+        except DamagedCheckpointError as exc:
+            aside = path.with_name(DAMAGED_PREFIX + path.name)
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(path, aside)
+            print(f"skurl: {exc}; moved to {aside.name}, using the one before", file=sys.stderr)
+    if found:
+        raise CheckpointError(f"{checkpoint_dir(run_dir)}: all {len(found)} checkpoints are damaged (moved to "
+                              f"{DAMAGED_PREFIX}iter_*); expected at least one intact iter_XXXXXX")
+    return None
+
+
+def restore_latest(learner: Any, run_dir: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """Restore `learner` from the newest intact checkpoint (load_latest); (path, meta)."""
+    found = load_latest(run_dir)
+    if found is None:
+        return None
+    path, tensors, meta = found
+    return path, _restore(learner, tensors, meta, True)
 
 
 def restore_learner(learner: Any, path: str | Path, restore_rng: bool = True) -> dict[str, Any]:
     """Load weights, optimizer, normalizers, counters (and RNG states) into `learner`."""
     tensors, meta = load_checkpoint(path)
+    return _restore(learner, tensors, meta, restore_rng)
+
+
+def _restore(learner: Any, tensors: dict[str, torch.Tensor], meta: dict[str, Any], restore_rng: bool) -> dict[str, Any]:
     learner.model.load_state_dict(_strip(tensors, "model/"))
     learner.reward_scaler.load_state_dict(_strip(tensors, "reward_scaler/"))
     learner.optimizer.load_state_dict(_optimizer_state(tensors, meta["optimizer_param_groups"]))
