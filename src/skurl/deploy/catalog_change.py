@@ -31,6 +31,7 @@ had; ids only in NEW are added, ids no longer in NEW are removed. What carries o
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from skurl import atomic
 from skurl.catalog import Catalog, load_catalog
 from skurl.config import Config, load_config
 from skurl.deploy.colocated import BASELINE, BASELINE_FILE, ColocatedRun, TrainResult
@@ -71,8 +73,10 @@ class CatalogChange:
                 if self.added is not None else 0, "removed": self.removed, "skus": self.skus,
                 "baseline_new_skus_cost": self.baseline_new_skus_cost}
         if self.added is not None:
-            np.save(run_dir / NEW_SKUS_FILE, self.added)
-        (run_dir / CHANGE_FILE).write_text(json.dumps(data, indent=1))
+            buf = io.BytesIO()
+            np.save(buf, self.added)
+            atomic.write_bytes(run_dir / NEW_SKUS_FILE, buf.getvalue())
+        atomic.write_text(run_dir / CHANGE_FILE, json.dumps(data, indent=1))
 
     @classmethod
     def load(cls, run_dir: Path) -> CatalogChange | None:

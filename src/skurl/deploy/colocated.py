@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import yaml
 
+from skurl import atomic
 from skurl.catalog import Catalog, load_catalog
 from skurl.collect.collector import Collector
 from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
@@ -37,7 +38,7 @@ from skurl.sim.layout import catalog_widths
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.logger import RunLogger
 from skurl.telemetry.progress import Progress
-from skurl.telemetry.report import atomic_write, forget_evaluations_from, write_eval, write_report
+from skurl.telemetry.report import forget_evaluations_from, write_eval, write_report
 from skurl.telemetry.stages import StageTimer
 
 BASELINE = "forecast-base-stock"  # the planner's policy the trained one must beat (tuned)
@@ -141,7 +142,7 @@ class ColocatedRun:
         cfg, start = self.cfg, self.learner.iteration
         end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / CONFIG_FILE).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        atomic.write_text(self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         logger = RunLogger(self.run_dir)
         if start > 0 or logger.has_records():
             # Records past the checkpoint (or, on a fresh start, any: left by an attempt that
@@ -338,7 +339,7 @@ class ColocatedRun:
                          days=cfg.eval.days, warmup=cfg.eval.warmup)
             policy = make_policy(BASELINE, self.eval_catalog, cfg.sim, tuned.params)
             result = _policy_result(self._score(policy), self.eval_catalog)
-        atomic_write(path, json.dumps({"key": key, "result": result}, indent=1) + "\n")
+        atomic.write_text(path, json.dumps({"key": key, "result": result}, indent=1) + "\n")
         return result
 
     def _baseline_key(self) -> str:

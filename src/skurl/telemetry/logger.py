@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from skurl import atomic
+
 METRICS_FILE = "metrics.jsonl"
 TB_DIR = "tb"
 
@@ -156,12 +158,7 @@ class RunLogger:
                     kept.append(line if line.endswith("\n") else line + "\n")
                 else:
                     dropped += 1
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(kept)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic.write_text(self.path, "".join(kept))
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (held open)
         if self._tensorboard:
             if self._writer is not None:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
+from skurl import atomic
 from skurl.errors import UserError
 from skurl.telemetry.logger import METRICS_FILE, read_metrics
 from skurl.telemetry.plots import (
@@ -36,7 +36,7 @@ from skurl.telemetry.plots import (
 from skurl.telemetry.report_md import DEFAULT_TRAINED, EVAL_FILE, ReportData, render_markdown
 
 __all__ = ["DEFAULT_TRAINED", "EVAL_FILE", "PLOTS_DIR", "REPORT_FILE", "CostBreakdown",
-           "EvalFile", "PolicyResult", "SegmentResult", "atomic_write", "forget_evaluations_from",
+           "EvalFile", "PolicyResult", "SegmentResult", "forget_evaluations_from",
            "read_eval", "write_eval", "write_report"]
 
 REPORT_FILE = "report.md"
@@ -109,15 +109,6 @@ def _plain(value: Any, where: str) -> Any:
     raise TypeError(f"eval result {where}: not JSON-serializable ({type(value).__name__})")
 
 
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_eval(
     run_dir: str | Path,
     iteration: int,
@@ -154,7 +145,7 @@ def write_eval(
     data["policies"] = policies
     data["history"] = entries
     path = run_dir / EVAL_FILE
-    atomic_write(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+    atomic.write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
     return path
 
 
@@ -176,7 +167,7 @@ def forget_evaluations_from(run_dir: str | Path, start: int) -> None:
     except (OSError, ValueError, TypeError, KeyError):
         return
     if len(kept) < len(history):
-        atomic_write(path, json.dumps({**data, "history": kept}, indent=1, allow_nan=False) + "\n")
+        atomic.write_text(path, json.dumps({**data, "history": kept}, indent=1, allow_nan=False) + "\n")
 
 
 def read_eval(run_dir: str | Path) -> tuple[EvalFile | None, str | None]:
@@ -212,7 +203,7 @@ def write_report(run_dir: str | Path) -> Path:
     data = ReportData.build(records, evaluation, eval_error)
     plots = _draw_plots(run_dir / PLOTS_DIR, data)
     path = run_dir / REPORT_FILE
-    atomic_write(path, render_markdown(data, {k: f"{PLOTS_DIR}/{p.name}"
+    atomic.write_text(path, render_markdown(data, {k: f"{PLOTS_DIR}/{p.name}"
                                                for k, p in plots.items()}))
     return path
 
