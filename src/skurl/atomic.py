@@ -5,14 +5,17 @@ a reader (or a resumed run) sees the old file or the new one, never a part of on
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    # A unique temporary name: writers in other threads or processes never share one.
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

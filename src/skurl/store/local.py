@@ -1,21 +1,18 @@
 """Rollout store in a local (or network-mounted) directory.
 
-Writes go to a hidden temporary file in the target directory, are flushed to disk and
-then renamed into place (os.replace is atomic within one filesystem), so a reader never
-sees half a file under a real name.
+Writes go through skurl.atomic (a hidden temporary file in the target directory, flushed
+to disk, renamed into place), so a reader never sees half a file under a real name.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from pathlib import Path
 
+from skurl import atomic
 from skurl.store.api import StoreError
 from skurl.store.objects import ShardStore
-
-_TMP_PREFIX = ".tmp-"
 
 
 class LocalObjects:
@@ -34,16 +31,7 @@ class LocalObjects:
     def write(self, key: str, data: bytes) -> None:
         path = self.root / key
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        atomic.write_bytes(path, data)  # its temporary names end in ".tmp", never like a key
 
     def read(self, key: str) -> bytes | None:
         try:
