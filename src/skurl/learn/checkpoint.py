@@ -121,7 +121,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     digest = hashlib.sha256(data).hexdigest()
     if SHA_KEY in meta and digest != meta[SHA_KEY]:
         raise DamagedCheckpointError(f"checkpoint '{path}': {STATE_FILE} is damaged (sha256 {digest[:12]}..., "
-                              f"expected {str(meta[SHA_KEY])[:12]}... from {META_FILE})")
+                                     f"expected {str(meta[SHA_KEY])[:12]}... from {META_FILE})")
     try:
         return load(data), meta
     except SafetensorError as exc:
