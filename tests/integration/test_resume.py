@@ -66,6 +66,17 @@ def test_resume_continues_bit_exactly(tmp_path: Path, extra: tuple[str, ...]) ->
     assert (tmp_path / "stopped" / "report.md").is_file()
 
 
+def _crash_evaluating(m: pytest.MonkeyPatch, at: int) -> None:
+    evaluate = ColocatedRun.evaluate
+
+    def crash(self: ColocatedRun, it: int) -> dict:
+        if it == at:
+            raise RuntimeError("simulated crash")
+        return evaluate(self, it)
+
+    m.setattr(ColocatedRun, "evaluate", crash)
+
+
 def test_a_crash_while_evaluating_loses_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A crash in the evaluation of a checkpointed iteration (here the last, 3) must leave
     no checkpoint past the last logged record: the resumed run redoes the iteration, so its
@@ -92,17 +103,6 @@ def test_a_crash_while_evaluating_loses_no_record(tmp_path: Path, monkeypatch: p
             for d in ("straight", "crashed")]
     assert best[0]["iteration"] == best[1]["iteration"]
     assert best[0]["validation_score"] == best[1]["validation_score"]
-
-
-def _crash_evaluating(m: pytest.MonkeyPatch, at: int) -> None:
-    evaluate = ColocatedRun.evaluate
-
-    def crash(self: ColocatedRun, it: int) -> dict:
-        if it == at:
-            raise RuntimeError("simulated crash")
-        return evaluate(self, it)
-
-    m.setattr(ColocatedRun, "evaluate", crash)
 
 
 def test_a_fresh_run_in_a_crashed_runs_dir_starts_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
