@@ -28,3 +28,10 @@ def test_bench_sim_bad_flags_exit_2(flags: list[str], capsys: pytest.CaptureFixt
     assert main(["bench", "sim", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1
+
+
+def test_bench_sim_says_when_it_caps_the_threads(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "sim", "--skus", "50", "--steps", "2", "--threads", "4096", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["threads"] < 4096
+    assert "--threads 4096 capped at" in captured.err

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import resource
+import sys
 import time
 from typing import Any
 
@@ -67,6 +68,9 @@ def run_sim(args: argparse.Namespace) -> int:
     catalog = load_catalog(cfg.catalog, args.skus)
     t_catalog = time.perf_counter() - t0
     env = VectorEnv(catalog, cfg.sim)
+    if args.threads is not None and args.threads > env.threads:  # stderr: --json output stays one object
+        print(f"bench sim: --threads {args.threads} capped at {env.threads} (the cores numba may use, "
+              "NUMBA_NUM_THREADS)", file=sys.stderr)
     t0 = time.perf_counter()
     obs = env.reset(seed=0)  # compiles on the first run ever (numba caches to disk)
     t_reset = time.perf_counter() - t0
