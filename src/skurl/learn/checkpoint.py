@@ -53,14 +53,6 @@ def best_checkpoint(run_dir: str | Path) -> Path | None:
     return latest_checkpoint(Path(run_dir) / BEST_DIR)
 
 
-def read_meta(path: str | Path) -> dict[str, Any]:
-    """A checkpoint's meta.json alone (no tensors read)."""
-    meta_file = Path(path) / META_FILE
-    if not meta_file.is_file():
-        raise CheckpointError(f"checkpoint '{path}': expected {META_FILE}")
-    return json.loads(meta_file.read_text())
-
-
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 

@@ -155,18 +155,14 @@ def forget_evaluations_from(run_dir: str | Path, start: int) -> None:
     by an attempt that crashed before its first checkpoint. An unreadable file is left to
     write_eval (which replaces it)."""
     path = Path(run_dir) / EVAL_FILE
-    if not path.is_file():
-        return
     if start == 0:
-        path.unlink()
+        path.unlink(missing_ok=True)
         return
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        history = data["history"]
-        kept = [h for h in history if h["iteration"] < start]
-    except (OSError, ValueError, TypeError, KeyError):
+    data, _ = read_eval(run_dir)
+    if data is None:
         return
-    if len(kept) < len(history):
+    kept = [h for h in data["history"] if h["iteration"] < start]
+    if len(kept) < len(data["history"]):
         atomic.write_text(path, json.dumps({**data, "history": kept}, indent=1, allow_nan=False) + "\n")
 
 
