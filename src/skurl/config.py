@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from skurl.config_loader import apply_overrides, build, check, opt, read_yaml, section, to_dict
 from skurl.config_services import DeployConfig, RayConfig, RpcConfig, StoreConfig, SyncConfig
 
@@ -147,9 +149,11 @@ class ActionsConfig:
     step: int = opt(1, "units per action step for the units grid (order = k x step)")
     z_min: float = opt(-1.0, "smallest safety factor of the cover grid (z_min..z_max, evenly spaced)")
     z_max: float = opt(4.0, "largest safety factor of the cover grid")
-    z_center: Literal["zero", "newsvendor"] = opt(
+    z_center: Literal["zero", "newsvendor", "tuned"] = opt(
         "zero", "cover grid: z_min..z_max are safety factors (zero) or offsets from each SKU's newsvendor "
-        "factor Phi^-1(cu / (cu + co)) (newsvendor: the middle of the grid starts near a sound level)"
+        "factor Phi^-1(cu / (cu + co)) (newsvendor) or from the factor of the per-SKU-tuned "
+        "forecast-base-stock (tuned: offset 0 orders exactly what that baseline orders; tuned once per run "
+        "and kept in RUN_DIR/grid_center.safetensors)"
     )
     skip: bool = opt(
         False, "cover grid: action 0 orders nothing and the other n - 1 span z_min..z_max (lets the policy "
@@ -162,6 +166,15 @@ class ActionsConfig:
               f"a number > policy.actions.z_min ({self.z_min})")
         check(self.max > 0, "policy.actions.max", self.max, "a number > 0")
         check(self.step >= 1, "policy.actions.step", self.step, "an integer >= 1")
+        check(self.z_center != "tuned" or self.kind == "cover", "policy.actions.z_center", self.z_center,
+              "zero or newsvendor unless policy.actions.kind=cover (tuned centres the cover grid)")
+        if self.kind == "cover" and self.z_center == "tuned":
+            # Offset 0 (the tuned baseline's own order) must be on the grid, or the policy
+            # cannot start from that baseline; the grid's values as ActionGrid makes them.
+            offsets = np.linspace(self.z_min, self.z_max, self.n - 1 if self.skip else self.n)
+            check(bool(np.any(offsets == 0.0)), "policy.actions.z_min", self.z_min,
+                  f"z_min..z_max in {len(offsets)} even steps to include offset 0 with z_center=tuned "
+                  f"(z_max={self.z_max}, n={self.n}; e.g. z_min=-1.5 z_max=1.5 n=21)")
 
 
 @dataclass(frozen=True)

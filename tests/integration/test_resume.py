@@ -44,8 +44,12 @@ def trained_tensors(run_dir: Path, iteration: int) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("extra", [(), ("ppo.average_reward=true", "ppo.preserve_values=true",
                                         "ppo.preserve_obs_norm=true"),
                                    ("train.warm_start=base-stock", "train.warm_start_episodes=1",
+                                    "train.warm_start_steps=20", "train.warm_start_critic=1"),
+                                   ("policy.actions.kind=cover", "policy.actions.z_center=tuned",
+                                    "policy.actions.z_min=-1", "policy.actions.z_max=1", "policy.actions.n=5",
+                                    "train.warm_start=forecast-base-stock", "train.warm_start_episodes=1",
                                     "train.warm_start_steps=20", "train.warm_start_critic=1")],
-                         ids=["default", "preserving", "warm_start"])
+                         ids=["default", "preserving", "warm_start", "tuned_cover"])
 def test_resume_continues_bit_exactly(tmp_path: Path, extra: tuple[str, ...]) -> None:
     cfg = tiny(*extra)
     straight = train(cfg, tmp_path / "straight", baseline=False)

@@ -171,3 +171,32 @@ def test_a_damaged_kept_policy_is_dropped(tmp_path: Path, capsys: pytest.Capture
     again = BestKeeper(tmp_path, catalog)
     assert again.path is None and again.score == -np.inf and not keeper.path.exists()
     assert "is damaged" in capsys.readouterr().err
+
+
+def test_a_tuned_cover_grid_starts_from_the_baseline_and_keeps_its_centre(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "run"
+    tuned = ["catalog.kind=synthetic", "catalog.skus=60", "policy.actions.kind=cover", "policy.actions.z_center=tuned",
+             "policy.actions.n=5", "policy.actions.z_min=-1", "policy.actions.z_max=1",
+             "train.warm_start=forecast-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=50",
+             "train.warm_start_critic=1", "eval.skus=0"]
+    assert main(["train", "--run-dir", str(run), "--iterations", "2", "--no-baseline", *sets(TINY + tuned)]) == 0
+    assert (run / "grid_center.safetensors").is_file()
+    first = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    # Offset 0 of every SKU is the tuned baseline's order: the teacher's orders are all on the grid.
+    assert first["warm_start_grid_exact"] == 1.0 and first["warm_start_eval_profit"] != 0
+    capsys.readouterr()
+    import skurl.policy.grid_center as grid_center
+
+    def no_tuning(*_: object) -> None:
+        raise AssertionError("a resumed run or a saved policy must not tune its centre again")
+
+    monkeypatch.setattr(grid_center, "tune_center", no_tuning)
+    assert main(["train", "--resume", str(run), "--iterations", "3"]) == 0
+    assert main(["eval", "--run", str(run), "--days", "5", "--warmup", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["policy"] == "ppo" and result["params"]["iteration"] == 3 and result["skus"] == 60
+    (run / "grid_center.safetensors").unlink()
+    assert main(["eval", "--run", str(run), "--days", "5", "--warmup", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "grid_center.safetensors" in err and len(err.splitlines()) == 1

@@ -32,6 +32,7 @@ from skurl.deploy.best import BestKeeper, catalog_digest, validation_score, vali
 from skurl.errors import UserError
 from skurl.learn.checkpoint import latest_checkpoint, model_state, restore_latest, save_checkpoint
 from skurl.learn.learner import Learner
+from skurl.policy.actions import ActionGrid
 from skurl.policy.learned import CONFIG_FILE, LearnedPolicy, grid_for
 from skurl.policy.nets import ActorCritic
 from skurl.sim.layout import catalog_widths
@@ -84,7 +85,7 @@ class ColocatedRun:
         self.widths = catalog_widths(self.catalog)  # every shard and eval subset shows these
         self.shards = training_shards(self.catalog, cfg.train.collect_skus)
         self._envs: dict[int, Any] = {}
-        self.grid = grid_for(cfg)
+        self.grid = self._grid(resume)
         env0 = self._env(0)
         self.learner = Learner(cfg, env0.schema.dim, self.grid.n)
         self.meta: dict[str, Any] = {}
@@ -103,6 +104,23 @@ class ColocatedRun:
         self.baseline: dict[str, Any] | None = None
         self.best = BestKeeper(self.run_dir, self.eval_catalog, self.learner.iteration) if cfg.train.keep_best else None
         self.last_eval: dict[str, Any] | None = None
+
+    def _grid(self, resume: bool) -> ActionGrid:
+        """The run's action grid; policy.actions.z_center=tuned: centred on the baseline's
+        per-SKU factors, tuned on the training catalog at a fresh start (a resumed run reads
+        back the ones it started with)."""
+        grid = grid_for(self.cfg)
+        if not grid.needs_center:
+            return grid
+        from skurl.policy.grid_center import ensure_center, save_center, tune_center
+
+        with self.timer.stage("grid_center"):
+            if resume:
+                return grid.with_center(ensure_center(self.cfg, self.run_dir, self.catalog))
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            center = tune_center(self.cfg, self.catalog)  # a leftover file may be another config's
+            save_center(self.run_dir, center)
+            return grid.with_center(center)
 
     def _env(self, shard: int) -> Any:
         if shard not in self._envs:
@@ -190,17 +208,15 @@ class ColocatedRun:
         clone's evaluation)."""
         from skurl.learn.imitate import clone, record
         from skurl.policy.baselines import make_policy
-        from skurl.policy.tuning import tune
 
         cfg, t = self.cfg, self.cfg.train
         env = self.warm_start_env()
         steps = StageTimer(prometheus=False)  # its parts, for the first record
         with self.timer.stage("warm_start"):
             with steps.stage("tune"):
-                tuned = tune(t.warm_start, env.catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
-                             warmup=cfg.eval.warmup)
+                params, objective = self._teacher_params(env.catalog)
             with steps.stage("record"):
-                teacher = make_policy(t.warm_start, env.catalog, cfg.sim, tuned.params)
+                teacher = make_policy(t.warm_start, env.catalog, cfg.sim, params)
                 demos = record(env, teacher, self.grid, seed=t.seed, episodes=t.warm_start_episodes,
                                max_skus=t.warm_start_skus)
             with steps.stage("clone"):
@@ -209,13 +225,28 @@ class ColocatedRun:
                             max_grad_norm=cfg.ppo.max_grad_norm, device=self.learner.device)
                 self.learner.version += 1  # the clone is a policy of its own
                 self.weights.publish(self.learner.version, self.learner.weights())
-        out: dict[str, Any] = {**demos.scalars(), **fit, "warm_start_tuned_objective": tuned.objective,
+        out: dict[str, Any] = {**demos.scalars(), **fit, "warm_start_tuned_objective": objective,
                                "warm_start_seconds": sum(steps.totals().values())}
         if t.eval_every > 0:
             with steps.stage("eval"):
                 out.update({f"warm_start_{k}": v for k, v in self.evaluate(-1).items()})
         out.update({f"warm_start_{name}_seconds": s for name, s in steps.totals().items()})
         return out
+
+    def _teacher_params(self, catalog: Catalog) -> tuple[dict[str, Any], float]:
+        """The warm start's baseline, tuned for `catalog`; when the grid is centred on that
+        same baseline's tuned factors, those (its offset 0 then is the teacher's order)."""
+        from skurl.policy.baselines import default_z
+        from skurl.policy.grid_center import TEACHER
+        from skurl.policy.tuning import tune
+
+        cfg = self.cfg
+        if self.grid.tuned is not None and cfg.train.warm_start == TEACHER:
+            z = self.grid.tuned.lookup(catalog.sku_id, default_z(catalog, cfg.sim))
+            return {"z": z}, self.grid.tuned.objective
+        tuned = tune(cfg.train.warm_start, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
+                     warmup=cfg.eval.warmup)
+        return tuned.params, tuned.objective
 
     @staticmethod
     def _due(it: int, every: int, end: int) -> bool:

@@ -28,6 +28,7 @@ from skurl.policy.baselines import (
     protection_days,
     protection_moments,
 )
+from skurl.policy.grid_center import GridCenter
 from skurl.sim.api import RawState
 from skurl.sim.env import MAX_ORDER
 
@@ -44,9 +45,15 @@ class CoverParams:
     z0: np.ndarray  # float64 [N]: added to every safety factor (policy.actions.z_center)
 
     @classmethod
-    def of(cls, catalog: Catalog, review_days: int, center: str = "zero", reward: str = "profit") -> CoverParams:
-        if center == "newsvendor":
+    def of(cls, catalog: Catalog, review_days: int, center: str = "zero", reward: str = "profit",
+           tuned: GridCenter | None = None) -> CoverParams:
+        if center in ("newsvendor", "tuned"):
             z0 = default_z(catalog, SimConfig(review_days=review_days, reward=reward))  # type: ignore[arg-type]
+            if center == "tuned":
+                if tuned is None:
+                    raise ConfigError("policy.actions.z_center=tuned: the grid has no tuned centre (expected "
+                                      "ActionGrid.with_center(...) before bind; see policy/grid_center.py)")
+                z0 = tuned.lookup(catalog.sku_id, z0)  # SKUs it does not list keep the newsvendor factor
         else:
             z0 = np.zeros(len(catalog))
         return cls(protection_days(catalog, review_days), np.asarray(catalog.demand_dist),
@@ -65,6 +72,7 @@ class ActionGrid:
     cover: CoverParams | None = None  # kind=cover, after bind()
     z_center: str = "zero"  # kind=cover: policy.actions.z_center
     reward: str = "profit"  # sim.reward (the newsvendor centre's underage cost depends on it)
+    tuned: GridCenter | None = None  # z_center=tuned: the run's tuned factors (with_center)
 
     @classmethod
     def from_config(cls, cfg: ActionsConfig, review_days: int = 1, catalog: Catalog | None = None,
@@ -88,11 +96,23 @@ class ActionGrid:
         """True for a cover grid not yet bound to the SKUs it will order for."""
         return self.kind == "cover" and self.cover is None
 
+    @property
+    def needs_center(self) -> bool:
+        """True for a cover grid centred on tuned factors it does not have yet."""
+        return self.kind == "cover" and self.z_center == "tuned" and self.tuned is None
+
+    def with_center(self, tuned: GridCenter | None) -> ActionGrid:
+        """This grid with the run's tuned centre (policy.actions.z_center=tuned; else unchanged)."""
+        if self.kind != "cover" or self.z_center != "tuned":
+            return self
+        return dataclasses.replace(self, tuned=tuned, cover=None)
+
     def bind(self, catalog: Catalog) -> ActionGrid:
         """This grid for `catalog`'s SKUs, in its row order (a no-op for multiplier/units)."""
         if self.kind != "cover":
             return self
-        return dataclasses.replace(self, cover=CoverParams.of(catalog, self.review_days, self.z_center, self.reward))
+        cover = CoverParams.of(catalog, self.review_days, self.z_center, self.reward, self.tuned)
+        return dataclasses.replace(self, cover=cover)
 
     def to_orders(self, index: np.ndarray, forecast_today: np.ndarray) -> np.ndarray:
         """Units (float64 [N]) for action indices [N] given today's forecast [N]."""

@@ -129,6 +129,7 @@ class LearnedPolicy:
         will order for, in the env's row order (needed by policy.actions.kind=cover)."""
         from skurl.config import load_config
         from skurl.learn.checkpoint import best_checkpoint, latest_checkpoint, model_state
+        from skurl.policy.grid_center import CENTER_FILE, load_center
 
         run = Path(run_dir)
         if not (run / CONFIG_FILE).is_file():
@@ -141,7 +142,11 @@ class LearnedPolicy:
         state, meta = model_state(path)
         info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"],
                 **({"selected": "best"} if best is not None else {})}
-        return cls(ActorCritic.from_state(state), grid_for(cfg, catalog), info=info, **kw)
+        grid = grid_for(cfg).with_center(load_center(run))
+        if grid.needs_center:
+            raise UserError(f"run '{run}': policy.actions.z_center=tuned but no {CENTER_FILE} (expected the file "
+                            "`skurl train` writes before its first iteration)")
+        return cls(ActorCritic.from_state(state), grid if catalog is None else grid.bind(catalog), info=info, **kw)
 
 
 def grid_for(cfg: Config, catalog: Catalog | None = None) -> ActionGrid:
