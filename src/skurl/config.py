@@ -153,7 +153,7 @@ class ActionsConfig:
         "zero", "cover grid: z_min..z_max are safety factors (zero) or offsets from each SKU's newsvendor "
         "factor Phi^-1(cu / (cu + co)) (newsvendor) or from the factor of the per-SKU-tuned "
         "forecast-base-stock (tuned: offset 0 orders exactly what that baseline orders; tuned once per run "
-        "and kept in RUN_DIR/grid_center.safetensors)"
+        "and kept in RUN_DIR/grid_center.safetensors); other grids ignore it"
     )
     skip: bool = opt(
         False, "cover grid: action 0 orders nothing and the other n - 1 span z_min..z_max (lets the policy "
@@ -166,8 +166,6 @@ class ActionsConfig:
               f"a number > policy.actions.z_min ({self.z_min})")
         check(self.max > 0, "policy.actions.max", self.max, "a number > 0")
         check(self.step >= 1, "policy.actions.step", self.step, "an integer >= 1")
-        check(self.z_center != "tuned" or self.kind == "cover", "policy.actions.z_center", self.z_center,
-              "zero or newsvendor unless policy.actions.kind=cover (tuned centres the cover grid)")
         if self.kind == "cover" and self.z_center == "tuned":
             # Offset 0 (the tuned baseline's own order) must be on the grid, or the policy
             # cannot start from that baseline; the grid's values as ActionGrid makes them.

@@ -10,13 +10,21 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from skurl.catalog import load_catalog
+from skurl.catalog import Catalog, load_catalog
 from skurl.cli import main
 from skurl.collect.evaluate import make_env
 from skurl.config import ActionsConfig, Config, load_config
 from skurl.errors import ConfigError, UserError
+from skurl.learn.imitate import record
 from skurl.policy.baselines import default_z, make_policy
-from skurl.policy.grid_center import CENTER_FILE, GridCenter, load_center, save_center, tune_center
+from skurl.policy.grid_center import (
+    CENTER_FILE,
+    GridCenter,
+    ensure_center,
+    load_center,
+    save_center,
+    tune_center,
+)
 from skurl.policy.learned import grid_for
 from skurl.policy.tuning import tune
 
@@ -30,10 +38,15 @@ def config(*extra: str) -> Config:
     return load_config(None, [*SETTINGS, *extra])
 
 
-def test_offset_zero_orders_what_the_tuned_baseline_orders() -> None:
+@pytest.fixture(scope="module")
+def tuned() -> tuple[Config, Catalog, GridCenter]:
     cfg = config()
     catalog = load_catalog(cfg.catalog)
-    center = tune_center(cfg, catalog)
+    return cfg, catalog, tune_center(cfg, catalog)
+
+
+def test_offset_zero_orders_what_the_tuned_baseline_orders(tuned: tuple[Config, Catalog, GridCenter]) -> None:
+    cfg, catalog, center = tuned
     tuned = tune("forecast-base-stock", catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
                  warmup=cfg.eval.warmup)
     assert center.objective == tuned.objective and np.all(np.diff(center.sku_id) > 0)
@@ -55,6 +68,18 @@ def test_offset_zero_orders_what_the_tuned_baseline_orders() -> None:
     assert ordered > 0
 
 
+def test_the_warm_start_labels_every_decision_of_the_tuned_baseline_offset_zero(
+        tuned: tuple[Config, Catalog, GridCenter]) -> None:
+    cfg, catalog, center = tuned
+    grid = grid_for(cfg).with_center(center).bind(catalog)
+    assert grid.neutral_index == 3 and grid.values[3] == 0.0
+    teacher = make_policy("forecast-base-stock", catalog, cfg.sim, {"z": center.lookup(catalog.sku_id, np.zeros(len(catalog)))})
+    demos = record(make_env(catalog, cfg.sim), teacher, grid, seed=1, episodes=1, max_skus=len(catalog))
+    # Some days several offsets order the same (nothing, when stock is high): offset 0 is
+    # still the label, so a constant action clones the baseline exactly.
+    assert demos.exact == 1.0 and np.all(demos.labels == 3)
+
+
 def test_skus_the_centre_does_not_list_use_their_newsvendor_factor() -> None:
     cfg = config()
     catalog = load_catalog(cfg.catalog)
@@ -72,18 +97,34 @@ def test_skus_the_centre_does_not_list_use_their_newsvendor_factor() -> None:
     np.testing.assert_array_equal(empty.lookup(catalog.sku_id, newsvendor), newsvendor)
 
 
-def test_an_unset_centre_is_refused_and_tuned_needs_the_cover_grid() -> None:
+def test_a_changed_catalog_tunes_only_the_skus_the_centre_lacks(tmp_path: Path) -> None:
+    cfg = config()
+    catalog = load_catalog(cfg.catalog)
+    old = np.sort(catalog.sku_id.astype(np.int64))[::3]
+    save_center(tmp_path, GridCenter(old, np.full(old.size, 7.0), -1.0))
+    center = ensure_center(cfg, tmp_path, catalog)
+    new_rows = np.flatnonzero(~np.isin(catalog.sku_id, old))
+    alone = tune_center(cfg, catalog.subset(new_rows))
+    np.testing.assert_array_equal(center.sku_id, np.sort(catalog.sku_id))
+    np.testing.assert_array_equal(center.lookup(old, np.zeros(old.size)), 7.0)  # kept, as the policy learned them
+    np.testing.assert_array_equal(center.lookup(alone.sku_id, np.zeros(alone.sku_id.size)), alone.z)
+    assert center.objective == -1.0
+    back = load_center(tmp_path)
+    assert back is not None and np.array_equal(back.z, center.z)
+    assert ensure_center(cfg, tmp_path, catalog.subset(new_rows[:5])).sku_id.size == center.sku_id.size
+
+
+def test_an_unset_centre_is_refused_and_other_grids_ignore_it() -> None:
     cfg = config()
     grid = grid_for(cfg)
     assert grid.needs_center
     with pytest.raises(ConfigError, match="z_center=tuned"):
         grid.bind(load_catalog(cfg.catalog))
-    with pytest.raises(ConfigError, match=r"policy\.actions\.z_center"):
-        ActionsConfig(kind="multiplier", z_center="tuned")
     with pytest.raises(ConfigError, match="include offset 0"):  # -1, 0.25, 1.5: the baseline is off the grid
         ActionsConfig(kind="cover", z_center="tuned", z_min=-1.0, z_max=1.5, n=3)
     ActionsConfig(kind="cover", z_center="tuned", z_min=-1.0, z_max=2.0, n=5, skip=True)  # skip, then -1, 0, 1, 2
-    multiplier = grid_for(load_config(None, ["policy.actions.kind=multiplier"]))
+    # `--set policy.actions.kind=multiplier` over defaults that centre a cover grid: no centre
+    multiplier = grid_for(load_config(None, [*SETTINGS, "policy.actions.kind=multiplier"]))
     assert not multiplier.needs_center and multiplier.with_center(None) is multiplier
 
 
@@ -113,7 +154,9 @@ def test_a_damaged_centre_file_is_one_clear_line(tmp_path: Path, tensors: dict |
     assert CENTER_FILE in str(err.value) and len(str(err.value).splitlines()) == 1
 
 
-def test_config_show_rejects_tuned_without_the_cover_grid(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["config", "show", "--set", "policy.actions.z_center=tuned"]) == 2
+def test_config_show_rejects_a_tuned_grid_without_offset_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["config", "show"] + [a for kv in ("policy.actions.kind=cover", "policy.actions.z_center=tuned")
+                                 for a in ("--set", kv)]
+    assert main(args) == 2  # the default z_min..z_max (-1..4 in 20 steps) misses 0
     err = capsys.readouterr().err.strip()
-    assert "policy.actions.z_center" in err and len(err.splitlines()) == 1
+    assert "policy.actions.z_min" in err and "offset 0" in err and len(err.splitlines()) == 1

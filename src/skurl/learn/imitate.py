@@ -46,11 +46,18 @@ def unit_table(grid: ActionGrid, raw: RawState, n: int) -> np.ndarray:
 
 
 def nearest_actions(grid: ActionGrid, raw: RawState, orders: np.ndarray) -> np.ndarray:
-    """Per SKU, the action whose units are closest to `orders` [N] (the first of ties,
-    the smaller order on the ordered grids); int64 [N]."""
+    """Per SKU, the action whose units are closest to `orders` [N]; int64 [N]. Of ties, the
+    one nearest the grid's neutral action (the cover grid's offset 0: several safety factors
+    all order nothing when stock is high, and a teacher on the tuned centre then keeps one
+    label, offset 0, in every state), else the first (the smaller order on ordered grids)."""
     table = unit_table(grid, raw, orders.shape[0])
-    gap = np.abs(table - np.asarray(orders, np.float64)[:, None])
-    return np.argmin(np.nan_to_num(gap, nan=np.inf), axis=1).astype(np.int64)
+    gap = np.nan_to_num(np.abs(table - np.asarray(orders, np.float64)[:, None]), nan=np.inf)
+    neutral = grid.neutral_index
+    if neutral is None:
+        return np.argmin(gap, axis=1).astype(np.int64)
+    best = gap == gap.min(axis=1, keepdims=True)
+    distance = np.abs(np.arange(grid.n) - neutral).astype(np.float64)
+    return np.argmin(np.where(best, distance[None, :], np.inf), axis=1).astype(np.int64)
 
 
 @dataclass

@@ -97,6 +97,14 @@ class ActionGrid:
         return self.kind == "cover" and self.cover is None
 
     @property
+    def neutral_index(self) -> int | None:
+        """The cover grid's action nearest offset (or safety factor) 0, where the warm start
+        breaks ties between actions that order the same; None for the other grids."""
+        if self.kind != "cover":
+            return None
+        return int(np.argmin(np.where(self.values == SKIP, np.inf, np.abs(self.values))))
+
+    @property
     def needs_center(self) -> bool:
         """True for a cover grid centred on tuned factors it does not have yet."""
         return self.kind == "cover" and self.z_center == "tuned" and self.tuned is None

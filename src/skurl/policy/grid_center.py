@@ -9,8 +9,10 @@ the baseline's profit).
 
 The factors are tuned once per run on the training catalog, by the same tuner and seeds as
 the baseline and the warm start, and kept in RUN_DIR/grid_center.safetensors (SKU ids and
-factors), which a resumed run and `skurl eval --run` read back. SKUs it does not list (added
-to the catalog later) use their newsvendor factor, the untuned baseline's.
+factors), which a resumed run and `skurl eval --run` read back. A run continued on a changed
+catalog tunes the SKUs it adds and keeps the others' factors. Where a policy meets SKUs the
+file does not list (`skurl eval --run` on another catalog), they use their newsvendor factor,
+the untuned baseline's.
 """
 
 from __future__ import annotations
@@ -50,6 +52,17 @@ class GridCenter:
         out[hit] = self.z[pos[hit]]
         return out
 
+    def merged(self, other: GridCenter) -> GridCenter:
+        return _merge(self, other)
+
+
+def _merge(a: GridCenter, b: GridCenter) -> GridCenter:
+    """a's factors plus b's for the SKUs a does not list (a's objective)."""
+    extra = ~np.isin(b.sku_id, a.sku_id)
+    ids = np.concatenate([a.sku_id, b.sku_id[extra]])
+    order = np.argsort(ids, kind="stable")
+    return GridCenter(ids[order], np.concatenate([a.z, b.z[extra]])[order], a.objective)
+
 
 def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
     """Tune the teacher per SKU on `catalog` (the warm start's and baseline's tuner and seeds)."""
@@ -64,7 +77,9 @@ def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
 
 
 def save_center(run_dir: str | Path, center: GridCenter) -> None:
-    data = save({"sku_id": center.sku_id, "z": center.z, "objective": np.array([center.objective])})
+    # Contiguous copies: safetensors writes a strided view's underlying buffer, not its values.
+    data = save({"sku_id": np.ascontiguousarray(center.sku_id, dtype=np.int64),
+                 "z": np.ascontiguousarray(center.z, dtype=np.float64), "objective": np.array([center.objective])})
     atomic.write_bytes(Path(run_dir) / CENTER_FILE, data)
 
 
@@ -91,10 +106,17 @@ def load_center(run_dir: str | Path) -> GridCenter | None:
 
 
 def ensure_center(cfg: Config, run_dir: str | Path, catalog: Catalog) -> GridCenter:
-    """The run's saved centre, or a new one tuned on `catalog` and saved (first start)."""
+    """The run's saved centre (a resumed run), or one tuned on `catalog` and saved. SKUs the
+    saved centre does not list (a run continued on a changed catalog) are tuned, on their
+    own, and added; the SKUs it lists keep their factors, as the policy learned them."""
     center = load_center(run_dir)
     if center is None:
         center = tune_center(cfg, catalog)
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        save_center(run_dir, center)
+    else:
+        new = np.flatnonzero(~np.isin(catalog.sku_id, center.sku_id))
+        if new.size == 0:
+            return center
+        center = center.merged(tune_center(cfg, catalog.subset(new)))
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    save_center(run_dir, center)
     return center
