@@ -185,6 +185,7 @@ def test_a_tuned_cover_grid_starts_from_the_baseline_and_keeps_its_centre(
     first = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     # Offset 0 of every SKU is the tuned baseline's order: the teacher's orders are all on the grid.
     assert first["warm_start_grid_exact"] == 1.0 and first["warm_start_eval_profit"] != 0
+    assert first["grid_center_seconds"] > 0 and first["warm_start_accuracy"] > 0.99
     capsys.readouterr()
     import skurl.policy.grid_center as grid_center
 
@@ -200,3 +201,19 @@ def test_a_tuned_cover_grid_starts_from_the_baseline_and_keeps_its_centre(
     assert main(["eval", "--run", str(run), "--days", "5", "--warmup", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "grid_center.safetensors" in err and len(err.splitlines()) == 1
+
+
+def test_the_embedded_defaults_pick_a_grid_their_mode_can_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from skurl.commands.train_cmd import EMBEDDED, EMBEDDED_COLOCATED_GRID, _embedded_grid
+    from skurl.config import load_config
+    from skurl.policy.learned import grid_for
+
+    assert _embedded_grid("colocated") == EMBEDDED_COLOCATED_GRID
+    assert capsys.readouterr().err == ""
+    grid = grid_for(load_config(None, [*EMBEDDED, *EMBEDDED_COLOCATED_GRID]))
+    assert grid.kind == "cover" and grid.needs_center and grid.values[grid.neutral_index] == 0.0
+    for mode in ("decoupled", "ray"):
+        assert _embedded_grid(mode) == ()
+        err = capsys.readouterr().err
+        assert f"--mode {mode}" in err and "multiplier" in err and len(err.splitlines()) == 1
+    assert grid_for(load_config(None, list(EMBEDDED))).kind == "multiplier"

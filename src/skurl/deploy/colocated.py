@@ -85,6 +85,7 @@ class ColocatedRun:
         self.widths = catalog_widths(self.catalog)  # every shard and eval subset shows these
         self.shards = training_shards(self.catalog, cfg.train.collect_skus)
         self._envs: dict[int, Any] = {}
+        self.first_scalars: dict[str, Any] = {}  # for the record of this process's first iteration
         self.grid = self._grid(resume)
         env0 = self._env(0)
         self.learner = Learner(cfg, env0.schema.dim, self.grid.n)
@@ -108,19 +109,21 @@ class ColocatedRun:
     def _grid(self, resume: bool) -> ActionGrid:
         """The run's action grid; policy.actions.z_center=tuned: centred on the baseline's
         per-SKU factors, tuned on the training catalog at a fresh start (a resumed run reads
-        back the ones it started with)."""
+        back the ones it started with). The tuning's seconds go into the first record."""
         grid = grid_for(self.cfg)
         if not grid.needs_center:
             return grid
         from skurl.policy.grid_center import ensure_center, save_center, tune_center
 
-        with self.timer.stage("grid_center"):
-            if resume:
-                return grid.with_center(ensure_center(self.cfg, self.run_dir, self.catalog))
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+        began = time.perf_counter()
+        if resume:
+            center = ensure_center(self.cfg, self.run_dir, self.catalog)
+        else:
             center = tune_center(self.cfg, self.catalog)  # a leftover file may be another config's
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             save_center(self.run_dir, center)
-            return grid.with_center(center)
+        self.first_scalars["grid_center_seconds"] = time.perf_counter() - began
+        return grid.with_center(center)
 
     def _env(self, shard: int) -> Any:
         if shard not in self._envs:
@@ -177,6 +180,7 @@ class ColocatedRun:
                     scalars = self.iteration(it)
                     if it == start:
                         scalars.update(warm)
+                        scalars.update(self.first_scalars)
                     if self._due(it, cfg.train.eval_every, end):
                         scalars.update(self.evaluate(it))
                     scalars["wall_seconds"] = time.perf_counter() - began  # since this process's run() began
