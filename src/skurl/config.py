@@ -168,11 +168,16 @@ class ActionsConfig:
         check(self.step >= 1, "policy.actions.step", self.step, "an integer >= 1")
         if self.kind == "cover" and self.z_center == "tuned":
             # Offset 0 (the tuned baseline's own order) must be on the grid, or the policy
-            # cannot start from that baseline; the grid's values as ActionGrid makes them.
-            offsets = np.linspace(self.z_min, self.z_max, self.n - 1 if self.skip else self.n)
+            # cannot start from that baseline.
+            offsets = self.cover_z()
             check(bool(np.any(offsets == 0.0)), "policy.actions.z_min", self.z_min,
                   f"z_min..z_max in {len(offsets)} even steps to include offset 0 with z_center=tuned "
                   f"(z_max={self.z_max}, n={self.n}; e.g. z_min=-1.5 z_max=1.5 n=21)")
+
+    def cover_z(self) -> np.ndarray:
+        """The cover grid's safety factors (or offsets), z_min..z_max evenly spaced, one per
+        action besides the skip action."""
+        return np.linspace(self.z_min, self.z_max, self.n - 1 if self.skip else self.n)
 
 
 @dataclass(frozen=True)

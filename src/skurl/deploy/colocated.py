@@ -113,15 +113,12 @@ class ColocatedRun:
         grid = grid_for(self.cfg)
         if not grid.needs_center:
             return grid
-        from skurl.policy.grid_center import ensure_center, save_center, tune_center
+        from skurl.policy.grid_center import CENTER_FILE, ensure_center
 
         began = time.perf_counter()
-        if resume:
-            center = ensure_center(self.cfg, self.run_dir, self.catalog)
-        else:
-            center = tune_center(self.cfg, self.catalog)  # a leftover file may be another config's
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            save_center(self.run_dir, center)
+        if not resume:  # a fresh start tunes anew: a leftover file may be another config's
+            (self.run_dir / CENTER_FILE).unlink(missing_ok=True)
+        center = ensure_center(self.cfg, self.run_dir, self.catalog)
         self.first_scalars["grid_center_seconds"] = time.perf_counter() - began
         return grid.with_center(center)
 

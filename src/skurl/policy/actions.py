@@ -80,7 +80,7 @@ class ActionGrid:
         if cfg.kind == "multiplier":
             values = np.linspace(0.0, cfg.max, cfg.n)
         elif cfg.kind == "cover":
-            z = np.linspace(cfg.z_min, cfg.z_max, cfg.n - 1 if cfg.skip else cfg.n)
+            z = cfg.cover_z()
             values = np.concatenate([[SKIP], z]) if cfg.skip else z
         else:
             values = np.arange(cfg.n, dtype=np.float64) * cfg.step

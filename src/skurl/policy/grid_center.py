@@ -53,15 +53,11 @@ class GridCenter:
         return out
 
     def merged(self, other: GridCenter) -> GridCenter:
-        return _merge(self, other)
-
-
-def _merge(a: GridCenter, b: GridCenter) -> GridCenter:
-    """a's factors plus b's for the SKUs a does not list (a's objective)."""
-    extra = ~np.isin(b.sku_id, a.sku_id)
-    ids = np.concatenate([a.sku_id, b.sku_id[extra]])
-    order = np.argsort(ids, kind="stable")
-    return GridCenter(ids[order], np.concatenate([a.z, b.z[extra]])[order], a.objective)
+        """These factors plus `other`'s for the SKUs these do not list (this objective)."""
+        extra = ~np.isin(other.sku_id, self.sku_id)
+        ids = np.concatenate([self.sku_id, other.sku_id[extra]])
+        order = np.argsort(ids, kind="stable")
+        return GridCenter(ids[order], np.concatenate([self.z, other.z[extra]])[order], self.objective)
 
 
 def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:

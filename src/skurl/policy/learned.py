@@ -142,10 +142,13 @@ class LearnedPolicy:
         state, meta = model_state(path)
         info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"],
                 **({"selected": "best"} if best is not None else {})}
-        grid = grid_for(cfg).with_center(load_center(run))
-        if grid.needs_center:
-            raise UserError(f"run '{run}': policy.actions.z_center=tuned but no {CENTER_FILE} (expected the file "
-                            "`skurl train` writes before its first iteration)")
+        grid = grid_for(cfg)
+        if grid.needs_center:  # only a tuned cover grid reads the run's centre
+            center = load_center(run)
+            if center is None:
+                raise UserError(f"run '{run}': policy.actions.z_center=tuned but no {CENTER_FILE} (expected the "
+                                "file `skurl train` writes before its first iteration)")
+            grid = grid.with_center(center)
         return cls(ActorCritic.from_state(state), grid if catalog is None else grid.bind(catalog), info=info, **kw)
 
 
