@@ -22,6 +22,7 @@ from numba import njit, prange
 
 from skurl.buffer.rollout import Rollout
 from skurl.policy.actions import ActionGrid, bind_to_env, report_clipped
+from skurl.policy.bf16 import cpu_has_bf16
 from skurl.policy.nets import ActorCritic, InferenceNets, input_tensor, sample_inverse_cdf
 from skurl.sim import rng
 from skurl.sim.api import STREAM_ACTION, Env
@@ -61,19 +62,14 @@ class _NoTimer:
         yield
 
 
-def cpu_has_bf16() -> bool:
-    """True when oneDNN reports native bf16 kernels on this CPU (AVX512-BF16 or AMX)."""
-    try:
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def resolve_infer_dtype(name: str) -> torch.dtype:
     """auto | float32 | bfloat16 -> torch dtype (auto: bf16 only where the CPU has it)."""
     if name == "float32":
         return torch.float32
     if name == "bfloat16":
+        if not cpu_has_bf16():
+            log.warning("train.infer_dtype=bfloat16: this CPU has no native bf16 (AVX512-BF16 or AMX), so "
+                        "inference runs slower than in float32; expected auto or float32 here")
         return torch.bfloat16
     if name == "auto":
         return torch.bfloat16 if cpu_has_bf16() else torch.float32

@@ -25,11 +25,14 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from skurl.policy.bf16 import cpu_has_bf16
+
 T = TypeVar("T")
 _POOL: ThreadPoolExecutor | None = None  # the value net's thread when the nets run side by side
-# oneDNN's fused linear (+ bias + pointwise op), as torch.compile's CPU backend calls it
+# oneDNN's fused linear (+ bias + pointwise op), as torch.compile's CPU backend calls it;
+# only where the CPU has native bf16 (elsewhere oneDNN refuses to build the primitive)
 _MKLDNN_LINEAR = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None) \
-    if torch.backends.mkldnn.is_available() else None
+    if cpu_has_bf16() else None
 
 
 def linears_of(net: nn.Module) -> list[nn.Linear]:
@@ -129,7 +132,8 @@ def _linear(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor, relu: bool) -> to
     """relu?(h @ w.T + b). bf16 on CPU: oneDNN's linear with the bias and the ReLU in its
     epilogue (one pass over the output instead of three: bias broadcast, GEMM, ReLU), the
     same bits as addmm + relu_ (tests/unit/test_twin_mlp.py); fp32 keeps addmm, whose
-    results are autograd's own (oneDNN's fp32 GEMM rounds differently)."""
+    results are autograd's own (oneDNN's fp32 GEMM rounds differently), and so does bf16
+    on a CPU without native bf16 (autocast's own addmm there)."""
     if h.dtype == torch.bfloat16 and h.device.type == "cpu" and _MKLDNN_LINEAR is not None:
         return _MKLDNN_LINEAR(h, w, b, "relu" if relu else "none", [], "")
     out = torch.addmm(b, h, w.t())
@@ -157,8 +161,9 @@ def _weight_grad(g: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
     """g.T @ inp [out, in], as autograd computes it. In bf16 a layer narrower in than out
     (the first: in = obs_dim) as (inp.T @ g).T: 13% faster at [1024, 70] x [1024, 256],
     the same bits (oneDNN); the result is a transposed view (autograd lays it out as the
-    weight). Not in fp32, where MKL's sums for it round differently at some shapes."""
-    if g.dtype == torch.bfloat16 and inp.shape[1] < g.shape[1]:
+    weight). Not in fp32, where MKL's sums for it round differently at some shapes, nor
+    without native bf16 (torch's own bf16 GEMM, not oneDNN's)."""
+    if g.dtype == torch.bfloat16 and _MKLDNN_LINEAR is not None and inp.shape[1] < g.shape[1]:
         return torch.mm(inp.t(), g).t()
     return torch.mm(g.t(), inp)
 
