@@ -218,3 +218,23 @@ def test_the_embedded_defaults_pick_a_grid_their_mode_can_run(capsys: pytest.Cap
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--help"])
     assert "other modes: the multiplier grid" in " ".join(capsys.readouterr().out.split())
+
+
+def test_eval_run_skips_a_damaged_checkpoint_and_leaves_it_in_place(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "--run-dir", str(run), "--iterations", "4", "--no-baseline", *sets(TINY)]) == 0
+    newest = run / "checkpoints" / "iter_000004" / "state.safetensors"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["eval", "--run", str(run), "--days", "5", "--warmup", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["params"]["iteration"] == 2
+    assert "iter_000004" in captured.err and "is damaged" in captured.err and "using checkpoint" in captured.err
+    assert newest.is_file()  # a reader moves nothing: a resumed run sets it aside itself
+    (run / "checkpoints" / "iter_000002" / "state.safetensors").write_bytes(b"not safetensors")
+    assert main(["eval", "--run", str(run)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "all 2 checkpoints are damaged; expected at least one intact iter_XXXXXX")

@@ -173,6 +173,24 @@ def model_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, An
     return _strip(tensors, "model/"), meta
 
 
+def first_intact_model(paths: list[Path]) -> tuple[Path, dict[str, torch.Tensor], dict[str, Any]]:
+    """(path, model state, meta) of the first of `paths` whose checkpoint is intact, for a
+    reader (eval, export): each damaged one before it is named on stderr and left where it
+    is (only a resuming run moves a run's files aside, load_latest)."""
+    for path in paths:
+        try:
+            state, meta = model_state(path)
+        except DamagedCheckpointError as exc:
+            print(f"skurl: {exc}; skipped", file=sys.stderr)
+            continue
+        if path != paths[0]:
+            print(f"skurl: using checkpoint '{path}'", file=sys.stderr)
+        return path, state, meta
+    where = sorted({str(p.parent) for p in paths})
+    raise CheckpointError(f"{', '.join(where)}: all {len(paths)} checkpoints are damaged; expected at least one "
+                          "intact iter_XXXXXX")
+
+
 def learner_state(learner: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     tensors: dict[str, torch.Tensor] = {}
     for k, v in learner.model.state_dict().items():

@@ -128,20 +128,30 @@ class LearnedPolicy:
         the one train.keep_best kept in RUN_DIR/best (or `checkpoint`); `catalog`: the SKUs it
         will order for, in the env's row order (needed by policy.actions.kind=cover)."""
         from skurl.config import load_config
-        from skurl.learn.checkpoint import best_checkpoint, latest_checkpoint, model_state
+        from skurl.learn.checkpoint import (
+            best_checkpoint,
+            first_intact_model,
+            list_checkpoints,
+            model_state,
+        )
         from skurl.policy.grid_center import CENTER_FILE, load_center
 
         run = Path(run_dir)
         if not (run / CONFIG_FILE).is_file():
             raise UserError(f"run '{run}': no {CONFIG_FILE}; expected a directory made by `skurl train`")
         cfg = load_config(run / CONFIG_FILE)
-        best = best_checkpoint(run) if cfg.train.keep_best and checkpoint is None else None
-        path = Path(checkpoint) if checkpoint else best or latest_checkpoint(run)
-        if path is None:
-            raise UserError(f"run '{run}': no checkpoints yet (expected {run}/checkpoints/iter_XXXXXX)")
-        state, meta = model_state(path)
+        if checkpoint:  # asked for by name: that one or an error
+            path = Path(checkpoint)
+            state, meta = model_state(path)
+            best = None
+        else:  # the kept best, else the newest; a damaged one is skipped for the next
+            best = best_checkpoint(run) if cfg.train.keep_best else None
+            candidates = ([best] if best is not None else []) + list_checkpoints(run)[::-1]
+            if not candidates:
+                raise UserError(f"run '{run}': no checkpoints yet (expected {run}/checkpoints/iter_XXXXXX)")
+            path, state, meta = first_intact_model(candidates)
         info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"],
-                **({"selected": "best"} if best is not None else {})}
+                **({"selected": "best"} if path == best else {})}
         grid = grid_for(cfg)
         if grid.needs_center:  # only a tuned cover grid reads the run's centre
             center = load_center(run)
