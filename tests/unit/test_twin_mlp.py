@@ -34,8 +34,9 @@ def test_fp32_matches_autograd_bit_for_bit(hidden: list[int]) -> None:
     assert all(torch.equal(a, b) for a, b in zip(ref[2], got[2], strict=True))
 
 
-# bf16 on CPU runs oneDNN's fused linear (bias + ReLU in the GEMM) and the first layer's
-# weight gradient transposed: both must keep autocast's bits, also at the default shapes.
+# bf16 on a CPU with native bf16 runs oneDNN's fused linear (bias + ReLU in the GEMM) and
+# the first layer's weight gradient transposed; elsewhere autocast's own addmm: each must
+# keep autocast's bits, also at the default shapes.
 @pytest.mark.parametrize(("obs_dim", "n_actions", "hidden", "rows"), [(7, 5, [32, 16], 64), (70, 20, [256, 256], 1024)])
 def test_bf16_matches_autocast_bit_for_bit(obs_dim: int, n_actions: int, hidden: list[int], rows: int) -> None:
     torch.manual_seed(0)
