@@ -106,3 +106,34 @@ def test_nets_side_by_side_train_as_one_thread_does_and_restore_the_threads(amp:
         assert stats[0] == stats[1]  # every loss statistic and the gradient norm, exactly
     finally:
         torch.set_num_threads(threads)
+
+
+# Without native bf16 oneDNN refuses its fused bf16 linear: twin_forward must take addmm
+# (what ran on an AVX2 EPYC), and a bf16 learner must say that it will be slow there.
+def test_bf16_without_native_support_uses_addmm_and_the_learner_warns(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import skurl.learn.learner as learner_module
+    import skurl.policy.twin_mlp as twin_mlp
+    from skurl.config import load_config
+
+    def refused(*_: object) -> None:
+        raise AssertionError("oneDNN's fused bf16 linear called on a CPU without native bf16")
+
+    monkeypatch.setattr(twin_mlp, "_MKLDNN_LINEAR", None)
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", refused, raising=False)
+    torch.manual_seed(0)
+    model = ActorCritic(70, 20, [64, 64])
+    x = torch.randn(256, 70)
+    fp32 = _outputs_and_grads(model, lambda: twin_forward(model.policy, model.value, x))
+    bf16 = _outputs_and_grads(model, lambda: twin_forward(model.policy, model.value, x, torch.bfloat16))
+    assert not torch.equal(fp32[0], bf16[0])
+    assert torch.allclose(fp32[0], bf16[0], atol=0.1, rtol=0.05)
+    # bf16 rounding (and ReLU gates it flips) leaves weight gradients 0.1-12% off here; a
+    # wrong backward is off by ~100%
+    assert all(float((a - b).norm() / a.norm()) < 0.25 for a, b in zip(fp32[2], bf16[2], strict=True))
+
+    monkeypatch.setattr(learner_module, "cpu_has_bf16", lambda: False)
+    with caplog.at_level("WARNING", logger="skurl.learn.learner"):
+        learner_module.Learner(load_config(None, ["ppo.amp=bf16"]), 9, 5, "cpu")
+        learner_module.Learner(load_config(None, []), 9, 5, "cpu")
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["ppo.amp=bf16"]
