@@ -86,9 +86,11 @@ def test_bench_collect_and_learn_print_figures(capsys: pytest.CaptureFixture[str
     assert main(["bench", "collect", "--skus", "5000", "--steps", "1", *small]) == 0
     collect = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert collect["transitions"] == 5000 and collect["transitions_per_s"] > 0
+    assert isinstance(collect["native_bf16"], bool)
     assert main(["bench", "learn", "--transitions", "2000", "--repeat", "1", "--set", "ppo.epochs=2", *small]) == 0
     learn = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert learn["transitions"] == 2000 and learn["epochs"] == 2 and learn["transition_epochs_per_s"] > 0
+    assert learn["native_bf16"] == collect["native_bf16"]
 
 
 def _best_run(run: Path, iterations: int, *extra: str) -> None:

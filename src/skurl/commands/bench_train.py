@@ -18,6 +18,7 @@ import torch
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
+from skurl.policy.bf16 import cpu_has_bf16
 
 
 def register_bench(sub: argparse._SubParsersAction) -> None:
@@ -71,7 +72,8 @@ def run_collect(args: argparse.Namespace) -> int:
         "skus": len(catalog), "steps": s.days, "transitions": s.transitions, "seconds": round(s.seconds, 4),
         "transitions_per_s": round(s.transitions / s.seconds, 1),
         "simulate_seconds": round(s.sim_seconds, 4), "infer_seconds": round(s.infer_seconds, 4),
-        "infer_dtype": str(collector.dtype).removeprefix("torch."), "hidden": list(cfg.policy.hidden),
+        "infer_dtype": str(collector.dtype).removeprefix("torch."), "native_bf16": cpu_has_bf16(),
+        "hidden": list(cfg.policy.hidden),
         "obs_dim": env.schema.dim, "actions": grid.n, "chunk": cfg.train.chunk, "threads": threads,
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
@@ -109,6 +111,8 @@ def run_learn(args: argparse.Namespace) -> int:
         # machine (but counts OpenMP threads spinning while they wait for a core)
         "transition_epochs_per_cpu_s": round(n * stats["epochs"] / max(cpu_seconds, 1e-9), 1),
         "device": str(learner.device), "threads": threads,
+        # bf16 figures depend on it: ~15x slower than fp32 without (bench learn, AVX2 EPYC)
+        "native_bf16": cpu_has_bf16(),
         "load_avg_1m": round(max(load_before, os.getloadavg()[0]), 2),
     }
     _print(args, out, f"learn: {out['transition_epochs_per_s']:,.0f} transitions x epochs/s "
