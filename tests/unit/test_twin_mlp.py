@@ -132,7 +132,9 @@ def test_bf16_without_native_support_uses_addmm_and_the_learner_warns(
     # wrong backward is off by ~100%
     assert all(float((a - b).norm() / a.norm()) < 0.25 for a, b in zip(fp32[2], bf16[2], strict=True))
 
-    monkeypatch.setattr(learner_module, "cpu_has_bf16", lambda: False)
+    import skurl.policy.bf16 as bf16
+
+    monkeypatch.setattr(bf16, "cpu_has_bf16", lambda: False)
     with caplog.at_level("WARNING", logger="skurl.learn.learner"):
         learner_module.Learner(load_config(None, ["ppo.amp=bf16"]), 9, 5, "cpu")
         learner_module.Learner(load_config(None, []), 9, 5, "cpu")

@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from skurl.buffer.rollout import Rollout
 from skurl.policy.actions import ActionGrid, bind_to_env, report_clipped
-from skurl.policy.bf16 import cpu_has_bf16
+from skurl.policy.bf16 import cpu_has_bf16, warn_if_emulated
 from skurl.policy.nets import ActorCritic, InferenceNets, input_tensor, sample_inverse_cdf
 from skurl.sim import rng
 from skurl.sim.api import STREAM_ACTION, Env
@@ -67,9 +67,7 @@ def resolve_infer_dtype(name: str) -> torch.dtype:
     if name == "float32":
         return torch.float32
     if name == "bfloat16":
-        if not cpu_has_bf16():
-            log.warning("train.infer_dtype=bfloat16: this CPU has no native bf16 (AVX512-BF16 or AMX), so "
-                        "inference runs slower than in float32; expected auto or float32 here")
+        warn_if_emulated(log, "train.infer_dtype=bfloat16", "auto or float32")
         return torch.bfloat16
     if name == "auto":
         return torch.bfloat16 if cpu_has_bf16() else torch.float32

@@ -30,7 +30,7 @@ from skurl.learn.normalize import (
     rescale_output_layer,
 )
 from skurl.learn.ppo_loss import ppo_loss
-from skurl.policy.bf16 import cpu_has_bf16
+from skurl.policy.bf16 import warn_if_emulated
 from skurl.policy.nets import ActorCritic
 from skurl.policy.twin_mlp import twin_forward, twin_outputs
 
@@ -140,10 +140,9 @@ class Learner:
         self.reward_scaler = scaler(self.ppo.gamma, decay=self.ppo.stats_decay).to(self.device)
         # bf16: GEMMs and activations in bfloat16 from the fp32 master weights (as autocast)
         self.compute_dtype = torch.bfloat16 if self.ppo.amp == "bf16" else torch.float32
-        if self.compute_dtype == torch.bfloat16 and self.device.type == "cpu" and not cpu_has_bf16():
+        if self.compute_dtype == torch.bfloat16 and self.device.type == "cpu":
             # measured on a 2-core AVX2 EPYC: 6.8k vs 110k transitions x epochs/s (bench learn)
-            _log.warning("ppo.amp=bf16: this CPU has no native bf16 (AVX512-BF16 or AMX), so the update "
-                         "runs many times slower than in float32; expected ppo.amp=none here")
+            warn_if_emulated(_log, "ppo.amp=bf16", "ppo.amp=none")
         self.side_by_side = False  # set per update: the nets' threads (see _one_thread_per_net)
         self.iteration = 0  # updates done
         self.train_policy = True  # False during an update that fits the value net only

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 
 import torch
 
@@ -17,3 +18,10 @@ def cpu_has_bf16() -> bool:
         return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def warn_if_emulated(log: logging.Logger, setting: str, expected: str) -> None:
+    """One warning on `log` when bf16 (`setting`) is asked for on a CPU without native bf16."""
+    if not cpu_has_bf16():
+        log.warning("%s: this CPU has no native bf16 (AVX512-BF16 or AMX), so it runs slower than "
+                    "float32; expected %s here", setting, expected)

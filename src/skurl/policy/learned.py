@@ -122,34 +122,24 @@ class LearnedPolicy:
         return {"greedy": not self.sample, "actions": self.grid.kind, "n_actions": self.grid.n, **self.info}
 
     @classmethod
-    def from_run(cls, run_dir: str | Path, checkpoint: str | Path | None = None, *,
-                 catalog: Catalog | None = None, **kw: Any) -> LearnedPolicy:
-        """The policy of a training run: RUN_DIR/config.yaml + its latest checkpoint, or
-        the one train.keep_best kept in RUN_DIR/best (or `checkpoint`); `catalog`: the SKUs it
-        will order for, in the env's row order (needed by policy.actions.kind=cover)."""
+    def from_run(cls, run_dir: str | Path, *, catalog: Catalog | None = None, **kw: Any) -> LearnedPolicy:
+        """The policy of a training run: RUN_DIR/config.yaml + the checkpoint train.keep_best
+        kept in RUN_DIR/best, else its newest, skipping damaged ones for the next (the first
+        intact); `catalog`: the SKUs it will order for, in the env's row order (needed by
+        policy.actions.kind=cover)."""
         from skurl.config import load_config
-        from skurl.learn.checkpoint import (
-            best_checkpoint,
-            first_intact_model,
-            list_checkpoints,
-            model_state,
-        )
+        from skurl.learn.checkpoint import best_checkpoint, first_intact_model, list_checkpoints
         from skurl.policy.grid_center import CENTER_FILE, load_center
 
         run = Path(run_dir)
         if not (run / CONFIG_FILE).is_file():
             raise UserError(f"run '{run}': no {CONFIG_FILE}; expected a directory made by `skurl train`")
         cfg = load_config(run / CONFIG_FILE)
-        if checkpoint:  # asked for by name: that one or an error
-            path = Path(checkpoint)
-            state, meta = model_state(path)
-            best = None
-        else:  # the kept best, else the newest; a damaged one is skipped for the next
-            best = best_checkpoint(run) if cfg.train.keep_best else None
-            candidates = ([best] if best is not None else []) + list_checkpoints(run)[::-1]
-            if not candidates:
-                raise UserError(f"run '{run}': no checkpoints yet (expected {run}/checkpoints/iter_XXXXXX)")
-            path, state, meta = first_intact_model(candidates)
+        best = best_checkpoint(run) if cfg.train.keep_best else None
+        candidates = ([best] if best is not None else []) + list_checkpoints(run)[::-1]
+        if not candidates:
+            raise UserError(f"run '{run}': no checkpoints yet (expected {run}/checkpoints/iter_XXXXXX)")
+        path, state, meta = first_intact_model(candidates)
         info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"],
                 **({"selected": "best"} if path == best else {})}
         grid = grid_for(cfg)
