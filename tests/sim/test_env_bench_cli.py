@@ -35,3 +35,23 @@ def test_bench_sim_says_when_it_caps_the_threads(capsys: pytest.CaptureFixture[s
     captured = capsys.readouterr()
     assert json.loads(captured.out)["threads"] < 4096
     assert "--threads 4096 capped at" in captured.err
+
+
+def test_bench_sim_compiles_before_it_times(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A small untimed env is reset and stepped first: on a fresh install the first timed
+    step would otherwise include numba's compilation of the step kernel (~25 s)."""
+    from skurl.sim import VectorEnv
+
+    calls: list[int] = []
+    step = VectorEnv.step
+
+    def recording_step(self: VectorEnv, orders):  # type: ignore[no-untyped-def]
+        calls.append(self.num_skus)
+        return step(self, orders)
+
+    monkeypatch.setattr(VectorEnv, "step", recording_step)
+    assert main(["bench", "sim", "--skus", "500", "--steps", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert calls == [64, 500, 500, 500]
+    assert out["warm_up_s"] > 0
