@@ -65,3 +65,14 @@ def test_missing_policy_and_bad_flags_exit_2(capsys):
     assert "--policy is required" in capsys.readouterr().err
     assert main(["eval", "--policy", "base-stock", "--days", "0"]) == 2
     assert "eval.days" in capsys.readouterr().err
+
+
+def test_one_sku_episode_has_no_standard_error_and_stays_strict_json(capsys):
+    """One SKU-episode gives no spread: null in the JSON (a bare NaN is not JSON), n/a in the table."""
+    argv = [*UNIFORM, "--policy", "base-stock", "--skus", "1", "--days", "10", "--warmup", "2"]
+    assert main(["eval", *argv, "--json"]) == 0
+    line = capsys.readouterr().out.strip()
+    data = json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c} in {line}"))
+    assert data["cost_se"] is None and data["avg_cost_per_sku_day"] > 0
+    assert main(["eval", *argv]) == 0
+    assert "n/a (one SKU-episode)" in capsys.readouterr().out

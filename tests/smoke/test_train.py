@@ -45,6 +45,10 @@ def test_train_then_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["eval", "--run", str(run), "--days", "5", "--warmup", "1", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["policy"] == "ppo" and result["params"]["iteration"] == 3 and result["skus"] == 20
+    # the table too (it once sent the policy's string params through a float conversion)
+    assert main(["eval", "--run", str(run), "--days", "5", "--warmup", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "param actions" in table and "param iteration" in table and "avg cost / SKU-day" in table
 
 
 def test_warm_start_clones_the_tuned_baseline_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -127,12 +127,17 @@ class EvalResult:
     per_sku_inventory_cost: np.ndarray = field(repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        from skurl.policy.baselines import summarize
-
         out = {k: v for k, v in dataclasses.asdict(self).items()
                if k not in (*PER_SKU_FIELDS, "params")}
-        out["params"] = {k: summarize(v) if isinstance(v, np.ndarray) else v for k, v in self.params.items()}
+        out["params"] = self.params_summary()
         return out
+
+    def params_summary(self) -> dict[str, Any]:
+        """The policy's parameters for reports: per-SKU arrays as one number or quantiles
+        (baselines.summarize), other values (a learned policy's grid kind, ...) as they are."""
+        from skurl.policy.baselines import summarize
+
+        return {k: summarize(v) if isinstance(v, np.ndarray) else v for k, v in self.params.items()}
 
 
 def evaluate(catalog: Catalog, sim_cfg: SimConfig, policy: Policy, *, days: int, warmup: int,

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from skurl.config import Config, load_config
+from skurl.json_ready import json_ready
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -24,15 +25,6 @@ def config_from_args(args: argparse.Namespace, extra: list[str] | None = None) -
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=None, default=_jsonable)
+    """One line of strict JSON: numpy values as Python ones, NaN and infinities as null."""
+    json.dump(json_ready(obj, "output"), sys.stdout, indent=None, allow_nan=False)
     sys.stdout.write("\n")
-
-
-def _jsonable(value: Any) -> Any:
-    import numpy as np
-
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.policy.api import Policy
-from skurl.policy.baselines import POLICY_NAMES, check_policy_name, make_policy, summarize
+from skurl.policy.baselines import POLICY_NAMES, check_policy_name, make_policy
 from skurl.sim.layout import catalog_widths
 
 
@@ -125,6 +126,11 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _se(value: float) -> str:
+    """A standard error, or why there is none (one SKU-episode: nothing to spread)."""
+    return f"{value:.4f}" if math.isfinite(value) else "n/a (one SKU-episode)"
+
+
 def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: float) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -136,7 +142,7 @@ def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: floa
     rows = [
         ("SKUs x days x seeds", f"{result.skus} x {result.days} x {len(result.seeds)} "
                                 f"(warm-up {result.warmup}, seeds from {result.seeds[0]})"),
-        ("avg cost / SKU-day", f"{result.avg_cost_per_sku_day:.4f} ± {result.cost_se:.4f}"),
+        ("avg cost / SKU-day", f"{result.avg_cost_per_sku_day:.4f} ± {_se(result.cost_se)}"),
         ("avg profit / SKU-day", f"{result.avg_profit_per_sku_day:.4f}"),
         ("avg inventory cost / SKU-day", f"{result.avg_inventory_cost_per_sku_day:.4f} "
                                          "(holding, penalty, ordering, waste)"),
@@ -147,7 +153,7 @@ def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: floa
         ("mean on hand / SKU", f"{result.mean_on_hand:.4g}"),
         ("cost breakdown / SKU-day", _fmt(result.breakdown)),
     ]
-    rows += [(f"param {k}", _fmt(summarize(v))) for k, v in result.params.items()]
+    rows += [(f"param {k}", _fmt(v)) for k, v in result.params_summary().items()]
     if result.failed_skus:
         rows.append(("failed SKUs (excluded)", str(result.failed_skus)))
     if tuning:

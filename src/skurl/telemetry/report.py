@@ -16,7 +16,6 @@ is a baseline. All money figures are averages per SKU-day of evaluation.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
@@ -25,6 +24,7 @@ import numpy as np
 
 from skurl import atomic
 from skurl.errors import UserError
+from skurl.json_ready import json_ready
 from skurl.telemetry.logger import METRICS_FILE, read_metrics
 from skurl.telemetry.plots import (
     plot_cost_breakdown,
@@ -94,21 +94,6 @@ class EvalFile(TypedDict):
     history: list[dict[str, float]]
 
 
-def _plain(value: Any, where: str) -> Any:
-    """JSON-ready copy: numpy scalars/arrays to Python, non-finite floats to null."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(value, list | tuple | np.ndarray):
-        return [_plain(v, where) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    raise TypeError(f"eval result {where}: not JSON-serializable ({type(value).__name__})")
-
-
 def write_eval(
     run_dir: str | Path,
     iteration: int,
@@ -132,7 +117,7 @@ def write_eval(
         cost = result.get("avg_cost_per_sku_day")
         if not isinstance(cost, int | float | np.number) or isinstance(cost, bool):
             raise ValueError(f"eval result {name!r}: avg_cost_per_sku_day must be a number")
-        policies[str(name)] = _plain(result, str(name))
+        policies[str(name)] = json_ready(result, f"eval result {name}")
     previous, _ = read_eval(run_dir)
     entries = list((previous or {}).get("history", []))
     if history:
