@@ -6,6 +6,7 @@ validated on construction. Sections are grouped by the part of the loop they dri
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +37,13 @@ __all__ = [
 ]
 
 DemandDist = Literal["poisson", "geometric", "negbin"]
+# Seeds go to numpy, torch.manual_seed (a signed 64-bit value) and the simulator's counters.
+MAX_SEED = 2**62
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def check_seed(value: int, key: str) -> None:
+    check(0 <= value <= MAX_SEED, key, value, "an integer in [0, 2^62]")
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,7 @@ class CatalogConfig:
 
     def __post_init__(self) -> None:
         check(self.skus >= 1, "catalog.skus", self.skus, "an integer >= 1")
+        check_seed(self.seed, "catalog.seed")
         check(self.kind != "file" or bool(self.path), "catalog.path", self.path, "a file path when catalog.kind=file")
         check(self.lead_time >= 1, "catalog.lead_time", self.lead_time, "an integer >= 1")
         check(self.shelf_life >= 0, "catalog.shelf_life", self.shelf_life, "an integer >= 0")
@@ -304,6 +313,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(self.iterations >= 0, "train.iterations", self.iterations, "an integer >= 0")
+        check_seed(self.seed, "train.seed")
+        check(DEVICE_PATTERN.fullmatch(self.device) is not None, "train.device", self.device,
+              "auto, cpu, cuda or cuda:N")
         check(self.chunk >= 1, "train.chunk", self.chunk, "an integer >= 1")
         check(self.checkpoint_every >= 1, "train.checkpoint_every", self.checkpoint_every, ">= 1")
         check(self.eval_every >= 0, "train.eval_every", self.eval_every, "an integer >= 0 (0 = only at the end)")
@@ -327,6 +339,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         check(self.days >= 1, "eval.days", self.days, "an integer >= 1")
         check(self.warmup >= 0, "eval.warmup", self.warmup, "an integer >= 0")
+        check_seed(self.seed, "eval.seed")
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,12 @@ def test_bad_overrides_name_the_key(overrides: list[str], expected: str) -> None
         (["catalog.synthetic.forecast_noise=9"], "config key 'catalog.synthetic.forecast_noise'"),
         (["catalog.kind=file"], "config key 'catalog.path'"),
         (["ppo.gamma=1.5"], "config key 'ppo.gamma'"),
+        (["train.seed=-1"], "config key 'train.seed': got -1, expected an integer in [0, 2^62]"),
+        (["train.seed=1e30"], "config key 'train.seed'"),
+        (["eval.seed=-1"], "config key 'eval.seed'"),
+        (["catalog.seed=-1"], "config key 'catalog.seed'"),
+        (["train.device=tpu"], "config key 'train.device': got 'tpu', expected auto, cpu, cuda or cuda:N"),
+        (["train.device=cuda:abc"], "config key 'train.device'"),
     ],
 )
 def test_validation_names_the_key(overrides: list[str], expected: str) -> None:
@@ -108,6 +114,16 @@ def test_yaml_file_errors(tmp_path: Path) -> None:
     assert "expected a mapping at the top level" in _error(_yaml(tmp_path, "- 1\n- 2\n"))
     assert "unknown config key 'sim.weeks'" in _error(_yaml(tmp_path, "sim:\n  weeks: 3\n"))
     assert "config key 'sim': expected a mapping" in _error(_yaml(tmp_path, "sim: 3\n"))
+    assert "line 3: key 'days' appears twice" in _error(_yaml(tmp_path, "sim:\n  days: 5\n  days: 7\n"))
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\x00\x01\xff")
+    assert "byte 2 is not UTF-8; expected a YAML text file" in _error(binary)
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path: Path) -> None:
+    text = "sim:\n  <<: {days: 5, review_days: 2}\n  days: 9\n"
+    cfg = load_config(_yaml(tmp_path, text))
+    assert cfg.sim.days == 9 and cfg.sim.review_days == 2
     assert "config key 'sim.days': got 'ten'" in _error(_yaml(tmp_path, "sim:\n  days: ten\n"))
     assert "config key 'sim.backorders': got 1" in _error(_yaml(tmp_path, "sim:\n  backorders: 1\n"))
     assert load_config(_yaml(tmp_path, "")) == Config()  # an empty file is the defaults

@@ -285,3 +285,13 @@ def test_a_value_only_update_leaves_the_policy_net_alone() -> None:
     learner.update(bandit_rollout(learner, 32, 1))  # and the next update trains both again
     assert any(not torch.equal(v, policy[k]) for k, v in learner.model.policy.state_dict().items())
     assert learner.train_policy
+
+
+def test_a_cuda_device_torch_cannot_reach_is_one_clear_error() -> None:
+    from skurl.errors import UserError
+    from skurl.learn.learner import resolve_device
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(UserError, match=rf"train.device = 'cuda:{count}': this torch sees {count} CUDA device"):
+        resolve_device(f"cuda:{count}")
+    assert resolve_device("cpu").type == "cpu" and resolve_device("auto").type in ("cpu", "cuda")

@@ -51,9 +51,16 @@ ADAPTIVE_LR_BOUNDS = (1e-5, 1e-2)
 
 
 def resolve_device(name: str) -> torch.device:
+    """train.device as a torch device; a CUDA device this torch cannot reach is a UserError."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise UserError(f"train.device = {name!r}: this torch sees {count} CUDA device(s); "
+                            "expected auto or cpu here" + (f", or cuda:0..cuda:{count - 1}" if count else ""))
+    return device
 
 
 def allreduce_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
