@@ -110,3 +110,12 @@ def test_unknown_key_in_a_config_file(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_synth_into_a_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["catalog", "synth", "--skus", "10", "--out", str(tmp_path / "no" / "c.csv")]) == 2
     assert "does not exist" in _one_line_error(capsys.readouterr().err)
+
+
+def test_train_run_dir_that_cannot_be_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["train", "--run-dir", str(afile), "--iterations", "1"]) == 2
+    assert "--run-dir" in (err := _one_line_error(capsys.readouterr().err)) and "is a file" in err
+    assert main(["train", "--run-dir", str(afile / "sub"), "--iterations", "1"]) == 2
+    assert "cannot create it (Not a directory)" in _one_line_error(capsys.readouterr().err)

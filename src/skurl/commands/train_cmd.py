@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and (args.config or args.run_dir):
         raise UserError("skurl train: --resume RUN_DIR takes the run's own config and directory; "
                         "drop --config/--run-dir (use --set to change keys)")
+    if args.run_dir:
+        _check_run_dir(Path(args.run_dir))
     mode = getattr(args, "mode", "colocated")
     catalog = getattr(args, "catalog", None)
     if catalog and not args.resume:
@@ -109,6 +112,20 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
         result = runner.train(cfg, run_dir, baseline=not args.no_baseline)
     return _finish(args, result, colocated.BASELINE)
+
+
+def _check_run_dir(run_dir: Path) -> None:
+    """--run-dir must be (or become) a writable directory: one line before any work, not a
+    traceback when the first file is written."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"skurl train: --run-dir '{run_dir}' is a file; expected a directory (new or a run's)")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"skurl train: --run-dir '{run_dir}': cannot create it ({exc.strerror}); "
+                        "expected a writable directory path") from None
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise UserError(f"skurl train: --run-dir '{run_dir}': not writable; expected a writable directory path")
 
 
 def _embedded_grid(mode: str) -> tuple[str, ...]:
