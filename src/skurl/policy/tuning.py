@@ -9,9 +9,10 @@ tuned on.
 Two searches:
 - uniform catalogs (every row equal but sku_id; `is_uniform`): exhaustive search of the
   integer levels (S; (S, r); (s, S); constant c on a fine grid; z of forecast-base-stock on
-  a 0.1 grid), box widened until the best is inside it, then more SKU-days for the close
-  contenders until the best beats each one by several paired standard errors
-  (tuning_uniform.py).
+  a 0.1 grid), box widened until the best is inside it (a box too wide to simulate point
+  by point, at huge demand means, searched coarse to fine first), then more SKU-days for
+  the close contenders until the best beats each one by several paired standard errors
+  (tuning_uniform.py; the method keeps its name "uniform-exhaustive").
 - heterogeneous catalogs: per SKU and vectorized. Each policy has one or two scale-free
   knobs (safety factor z, order-cap multiplier, EOQ multiplier, share of mean demand);
   each grid value is simulated over the whole catalog, and each SKU keeps the value with
