@@ -49,6 +49,10 @@ def test_train_then_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["eval", "--run", str(run), "--days", "5", "--warmup", "1"]) == 0
     table = capsys.readouterr().out
     assert "param actions" in table and "param iteration" in table and "avg cost / SKU-day" in table
+    # keys of the trained policy cannot change at evaluation (they would be silently ignored)
+    assert main(["eval", "--run", str(run), "--set", "policy.actions.n=5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--set policy.actions.n=5 cannot change a trained policy" in err
 
 
 def test_warm_start_clones_the_tuned_baseline_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

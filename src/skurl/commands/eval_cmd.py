@@ -83,6 +83,20 @@ def resolve_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog,
     return make_policy(name, catalog, cfg.sim, result.params), summary
 
 
+# Keys that define a trained policy: its network, action grid and training; `eval --run`
+# takes them from RUN_DIR/config.yaml, so an override of one would be silently ignored.
+POLICY_KEYS = ("policy.", "ppo.", "train.", "sim.review_days")
+
+
+def _check_run_overrides(overrides: list[str]) -> None:
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key.startswith(POLICY_KEYS) or key in ("policy", "ppo", "train"):
+            raise UserError(f"skurl eval --run: --set {item} cannot change a trained policy (its network, "
+                            "action grid and training come from RUN_DIR/config.yaml); expected catalog.*, "
+                            "sim.* or eval.* keys")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.skus is not None and args.skus < 0:
         raise UserError(f"skurl eval: --skus {args.skus}, expected an integer >= 0")
@@ -90,8 +104,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"skurl eval: --episodes {args.episodes}, expected an integer >= 1")
     if args.policy is not None:
         check_policy_name(args.policy)  # fail before building the catalog
-    if getattr(args, "run", None) and not args.config:  # a run is scored on its own catalog
-        args.config = str(Path(args.run) / "config.yaml")
+    if getattr(args, "run", None):
+        _check_run_overrides(args.overrides)
+        if not args.config:  # a run is scored on its own catalog
+            args.config = str(Path(args.run) / "config.yaml")
     cfg = config_from_args(args, _eval_overrides(args))
     # The first eval.skus SKUs of the configured catalog, as the in-training evaluation
     # scores them; features as wide as the whole catalog's, the width a network trained

@@ -245,8 +245,8 @@ class ColocatedRun:
         if self.grid.tuned is not None and cfg.train.warm_start == TEACHER:
             z = self.grid.tuned.lookup(catalog.sku_id, default_z(catalog, cfg.sim))
             return {"z": z}, self.grid.tuned.objective
-        tuned = tune(cfg.train.warm_start, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
-                     warmup=cfg.eval.warmup)
+        tuned = tune(cfg.train.warm_start, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
+                     warmup=cfg.eval.warmup)  # the baseline's horizon (grid_center.tune_center)
         return tuned.params, tuned.objective
 
     @staticmethod
