@@ -85,6 +85,9 @@ def test_user_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["eval", "--run", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+    assert "not a run directory (no config.yaml)" in err[2]
+    assert main(["eval", "--run", str(tmp_path), "--policy", "constant"]) == 2
+    assert "expected one of the two" in capsys.readouterr().err
 
 
 def test_bench_collect_and_learn_print_figures(capsys: pytest.CaptureFixture[str]) -> None:

@@ -105,6 +105,12 @@ def run(args: argparse.Namespace) -> int:
     if args.policy is not None:
         check_policy_name(args.policy)  # fail before building the catalog
     if getattr(args, "run", None):
+        if args.policy is not None or args.tune:
+            raise UserError("skurl eval: --run scores a trained run; --policy/--tune pick a baseline; "
+                            "expected one of the two")
+        if not (Path(args.run) / "config.yaml").is_file():
+            raise UserError(f"skurl eval --run {args.run}: not a run directory (no config.yaml); "
+                            "expected a directory made by `skurl train`")
         _check_run_overrides(args.overrides)
         if not args.config:  # a run is scored on its own catalog
             args.config = str(Path(args.run) / "config.yaml")
@@ -130,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**result.to_json(), "tuning": tuning, "seconds": round(seconds, 3)})
     else:
-        print_table(result, tuning, seconds)
+        print_table(result, tuning, seconds, backorders=cfg.sim.backorders)
     return 0
 
 
@@ -147,7 +153,8 @@ def _se(value: float) -> str:
     return f"{value:.4f}" if math.isfinite(value) else "n/a (one SKU-episode)"
 
 
-def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: float) -> None:
+def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: float, *,
+                backorders: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -164,7 +171,9 @@ def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: floa
                                          "(holding, penalty, ordering, waste)"),
         ("fill rate (customers)", f"{result.fill_rate:.4%}"),
         ("fill rate (own item)", f"{result.item_fill_rate:.4%}"),
-        ("lost units", f"{result.lost_units:,.0f} ({result.lost_units / max(sku_days, 1):.4g} / SKU-day)"),
+        # with backorders the unmet units are owed, not lost (the JSON keeps lost_units)
+        ("units backordered" if backorders else "lost units",
+         f"{result.lost_units:,.0f} ({result.lost_units / max(sku_days, 1):.4g} / SKU-day)"),
         ("waste units", f"{result.waste_units:,.0f} ({result.waste_units / max(sku_days, 1):.4g} / SKU-day)"),
         ("mean on hand / SKU", f"{result.mean_on_hand:.4g}"),
         ("cost breakdown / SKU-day", _fmt(result.breakdown)),
