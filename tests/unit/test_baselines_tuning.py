@@ -109,24 +109,25 @@ def test_per_sku_search_steps_beyond_the_grid_where_the_best_sits_at_its_end():
     assert np.median(z[:20]) < -1.0 and z[20:].max() > 3.25
 
 
-class _Bowl:
-    """Per-SKU objectives with the least mean at S = 3137 on a box thousands of levels wide
-    (a uniform catalog with a huge demand mean), noise shared by all points (CRN)."""
+class _Shared:
+    """Per-SKU objectives `truth(params)` + noise shared by all points of a batch (CRN)."""
 
     name = "fake"
-    runs = 0
+
+    def __init__(self, truth) -> None:  # type: ignore[no-untyped-def]
+        self.truth, self.runs = truth, 0
 
     def __call__(self, params: dict[str, float], batch: int) -> np.ndarray:
         self.runs += 1
-        noise = 0.01 * np.random.default_rng(batch).standard_normal(100)
-        return ((params["S"] - 3137.0) / 100.0) ** 2 + noise
+        return self.truth(params) + 0.01 * np.random.default_rng(batch).standard_normal(100)
 
 
 def test_uniform_search_zooms_into_a_wide_box_and_ends_on_the_integer_optimum():
     from skurl.policy.tuning_uniform import Axis, Space, _Scores, _search
 
+    # least mean at S = 3137 on a box thousands of levels wide (a huge demand mean)
     space = Space([Axis("S", 0, 6000)], lambda v: {"S": v["S"]})
-    scorer = _Bowl()
+    scorer = _Shared(lambda p: ((p["S"] - 3137.0) / 100.0) ** 2)
     scores = _Scores(scorer, space, None)  # type: ignore[arg-type]
     best, _, rows = _search(space, scores, skus=100, max_skus=800, separation=3.0)
     assert space.params(best) == {"S": 3137.0} and rows[0]["S"] == 3137.0
@@ -134,24 +135,13 @@ def test_uniform_search_zooms_into_a_wide_box_and_ends_on_the_integer_optimum():
     assert space.axes[0].lo < 3137 < space.axes[0].hi  # not a point an edge cut short
 
 
-class _Ridge:
-    """s-S whose objective depends on s + Q only (orders every day: Q below a day's demand),
-    least at s + Q = 60: every (s, Q) on that line is an exact tie."""
-
-    name = "fake"
-    runs = 0
-
-    def __call__(self, params: dict[str, float], batch: int) -> np.ndarray:
-        self.runs += 1
-        noise = 0.01 * np.random.default_rng(batch).standard_normal(100)
-        return ((params["S"] - 60.0) / 5.0) ** 2 + noise
-
-
 def test_exact_ties_do_not_drag_the_box_along_a_ridge():
     from skurl.policy.tuning_uniform import Axis, Space, _Scores, _search
 
+    # s-S whose objective depends on s + Q only (orders every day: Q below a day's demand),
+    # least at s + Q = 60: every (s, Q) on that line is an exact tie
     space = Space([Axis("s", 36, 40), Axis("Q", 1, 4, floor=1)], lambda v: {"s": v["s"], "S": v["s"] + v["Q"]})
-    scorer = _Ridge()
+    scorer = _Shared(lambda p: ((p["S"] - 60.0) / 5.0) ** 2)
     scores = _Scores(scorer, space, None)  # type: ignore[arg-type]
     best, _, _ = _search(space, scores, skus=100, max_skus=800, separation=3.0)
     assert space.params(best)["S"] == 60.0
