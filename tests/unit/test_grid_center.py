@@ -47,7 +47,7 @@ def tuned() -> tuple[Config, Catalog, GridCenter]:
 
 def test_offset_zero_orders_what_the_tuned_baseline_orders(tuned: tuple[Config, Catalog, GridCenter]) -> None:
     cfg, catalog, center = tuned
-    tuned = tune("forecast-base-stock", catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.sim.days,
+    tuned = tune("forecast-base-stock", catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
                  warmup=cfg.eval.warmup)
     assert center.objective == tuned.objective and np.all(np.diff(center.sku_id) > 0)
     grid = grid_for(cfg).with_center(center).bind(catalog)
