@@ -89,7 +89,7 @@ def test_uniform_search_widens_when_more_batches_move_the_best_onto_an_edge():
     from skurl.policy.tuning_uniform import Axis, Space, _Scores, _search
 
     space = Space([Axis("z", 6, 14, floor=-30, step=0.1)], lambda v: {"z": v["z"]})
-    scores = _Scores(_SlopeHiddenByBatchZero(), space, None)  # type: ignore[arg-type]
+    scores = _Scores(_SlopeHiddenByBatchZero(), None)  # type: ignore[arg-type]
     best, _, _ = _search(space, scores, skus=100, max_skus=800, separation=3.0)
     assert space.params(best) == {"z": 3.0}
 
@@ -128,7 +128,7 @@ def test_uniform_search_zooms_into_a_wide_box_and_ends_on_the_integer_optimum():
     # least mean at S = 3137 on a box thousands of levels wide (a huge demand mean)
     space = Space([Axis("S", 0, 6000)], lambda v: {"S": v["S"]})
     scorer = _Shared(lambda p: ((p["S"] - 3137.0) / 100.0) ** 2)
-    scores = _Scores(scorer, space, None)  # type: ignore[arg-type]
+    scores = _Scores(scorer, None)  # type: ignore[arg-type]
     best, _, rows = _search(space, scores, skus=100, max_skus=800, separation=3.0)
     assert space.params(best) == {"S": 3137.0} and rows[0]["S"] == 3137.0
     assert scorer.runs < 150  # exhaustively: 6001 simulations
@@ -142,7 +142,7 @@ def test_exact_ties_do_not_drag_the_box_along_a_ridge():
     # least at s + Q = 60: every (s, Q) on that line is an exact tie
     space = Space([Axis("s", 36, 40), Axis("Q", 1, 4, floor=1)], lambda v: {"s": v["s"], "S": v["s"] + v["Q"]})
     scorer = _Shared(lambda p: ((p["S"] - 60.0) / 5.0) ** 2)
-    scores = _Scores(scorer, space, None)  # type: ignore[arg-type]
+    scores = _Scores(scorer, None)  # type: ignore[arg-type]
     best, _, _ = _search(space, scores, skus=100, max_skus=800, separation=3.0)
     assert space.params(best)["S"] == 60.0
     assert scorer.runs < 400  # it once widened along the tie line until ~68,000 runs

@@ -14,12 +14,16 @@ import os
 import resource
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
+
+if TYPE_CHECKING:
+    from skurl.catalog.schema import Catalog
+    from skurl.config import SimConfig
 
 # Modules adding `skurl bench` subcommands (skipped while they do not exist).
 BENCH_MODULES = ("skurl.commands.bench_train", "skurl.commands.bench_shards", "skurl.commands.bench_modes",
@@ -106,7 +110,7 @@ def run_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warm_up(catalog: Any, sim_cfg: Any) -> float:
+def _warm_up(catalog: Catalog, sim_cfg: SimConfig) -> float:
     """Reset and step a few of the catalog's SKUs once, untimed, so that neither the reset
     nor the first timed step includes numba's compilation or the loading of its on-disk cache
     (on a fresh install the step kernel compiles for ~25 s, which made a 20-step run report

@@ -24,6 +24,7 @@ from skurl.config import Config
 from skurl.errors import UserError
 from skurl.policy.api import Policy
 from skurl.policy.baselines import POLICY_NAMES, check_policy_name, make_policy
+from skurl.policy.learned import run_config_file
 from skurl.sim.layout import catalog_widths
 
 
@@ -91,7 +92,7 @@ POLICY_KEYS = ("policy.", "ppo.", "train.", "sim.review_days")
 def _check_run_overrides(overrides: list[str]) -> None:
     for item in overrides:
         key = item.split("=", 1)[0].strip()
-        if key.startswith(POLICY_KEYS) or key in ("policy", "ppo", "train"):
+        if key.startswith(POLICY_KEYS):
             raise UserError(f"skurl eval --run: --set {item} cannot change a trained policy (its network, "
                             "action grid and training come from RUN_DIR/config.yaml); expected catalog.*, "
                             "sim.* or eval.* keys")
@@ -108,12 +109,10 @@ def run(args: argparse.Namespace) -> int:
         if args.policy is not None or args.tune:
             raise UserError("skurl eval: --run scores a trained run; --policy/--tune pick a baseline; "
                             "expected one of the two")
-        if not (Path(args.run) / "config.yaml").is_file():
-            raise UserError(f"skurl eval --run {args.run}: not a run directory (no config.yaml); "
-                            "expected a directory made by `skurl train`")
+        run_config = run_config_file(args.run, "skurl eval --run")
         _check_run_overrides(args.overrides)
         if not args.config:  # a run is scored on its own catalog
-            args.config = str(Path(args.run) / "config.yaml")
+            args.config = str(run_config)
     cfg = config_from_args(args, _eval_overrides(args))
     # The first eval.skus SKUs of the configured catalog, as the in-training evaluation
     # scores them; features as wide as the whole catalog's, the width a network trained

@@ -48,7 +48,7 @@ from skurl.config import Config, load_config
 from skurl.deploy.colocated import BASELINE, BASELINE_FILE, ColocatedRun, TrainResult
 from skurl.errors import CatalogError, UserError
 from skurl.learn.checkpoint import load_latest
-from skurl.policy.learned import CONFIG_FILE
+from skurl.policy.learned import run_config_file
 from skurl.sim.layout import catalog_widths, schema_for
 
 log = logging.getLogger("skurl.catalog_change")
@@ -266,9 +266,7 @@ def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str])
     """The resumed run's config (on `catalog_path` if given, or on catalog.* overrides), its
     change record and the previous SKU ids (None when the catalog does not change now)."""
     run_dir = Path(run_dir)
-    cfg_file = run_dir / CONFIG_FILE
-    if not cfg_file.is_file():
-        raise UserError(f"--resume {run_dir}: no {CONFIG_FILE}; expected a directory made by `skurl train`")
+    cfg_file = run_config_file(run_dir, "--resume")
     latest = load_latest(run_dir)
     if latest is None:
         raise UserError(f"--resume {run_dir}: no checkpoint to resume from")

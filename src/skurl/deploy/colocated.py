@@ -33,7 +33,7 @@ from skurl.errors import UserError
 from skurl.learn.checkpoint import latest_checkpoint, model_state, restore_latest, save_checkpoint
 from skurl.learn.learner import Learner
 from skurl.policy.actions import ActionGrid
-from skurl.policy.learned import CONFIG_FILE, LearnedPolicy, grid_for
+from skurl.policy.learned import CONFIG_FILE, LearnedPolicy, grid_for, run_config_file
 from skurl.policy.nets import ActorCritic
 from skurl.sim.layout import catalog_widths
 from skurl.sync.inproc import InProcWeights
@@ -416,8 +416,6 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None, *, stream: I
            stop_after: int | None = None, baseline: bool = True) -> TrainResult:
     """Continue the run in `run_dir` from its latest checkpoint, with its own config
     (plus `overrides`, e.g. train.iterations=N to extend it)."""
-    cfg_file = Path(run_dir) / CONFIG_FILE
-    if not cfg_file.is_file():
-        raise UserError(f"--resume {run_dir}: no {CONFIG_FILE}; expected a directory made by `skurl train`")
+    cfg_file = run_config_file(run_dir, "--resume")
     cfg = load_config(cfg_file, overrides)
     return ColocatedRun(cfg, run_dir, resume=True, stream=stream, baseline=baseline).run(stop_after)

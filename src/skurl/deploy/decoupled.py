@@ -35,7 +35,7 @@ from skurl.deploy.decoupled_run import DecoupledRun
 from skurl.deploy.roles import READY, check_decoupled
 from skurl.errors import UserError
 from skurl.learn.checkpoint import latest_checkpoint
-from skurl.policy.learned import CONFIG_FILE
+from skurl.policy.learned import run_config_file
 
 log = logging.getLogger("skurl.deploy")
 CLUSTER_DIR = "decoupled"
@@ -395,9 +395,7 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None, *,
            run_cls: type[DecoupledRun] = DecoupledRun) -> TrainResult:
     """Continue the decoupled run in `run_dir` from its latest checkpoint, reading back the
     interrupted iteration's stored shards."""
-    cfg_file = Path(run_dir) / CONFIG_FILE
-    if not cfg_file.is_file():
-        raise UserError(f"--resume {run_dir}: no {CONFIG_FILE}; expected a directory made by `skurl train`")
+    cfg_file = run_config_file(run_dir, "--resume")
     cfg = load_config(cfg_file, overrides)
     return _launch(cfg, Path(run_dir), resume=True, stream=stream, stop_after=stop_after,
                    baseline=baseline, run_cls=run_cls)

@@ -37,7 +37,7 @@ from skurl.deploy.colocated import TRAINED, ColocatedRun, TrainResult
 from skurl.deploy.ray_collect import CollectorsLost, Placement, RayCollectors, Share
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import latest_checkpoint
-from skurl.policy.learned import CONFIG_FILE
+from skurl.policy.learned import run_config_file
 from skurl.sim.api import ObsSchema
 
 
@@ -250,9 +250,7 @@ def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,
 def resume(run_dir: str | Path, overrides: list[str] | None = None, *, address: str | None = None,
            stream: IO[str] | None = None, stop_after: int | None = None, baseline: bool = True) -> TrainResult:
     """Continue a run from its latest checkpoint with its own config (+ overrides)."""
-    cfg_file = Path(run_dir) / CONFIG_FILE
-    if not cfg_file.is_file():
-        raise UserError(f"--resume {run_dir}: no {CONFIG_FILE}; expected a directory made by `skurl train`")
+    cfg_file = run_config_file(run_dir, "--resume")
     cfg = with_address(load_config(cfg_file, overrides), address)
     return _run(RayRun(cfg, run_dir, resume=True, stream=stream, baseline=baseline), stop_after)
 

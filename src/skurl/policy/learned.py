@@ -25,6 +25,15 @@ CONFIG_FILE = "config.yaml"
 log = logging.getLogger("skurl.policy")
 
 
+def run_config_file(run_dir: str | Path, flag: str) -> Path:
+    """RUN_DIR/config.yaml, or a one-line UserError (`flag` names the option that gave it)."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise UserError(f"{flag} {run_dir}: not a run directory (no {CONFIG_FILE}); "
+                        "expected a directory made by `skurl train`")
+    return path
+
+
 class LearnedPolicy:
     """Orders (units) from an ActorCritic and an ActionGrid."""
 
@@ -132,9 +141,7 @@ class LearnedPolicy:
         from skurl.policy.grid_center import CENTER_FILE, load_center
 
         run = Path(run_dir)
-        if not (run / CONFIG_FILE).is_file():
-            raise UserError(f"run '{run}': no {CONFIG_FILE}; expected a directory made by `skurl train`")
-        cfg = load_config(run / CONFIG_FILE)
+        cfg = load_config(run_config_file(run, "run"))
         best = best_checkpoint(run) if cfg.train.keep_best else None
         candidates = ([best] if best is not None else []) + list_checkpoints(run)[::-1]
         if not candidates:

@@ -5,13 +5,15 @@ search can afford to be exact: every point of an integer box is simulated on the
 SKUs and seed (CRN); the box grows on any side where the best point sits on its edge;
 then the close contenders get fresh batches of SKU-days (batch b uses tuning seed + b)
 until the best beats each of them by `separation` paired standard errors, or the SKU
-budget is spent. A box wider than COARSE_POINTS steps on an axis (its width grows with
-the demand's spread: thousands of levels at a mean of 1e5 a day) is first searched on a
-coarser lattice, every ZOOM^k-th point, then ZOOM times finer around the best, down to
-the integer lattice, where the search above finishes: the same answer (a best integer
-point no edge of its box cut short) in tens of simulations instead of ~width. The paired standard error of the difference between two candidates is
+budget is spent. The paired standard error of the difference between two candidates is
 std(per-SKU differences) / sqrt(SKUs): SKUs are independent copies, and CRN makes the
 differences far less noisy than the levels themselves.
+
+A box wider than COARSE_POINTS steps on an axis (its width grows with the demand's
+spread: thousands of levels at a mean of 1e5 a day) is first searched on a coarser
+lattice, every ZOOM^k-th point, then ZOOM times finer around the best, down to the integer
+lattice, where the search above finishes: the same kind of answer (a best integer point no
+edge of its box cut short) in tens of simulations instead of ~width.
 """
 
 from __future__ import annotations
@@ -108,14 +110,13 @@ class _Scores:
     """Per-SKU objectives per (parameters, batch), simulated on demand and cached by the
     parameters' values (a coarse lattice's points are points of the finer ones)."""
 
-    def __init__(self, scorer: CandidateScorer, space: Space, progress: Progress | None) -> None:
-        self.scorer, self.space, self.progress = scorer, space, progress
+    def __init__(self, scorer: CandidateScorer, progress: Progress | None) -> None:
+        self.scorer, self.progress = scorer, progress
         self.cache: dict[tuple[tuple[tuple[str, float], ...], int], np.ndarray] = {}
 
-    def get(self, point: Point, batches: int, space: Space | None = None) -> np.ndarray:
-        """Concatenated per-SKU objectives over batches 0..batches-1 of `point` of `space`
-        (default: the search's own)."""
-        params = (space or self.space).params(point)
+    def get(self, space: Space, point: Point, batches: int) -> np.ndarray:
+        """Concatenated per-SKU objectives over batches 0..batches-1 of `point` of `space`."""
+        params = space.params(point)
         assert params is not None
         key = tuple(sorted(params.items()))
         parts = []
@@ -159,7 +160,7 @@ def _grow_box(space: Space, scores: _Scores, max_grow: int = 8) -> Point:
         if any(a.hi - a.lo > COARSE_POINTS for a in space.axes):
             _zoom_in(space, scores, max_grow)
         points = space.points()
-        best = _best(space, {p: float(np.mean(scores.get(p, 1, space))) for p in points})
+        best = _best(space, {p: float(np.mean(scores.get(space, p, 1))) for p in points})
         if not _widen(space, best):
             return best
     return best
@@ -197,7 +198,7 @@ def _separate(space: Space, scores: _Scores, skus: int, max_skus: int, separatio
     contenders = space.points()
     batches = 1
     while True:
-        obj = {p: scores.get(p, batches) for p in contenders}
+        obj = {p: scores.get(space, p, batches) for p in contenders}
         means = {p: float(np.mean(v)) for p, v in obj.items()}
         best = _best(space, means)
         rows, close = [], [best]
@@ -237,7 +238,7 @@ def tune_uniform(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, 
     tuning_catalog = uniform_copies(catalog, skus)
     scorer = CandidateScorer(name, tuning_catalog, sim_cfg, seed=seed, days=days, warmup=warmup)
     space = search_space(name, catalog, sim_cfg)
-    scores = _Scores(scorer, space, progress)
+    scores = _Scores(scorer, progress)
     best, batches, rows = _search(space, scores, skus, max_skus, separation)
     chosen = space.params(best)
     assert chosen is not None
