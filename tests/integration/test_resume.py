@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 
 from skurl.config import Config, load_config
 from skurl.deploy.colocated import ColocatedRun, resume, train
+from skurl.errors import UserError
 from skurl.learn.checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -240,6 +242,28 @@ def test_resume_with_every_checkpoint_damaged_is_one_error(tmp_path: Path) -> No
     _damage(run / "checkpoints" / "iter_000004" / "state.safetensors")
     (run / "checkpoints" / "iter_000002" / "state.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(CheckpointError, match="all 2 checkpoints are damaged"):
+        resume(run, baseline=False)
+
+
+def test_checkpoint_directories_without_meta_are_named_not_called_none(tmp_path: Path) -> None:
+    """iter_XXXXXX directories that lost meta.json are not checkpoints; resume and eval say
+    which ones they found instead of "no checkpoint yet"."""
+    from skurl.policy.learned import LearnedPolicy
+
+    run = tmp_path / "run"
+    train(tiny(), run, baseline=False)
+    for it in (2, 4):
+        (run / "checkpoints" / f"iter_00000{it}" / "meta.json").unlink()
+    want = r"no complete checkpoint in .*checkpoints \(iter_000002, iter_000004 lack meta\.json"
+    with pytest.raises(CheckpointError, match=want):
+        resume(run, baseline=False)
+    with pytest.raises(CheckpointError, match=want):
+        LearnedPolicy.from_run(run)
+    with pytest.raises(UserError, match="already holds checkpoints"):  # a new run would replace them
+        train(tiny(), run, baseline=False)
+    assert (run / "checkpoints" / "iter_000004" / "state.safetensors").is_file()  # nothing removed
+    shutil.rmtree(run / "checkpoints")
+    with pytest.raises(CheckpointError, match=r"--resume .*: no checkpoint yet \(expected .*iter_XXXXXX\)$"):
         resume(run, baseline=False)
 
 

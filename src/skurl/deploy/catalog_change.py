@@ -47,7 +47,7 @@ from skurl.catalog import Catalog, load_catalog
 from skurl.config import Config, load_config
 from skurl.deploy.colocated import BASELINE, BASELINE_FILE, ColocatedRun, TrainResult
 from skurl.errors import CatalogError, UserError
-from skurl.learn.checkpoint import load_latest
+from skurl.learn.checkpoint import load_latest, no_checkpoint_error
 from skurl.policy.learned import run_config_file
 from skurl.sim.layout import catalog_widths, schema_for
 
@@ -269,7 +269,7 @@ def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str])
     cfg_file = run_config_file(run_dir, "--resume")
     latest = load_latest(run_dir)
     if latest is None:
-        raise UserError(f"--resume {run_dir}: no checkpoint to resume from")
+        raise no_checkpoint_error(run_dir, f"--resume {run_dir}")
     _, tensors, meta = latest
     saved = load_config(cfg_file)  # the catalog the run trained on until now
     widths = trained_widths(run_dir, saved)

@@ -29,8 +29,13 @@ from skurl.collect.collector import Collector
 from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
 from skurl.config import Config, config_to_dict, load_config
 from skurl.deploy.best import BestKeeper, catalog_digest, validation_score, validation_seed
-from skurl.errors import UserError
-from skurl.learn.checkpoint import latest_checkpoint, model_state, restore_latest, save_checkpoint
+from skurl.learn.checkpoint import (
+    model_state,
+    no_checkpoint_error,
+    refuse_existing,
+    restore_latest,
+    save_checkpoint,
+)
 from skurl.learn.learner import Learner
 from skurl.policy.actions import ActionGrid
 from skurl.policy.learned import CONFIG_FILE, LearnedPolicy, grid_for, run_config_file
@@ -93,7 +98,7 @@ class ColocatedRun:
         if resume:
             restored = restore_latest(self.learner, self.run_dir)
             if restored is None:
-                raise UserError(f"--resume {self.run_dir}: no checkpoint to resume from")
+                raise no_checkpoint_error(self.run_dir, f"--resume {self.run_dir}")
             self.meta = restored[1]
         self.weights = InProcWeights(TRAINED)
         self.weights.publish(self.learner.version, self.learner.weights())
@@ -407,8 +412,7 @@ def _policy_result(result: EvalResult, catalog: Catalog) -> dict[str, Any]:
 def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,
           stop_after: int | None = None, baseline: bool = True) -> TrainResult:
     """A new run in `run_dir` (refuses a directory that already holds checkpoints)."""
-    if latest_checkpoint(run_dir) is not None:
-        raise UserError(f"run dir '{run_dir}' already holds checkpoints; use --resume {run_dir} or another --run-dir")
+    refuse_existing(run_dir)
     return ColocatedRun(cfg, run_dir, stream=stream, baseline=baseline).run(stop_after)
 
 

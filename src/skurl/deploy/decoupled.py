@@ -34,7 +34,7 @@ from skurl.deploy.colocated import TrainResult
 from skurl.deploy.decoupled_run import DecoupledRun
 from skurl.deploy.roles import READY, check_decoupled
 from skurl.errors import UserError
-from skurl.learn.checkpoint import latest_checkpoint
+from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
 
 log = logging.getLogger("skurl.deploy")
@@ -383,9 +383,7 @@ def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,
           stop_after: int | None = None, baseline: bool = True,
           run_cls: type[DecoupledRun] = DecoupledRun) -> TrainResult:
     """A new decoupled run in `run_dir` (refuses a directory that already holds checkpoints)."""
-    if latest_checkpoint(run_dir) is not None:
-        raise UserError(f"run dir '{run_dir}' already holds checkpoints; use --resume {run_dir} "
-                        "or another --run-dir")
+    refuse_existing(run_dir)
     return _launch(cfg, Path(run_dir), resume=False, stream=stream, stop_after=stop_after,
                    baseline=baseline, run_cls=run_cls)
 

@@ -36,7 +36,7 @@ from skurl.config import Config, RayConfig, load_config
 from skurl.deploy.colocated import TRAINED, ColocatedRun, TrainResult
 from skurl.deploy.ray_collect import CollectorsLost, Placement, RayCollectors, Share
 from skurl.errors import ConfigError, UserError
-from skurl.learn.checkpoint import latest_checkpoint
+from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
 from skurl.sim.api import ObsSchema
 
@@ -242,8 +242,7 @@ def with_address(cfg: Config, address: str | None) -> Config:
 def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,
           stop_after: int | None = None, baseline: bool = True) -> TrainResult:
     """A new --mode ray run in `run_dir` (refuses one that already holds checkpoints)."""
-    if latest_checkpoint(run_dir) is not None:
-        raise UserError(f"run dir '{run_dir}' already holds checkpoints; use --resume {run_dir} or another --run-dir")
+    refuse_existing(run_dir)
     return _run(RayRun(cfg, run_dir, stream=stream, baseline=baseline), stop_after)
 
 

@@ -66,6 +66,30 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
 
 
+def refuse_existing(run_dir: str | Path) -> None:
+    """A new run must not start in a directory with checkpoints, complete or not: its
+    saves would replace them (one error for every mode)."""
+    root = checkpoint_dir(run_dir)
+    if root.is_dir() and any(p.name.startswith(PREFIX) for p in root.iterdir()):
+        raise UserError(f"run dir '{run_dir}' already holds checkpoints; use --resume {run_dir} or another --run-dir")
+
+
+def no_checkpoint_error(run_dir: str | Path, what: str) -> CheckpointError:
+    """The one-line error for a run without a complete checkpoint, `what` naming the
+    caller (e.g. "--resume RUN_DIR"). Directories named iter_XXXXXX without META_FILE
+    are not checkpoints (saves rename a finished one into place, so only damage outside
+    skurl leaves one): they are named, or the message would say "none yet" to a user
+    looking at several."""
+    root = checkpoint_dir(run_dir)
+    partial = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
+                     and not (p / META_FILE).is_file()) if root.is_dir() else []
+    if not partial:
+        return CheckpointError(f"{what}: no checkpoint yet (expected {root}/{PREFIX}XXXXXX)")
+    shown = ", ".join(partial[:3]) + (f" and {len(partial) - 3} more" if len(partial) > 3 else "")
+    return CheckpointError(f"{what}: no complete checkpoint in {root} ({shown} lack {META_FILE}: incomplete or "
+                           f"damaged; expected {STATE_FILE} and {META_FILE} in each)")
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     found = list_checkpoints(run_dir)
     return found[-1] if found else None

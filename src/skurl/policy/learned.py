@@ -137,7 +137,12 @@ class LearnedPolicy:
         intact); `catalog`: the SKUs it will order for, in the env's row order (needed by
         policy.actions.kind=cover)."""
         from skurl.config import load_config
-        from skurl.learn.checkpoint import best_checkpoint, first_intact_model, list_checkpoints
+        from skurl.learn.checkpoint import (
+            best_checkpoint,
+            first_intact_model,
+            list_checkpoints,
+            no_checkpoint_error,
+        )
         from skurl.policy.grid_center import CENTER_FILE, load_center
 
         run = Path(run_dir)
@@ -145,7 +150,7 @@ class LearnedPolicy:
         best = best_checkpoint(run) if cfg.train.keep_best else None
         candidates = ([best] if best is not None else []) + list_checkpoints(run)[::-1]
         if not candidates:
-            raise UserError(f"run '{run}': no checkpoints yet (expected {run}/checkpoints/iter_XXXXXX)")
+            raise no_checkpoint_error(run, f"run '{run}'")
         path, state, meta = first_intact_model(candidates)
         info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"],
                 **({"selected": "best"} if path == best else {})}
