@@ -147,3 +147,14 @@ def test_exact_ties_do_not_drag_the_box_along_a_ridge():
     assert space.params(best)["S"] == 60.0
     assert scorer.runs < 400  # it once widened along the tie line until ~68,000 runs
     assert all(a.lo < i < a.hi or i == a.floor for a, i in zip(space.axes, best, strict=True))
+
+
+def test_uniform_s_S_on_zero_demand_never_orders():
+    """With no demand the best (s, S) orders nothing (any stock is pure holding cost); s
+    may go below zero for that (s = -1: IP <= -1 never happens under lost sales)."""
+    cat = uniform_catalog(CatalogConfig(kind="uniform", skus=3, lead_time=2, demand=DemandConfig(mean=0.0)))
+    res = tune("s-S", cat, COST, eval_seed=0, days=60, warmup=10, uniform_skus=200)
+    assert np.all(res.params["s"] == -1.0)  # every S then ties: nothing is ever ordered
+    assert res.details["runner_up"]["gap"] == 0.0 and res.details["runner_up"]["S"] != res.params["S"][0]
+    result = evaluate(cat, COST, make_policy("s-S", cat, COST, res.params), seed=1, days=60, warmup=10)
+    assert result.avg_cost_per_sku_day == 0.0

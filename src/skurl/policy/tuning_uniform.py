@@ -96,7 +96,9 @@ def search_space(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Space:
                      lambda v: {"S": v["S"], "r": v["r"]} if v["r"] <= max(v["S"], 1) else None)
     if name == "s-S":
         q0 = int(eoq(one)[0])
-        return Space([Axis("s", max(0, s0 - 4), s0), Axis("Q", max(1, q0 - 2), q0 + 3, floor=1)],
+        # s = -1 reaches S = 0 (Q >= 1): never order under lost sales, the best policy when
+        # demand is (nearly) zero and any stock only costs holding.
+        return Space([Axis("s", max(0, s0 - 4), s0, floor=-1), Axis("Q", max(1, q0 - 2), q0 + 3, floor=1)],
                      lambda v: {"s": v["s"], "S": v["s"] + v["Q"]})
     if name == "constant":
         step = 0.25 if m >= 4 else max(round(m / 16, 3), 0.001)
@@ -212,7 +214,9 @@ def _separate(space: Space, scores: _Scores, skus: int, max_skus: int, separatio
             if p != best and se > 0 and gap <= separation * se:
                 close.append(p)
         if len(close) == 1 or batches * 2 * skus > max_skus:
-            return best, batches, sorted(rows, key=lambda r: r["objective"])
+            # the best row first even among exact ties (rows[1] is reported as runner-up)
+            order = sorted(range(len(rows)), key=lambda k: (rows[k]["objective"], contenders[k] != best))
+            return best, batches, [rows[k] for k in order]
         contenders, batches = close, batches * 2
 
 
