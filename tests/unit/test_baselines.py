@@ -163,3 +163,26 @@ def test_summarize_and_is_uniform():
     assert is_uniform(cat)
     cat.lead_time[3] = 4
     assert not is_uniform(cat)
+
+
+def test_protection_moments_equal_the_day_by_day_sums_to_the_bit():
+    """The numba pass (policy/protection.py) against cumulative sums over the days, float32
+    and float64 forecasts, every distribution, cover lengths 1..H."""
+    from skurl.policy.baselines import daily_variance, protection_moments
+
+    rng = np.random.default_rng(5)
+    n, h = 3000, 17
+    for dtype in (np.float32, np.float64):
+        fc = (rng.gamma(0.5, 3.0, size=(n, h)) * (rng.random((n, h)) < 0.9)).astype(dtype)
+        cover = rng.integers(1, h + 1, n)
+        dist = rng.integers(0, 3, n).astype(np.int8)
+        size = rng.uniform(0.01, 50.0, n)
+        mean, var = protection_moments(fc, cover, dist, size)
+        last = (cover - 1)[:, None]
+        f64 = fc.astype(np.float64)
+        want_mean = np.take_along_axis(np.cumsum(f64, axis=1), last, axis=1)[:, 0]
+        days_var = daily_variance(f64, dist[:, None], size[:, None])
+        want_var = np.take_along_axis(np.cumsum(days_var, axis=1), last, axis=1)[:, 0]
+        assert np.array_equal(mean, want_mean) and np.array_equal(var, want_var)
+    with pytest.raises(ValueError, match="policy needs 18"):
+        protection_moments(fc, np.full(n, h + 1), dist, size)

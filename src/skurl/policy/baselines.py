@@ -27,6 +27,7 @@ import numpy as np
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.errors import UserError
+from skurl.policy.protection import cover_moments
 from skurl.sim.api import Obs, RawState
 
 POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock")
@@ -132,14 +133,12 @@ def protection_moments(forecast: np.ndarray, cover_days: np.ndarray, dist: np.nd
     """Mean and variance (float64 [N]) of the demand over each SKU's next cover_days days
     (forecast [N, H] of daily means; days independent, see daily_variance)."""
     width = int(cover_days.max(initial=1))
-    fc = forecast[:, :width].astype(np.float64)
-    if fc.shape[1] < width:
-        raise ValueError(f"forecast has {fc.shape[1]} days, policy needs {width} (lead + review)")
-    last = (cover_days - 1)[:, None]
-    mean = np.take_along_axis(np.cumsum(fc, axis=1), last, axis=1)[:, 0]
-    var_days = daily_variance(fc, dist[:, None], dispersion[:, None])
-    var = np.take_along_axis(np.cumsum(var_days, axis=1), last, axis=1)[:, 0]
-    return mean, var
+    if forecast.shape[1] < width:
+        raise ValueError(f"forecast has {forecast.shape[1]} days, policy needs {width} (lead + review)")
+    if cover_days.size and int(cover_days.min()) < 1:
+        raise ValueError(f"cover days {int(cover_days.min())}, expected >= 1")
+    return cover_moments(forecast, np.ascontiguousarray(cover_days, dtype=np.int64), dist,
+                         np.asarray(dispersion, dtype=np.float64))
 
 
 def order_up_to_level(mean: np.ndarray, sigma: np.ndarray, z: np.ndarray | float) -> np.ndarray:
