@@ -10,7 +10,14 @@ from skurl.catalog.uniform import uniform_catalog
 from skurl.collect.evaluate import evaluate
 from skurl.config import CatalogConfig, DemandConfig, SimConfig, load_config
 from skurl.policy.baselines import default_params, make_policy
-from skurl.policy.tuning import CandidateScorer, tune, tuning_seed
+from skurl.policy.tuning import (
+    MAX_TUNING_REPLICAS,
+    CandidateScorer,
+    per_sku_replicas,
+    replicate,
+    tune,
+    tuning_seed,
+)
 
 COST = SimConfig(reward="cost", threads=1)
 
@@ -39,11 +46,36 @@ def test_per_sku_tuning_follows_each_skus_economics_and_is_deterministic():
     # SKU), so compare the groups.
     assert dear.mean() > cheap.mean() + 2, (cheap, dear)
     # The untuned defaults are among the candidates, so per SKU the choice is never worse
-    # than them on the tuning seed (same random numbers).
-    scorer = CandidateScorer("base-stock", cat, COST, seed=first.seed, days=60, warmup=20)
-    default_obj = scorer(default_params("base-stock", cat, COST))
-    tuned_obj = scorer(first.params)
-    assert np.all(tuned_obj <= default_obj + 1e-9)
+    # than them on the tuning seed (same random numbers), averaged over the replicas.
+    copies = first.details["replicas"]
+    assert copies == per_sku_replicas(40, 60) == MAX_TUNING_REPLICAS
+    scorer = CandidateScorer("base-stock", replicate(cat, copies), COST, seed=first.seed, days=60, warmup=20)
+
+    def per_sku(params: dict) -> np.ndarray:
+        return scorer({k: np.tile(v, copies) for k, v in params.items()}).reshape(copies, -1).mean(axis=0)
+
+    assert np.all(per_sku(first.params) <= per_sku(default_params("base-stock", cat, COST)) + 1e-9)
+
+
+def test_replicas_are_independent_copies_with_their_own_groups():
+    cat = load_catalog(load_config(None, ["catalog.kind=synthetic"]).catalog, skus=200)
+    rep = replicate(cat, 3)
+    assert len(rep) == 600 and np.unique(rep.sku_id).size == 600
+    np.testing.assert_array_equal(rep.sku_id[:200], cat.sku_id)  # copy 0 draws what the catalog draws
+    for k in range(3):
+        part = rep.subset(np.arange(200 * k, 200 * (k + 1)))
+        np.testing.assert_array_equal(part.demand_mean, cat.demand_mean)
+        # same membership: two SKUs share a group in a copy iff they do in the catalog
+        same = cat.group[:, None] == cat.group[None, :]
+        np.testing.assert_array_equal(part.group[:, None] == part.group[None, :], same)
+        np.testing.assert_array_equal(part.group < 0, cat.group < 0)
+    grouped = rep.group >= 0
+    owners = {int(g): set() for g in rep.group[grouped]}
+    for row in np.flatnonzero(grouped):
+        owners[int(rep.group[row])].add(row // 200)
+    assert all(len(c) == 1 for c in owners.values())  # no group spans two copies
+    assert per_sku_replicas(2000, 100) == 10 and per_sku_replicas(20_000, 100) == 1
+    assert replicate(cat, 1) is cat
 
 
 def test_per_sku_tuning_beats_defaults_on_held_out_seeds():
