@@ -57,20 +57,24 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
+def _iter_dirs(run_dir: str | Path) -> list[Path]:
+    """The run's checkpoints/iter_XXXXXX directories, complete or not."""
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / META_FILE).is_file()]
+    return [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX)]
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    found = [p for p in _iter_dirs(run_dir) if (p / META_FILE).is_file()]
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
 
 
 def refuse_existing(run_dir: str | Path) -> None:
     """A new run must not start in a directory with checkpoints, complete or not: its
     saves would replace them (one error for every mode)."""
-    root = checkpoint_dir(run_dir)
-    if root.is_dir() and any(p.name.startswith(PREFIX) for p in root.iterdir()):
+    if _iter_dirs(run_dir):
         raise UserError(f"run dir '{run_dir}' already holds checkpoints; use --resume {run_dir} or another --run-dir")
 
 
@@ -81,8 +85,7 @@ def no_checkpoint_error(run_dir: str | Path, what: str) -> CheckpointError:
     skurl leaves one): they are named, or the message would say "none yet" to a user
     looking at several."""
     root = checkpoint_dir(run_dir)
-    partial = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
-                     and not (p / META_FILE).is_file()) if root.is_dir() else []
+    partial = sorted(p.name for p in _iter_dirs(run_dir) if not (p / META_FILE).is_file())
     if not partial:
         return CheckpointError(f"{what}: no checkpoint yet (expected {root}/{PREFIX}XXXXXX)")
     shown = ", ".join(partial[:3]) + (f" and {len(partial) - 3} more" if len(partial) > 3 else "")

@@ -13,16 +13,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-DIST_GEOMETRIC = 1  # demand_dist codes (sim/demand.py)
-DIST_NEGBIN = 2
+from skurl.sim.demand import DIST_GEOMETRIC, DIST_NEGBIN
 
 
 @njit(cache=True, parallel=True)
 def cover_moments(forecast: np.ndarray, cover_days: np.ndarray, dist: np.ndarray,
                   dispersion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(mean, variance) float64 [N] of the demand over days 0..cover_days[i]-1 of row i
-    of `forecast` [N, >= max cover_days] (daily means; days independent; the daily
-    variance of baselines.daily_variance)."""
+    of `forecast` [N, >= max cover_days] (daily means; days independent; per day the
+    variance baselines.daily_variance gives for whole arrays)."""
     n = forecast.shape[0]
     mean = np.empty(n, np.float64)
     var = np.empty(n, np.float64)
@@ -39,7 +38,7 @@ def cover_moments(forecast: np.ndarray, cover_days: np.ndarray, dist: np.ndarray
             elif kind == DIST_NEGBIN:
                 v += m + m * m / size
             else:
-                v += m + 0.0
+                v += m
         mean[i] = s
         var[i] = v
     return mean, var

@@ -205,29 +205,28 @@ def replicate(catalog: Catalog, copies: int) -> Catalog:
     parts = []
     for k in range(copies):
         part = catalog.subset(np.arange(n))
-        if k > 0 or not fits:
-            part.sku_id = catalog.sku_id + k * base_id if fits else np.arange(n, dtype=np.int64) + k * n
+        part.sku_id = catalog.sku_id + k * base_id if fits else np.arange(n, dtype=np.int64) + k * n
         part.group[grouped] = dense + k * ids.size
         parts.append(part)
     return Catalog.concat(parts)
 
 
-def tune_per_sku(scorer: CandidateScorer, progress: Progress | None = None,
-                 copies: int = 1) -> tuple[Params, np.ndarray, dict]:
-    """Coordinate search over the policy's knobs, per SKU (one sweep: z first, then the
-    cap or order-size knob). The scorer's catalog may hold `copies` replicas of the SKUs
+def tune_per_sku(scorer: CandidateScorer, catalog: Catalog,
+                 progress: Progress | None = None) -> tuple[Params, np.ndarray, dict]:
+    """Coordinate search over the policy's knobs, per SKU of `catalog` (one sweep: z first,
+    then the cap or order-size knob). The scorer simulates `catalog` or replicas of it
     (replicate): a SKU's knob is shared by its replicas and scored by their mean. Returns
     params, the per-SKU objective of the chosen candidate, and the chosen knob values."""
-    name, catalog, sim_cfg = scorer.name, scorer.catalog, scorer.sim_cfg
-    n = len(catalog) // copies
-    base = catalog.subset(np.arange(n)) if copies > 1 else catalog
-    knobs = initial_knobs(name, base, sim_cfg)
+    name, sim_cfg = scorer.name, scorer.sim_cfg
+    n = len(catalog)
+    copies = len(scorer.catalog) // n
+    knobs = initial_knobs(name, catalog, sim_cfg)
     best_obj = np.full(n, np.inf)
 
     def try_values(knob: Knob, values: np.ndarray | float) -> np.ndarray:
         val = np.clip(np.broadcast_to(np.asarray(values, dtype=np.float64), (n,)), knob.lo, knob.hi)
         tiled = {k: np.tile(v, copies) for k, v in {**knobs, knob.name: val}.items()}
-        obj = scorer(knob_params(name, catalog, sim_cfg, tiled)).reshape(copies, n).mean(axis=0)
+        obj = scorer(knob_params(name, scorer.catalog, sim_cfg, tiled)).reshape(copies, n).mean(axis=0)
         improved = obj < best_obj
         _pick(best_obj, knobs[knob.name], obj, val)
         if progress:
@@ -244,7 +243,7 @@ def tune_per_sku(scorer: CandidateScorer, progress: Progress | None = None,
         try_values(knob, center - knob.step / 2)
         try_values(knob, center + knob.step / 2)
     details = {f"{k}_chosen": v for k, v in knobs.items()}
-    return knob_params(name, base, sim_cfg, knobs), best_obj, {**details, **expansions}
+    return knob_params(name, catalog, sim_cfg, knobs), best_obj, {**details, **expansions}
 
 
 def _expand(knob: Knob, knobs: dict[str, np.ndarray],
@@ -291,7 +290,7 @@ def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, day
     days, warmup = min(days, per_sku_days), min(warmup, per_sku_warmup)
     copies = per_sku_replicas(len(catalog), days)
     scorer = CandidateScorer(name, replicate(catalog, copies), sim_cfg, seed=seed, days=days, warmup=warmup)
-    params, obj, details = tune_per_sku(scorer, progress, copies)
+    params, obj, details = tune_per_sku(scorer, catalog, progress)
     finite = np.isfinite(obj)
     return TuneResult(
         name=name, params=params, method="per-sku-grid", seed=seed, days=days, warmup=warmup,
