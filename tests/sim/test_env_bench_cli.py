@@ -15,6 +15,11 @@ def test_bench_sim_prints_one_json_object(capsys: pytest.CaptureFixture[str]) ->
     assert rc == 0
     assert out["skus"] == 3000 and out["steps"] == 3 and out["threads"] == 1
     assert out["sku_steps_per_s"] > 0 and out["peak_rss_mb"] > 0 and out["failed_skus"] == 0
+    # The median step lies within the steps' range, so between the fastest (at most the mean)
+    # and the slowest (at most all three): its rate is SKUs per median step.
+    mean_ms = out["ms_per_step"]
+    assert 0 < out["median_ms_per_step"] <= 3 * mean_ms
+    assert out["median_sku_steps_per_s"] == pytest.approx(3000 / (out["median_ms_per_step"] / 1e3))
 
 
 def test_bench_sim_text_line_and_uniform_catalog(capsys: pytest.CaptureFixture[str]) -> None:

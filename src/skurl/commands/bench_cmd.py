@@ -81,22 +81,29 @@ def run_sim(args: argparse.Namespace) -> int:
     t_reset = time.perf_counter() - t0
     orders = np.zeros(len(catalog))
     lead = catalog.lead_time.astype(np.float64)
-    t_sim = t_policy = cpu_sim = 0.0
+    t_policy = cpu_sim = 0.0
+    step_s = np.empty(args.steps)
     load_before = os.getloadavg()[0]
-    for _ in range(args.steps):
+    for k in range(args.steps):
         t0 = time.perf_counter()
         raw = obs.raw
         order_up_to(raw.on_hand, raw.pipeline, raw.backlog, raw.forecast, lead, orders)
         t1, c1 = time.perf_counter(), time.process_time()
         obs = env.step(orders).obs
-        t_sim += time.perf_counter() - t1
+        step_s[k] = time.perf_counter() - t1
         cpu_sim += time.process_time() - c1
         t_policy += t1 - t0
-    out = _sim_report(args, env, t_sim, t_policy, t_catalog, t_reset)
+    out = _sim_report(args, env, float(step_s.sum()), t_policy, t_catalog, t_reset)
     out["warm_up_s"] = t_compile
     # On a shared machine wall time depends on other load; CPU seconds (all threads) do
-    # not, so both are reported, with the load average for context.
+    # not, so both are reported, with the load average for context. The median step is
+    # robust to bursts of other load, which inflate the mean (session 14, a shared VM: the
+    # same code's step time varied up to 1.7x between runs; a burst moves the mean, the
+    # median only when it covers most steps).
     out["sku_steps_per_cpu_s"] = env.num_skus * args.steps / max(cpu_sim, 1e-9)
+    median_s = float(np.median(step_s))
+    out["median_ms_per_step"] = median_s * 1e3
+    out["median_sku_steps_per_s"] = env.num_skus / max(median_s, 1e-12)
     out["load_average"] = max(load_before, os.getloadavg()[0])
     if args.json:
         print_json(out)
@@ -106,7 +113,8 @@ def run_sim(args: argparse.Namespace) -> int:
               f"({out['ms_per_step']:.1f} ms/step incl. observation build), "
               f"policy {out['policy_ms_per_step']:.1f} ms/step, peak RSS {out['peak_rss_mb']:.0f} MB, "
               f"failed SKUs {out['failed_skus']}; {out['sku_steps_per_cpu_s'] / 1e6:.2f}M SKU-steps "
-              f"per CPU-second (load average {out['load_average']:.1f})")
+              f"per CPU-second, median step {out['median_ms_per_step']:.1f} ms "
+              f"({out['median_sku_steps_per_s'] / 1e6:.2f}M SKU-steps/s; load average {out['load_average']:.1f})")
     return 0
 
 
