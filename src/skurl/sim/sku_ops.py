@@ -112,29 +112,20 @@ def slot_of(day: np.int64, slots: np.int64) -> np.int64:
     return np.int64(0) if slots == 1 else day % slots
 
 
-@njit(cache=True, inline="always")
+@sku_jit
 def issue(stock: np.ndarray, base: np.int64, slots: np.int64, day: np.int64,
           amount: np.int64, left_before: np.int64, lifo: bool) -> None:
     """Take `amount` (<= units on hand) from the slots, oldest first (fifo) or newest first.
     Slot (day + 1) % slots holds the oldest units (they expire tonight), day % slots the
-    newest (arrived today). The one-slot case (non-perishables, most SKUs) is inlined into
-    the kernel, the rest is a call: a call for every SKU (which also makes the chunk loop
-    save its live registers around it) cost about 2-4% of a step (session 14, 1M SKUs)."""
+    newest (arrived today)."""
     if amount <= 0:
         return
-    if slots == 1:
-        stock[base] = stock[base] - amount if amount < left_before else 0
-        return
-    _issue_slots(stock, base, slots, day, amount, left_before, lifo)
-
-
-@sku_jit
-def _issue_slots(stock: np.ndarray, base: np.int64, slots: np.int64, day: np.int64,
-                 amount: np.int64, left_before: np.int64, lifo: bool) -> None:
-    """issue() for SKUs with several slots (perishables)."""
     if amount >= left_before:
         for j in range(slots):
             stock[base + j] = 0
+        return
+    if slots == 1:
+        stock[base] -= amount
         return
     step = slots - 1 if lifo else 1  # (j + step) % slots walks newer->older or older->newer
     j = day % slots if lifo else (day + 1) % slots
@@ -187,15 +178,12 @@ def promo_within(par: np.ndarray, i: np.int64, first: np.int64, days: np.int64) 
 
 
 @njit(cache=True, inline="always")
-def put_scaled(row: np.ndarray, start: np.int64, src: np.ndarray, offset: np.int64, n: np.int64,
-               inv: float) -> None:
-    """row[start + k] = src[offset + k] * inv for k < n (src 1-D). Unsigned indices: numba
-    wraps negative signed indices per element, which turns this loop into slow scatter
-    stores; an offset instead of a slice of src skips the slice's bounds arithmetic."""
+def put_scaled(row: np.ndarray, start: np.int64, src: np.ndarray, n: np.int64, inv: float) -> None:
+    """row[start + k] = src[k] * inv for k < n. Unsigned indices: numba wraps negative
+    signed indices per element, which turns this loop into slow scatter stores."""
     at = np.uint64(start)
-    frm = np.uint64(offset)
     for k in range(np.uint64(n)):
-        row[at + k] = src[frm + k] * inv
+        row[at + k] = src[k] * inv
 
 
 @njit(cache=True, inline="always")
@@ -228,13 +216,13 @@ def write_features(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast:
         first = (day + 1) % life
         n = min(life, nexp)
         head = min(life - first, n)
-        put_scaled(row, np.int64(1), stock, base + first, head, inv)
-        put_scaled(row, 1 + head, stock, base, n - head, inv)
+        put_scaled(row, np.int64(1), stock[base + first:base + first + head], head, inv)
+        put_scaled(row, 1 + head, stock[base:base + n - head], n - head, inv)
     c = 1 + nexp
     row[c] = s[S_BACKLOG] * inv
     lead = ipar(par, i, P_LEAD)
     used = npipe if full else min(lead + ipar(par, i, P_DELAY_MAX), npipe)
-    put_scaled(row, c + 1, s, np.int64(S_PIPE), used, inv)
+    put_scaled(row, c + 1, s[S_PIPE:S_PIPE + used], used, inv)
     c += 1 + npipe
     row[c] = np.float64(forecast[i, 0]) * inv
     protection = 0.0
@@ -252,7 +240,7 @@ def write_features(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast:
         row[c + 6] = par[i, P_STATIC + 1]  # shelf_life
         for k in range(7):
             row[dow + k] = 0.0
-        put_scaled(row, dow + 7, par[i], np.int64(P_STATIC + 2), np.int64(7), 1.0)
+        put_scaled(row, dow + 7, par[i, P_STATIC + 2:P_STATIC + 9], np.int64(7), 1.0)
     else:
         row[dow + (day + 6) % 7] = 0.0  # yesterday's column (day >= 1 here)
     row[dow + day % 7] = 1.0
