@@ -1,0 +1,175 @@
+"""Where does a simulated day's time go? Each per-SKU piece of the step kernel, timed alone.
+
+`skurl bench sim` gives one figure for the whole day. This script builds the real simulator
+for the default synthetic catalog (or --config/--set), steps it a few days so that stock,
+pipeline and forecasts are realistic, and then times, over the same SKUs and in the same
+compiled form as the kernel (`sku_jit`: no reference counting, everything inlined), loops that
+run only one piece of the day for every SKU:
+  mean      the day's demand mean (season, trend exponential, promotion)
+  demand    the mean plus the day's demand draw (every sampler, as the catalog mixes them)
+  forecast  the new forecast at the end of the window (a normal draw and an exponential)
+  features  the daily update of a SKU's feature row
+  uniform / normal / exp   one counter-based uniform, one ziggurat normal, one libm exp
+and, for comparison, the full step (`env.step`) on the same SKUs. Each figure is the best
+of --repeat runs, in ns per SKU. The default 10,000 SKUs keep every row in cache, so the
+figures are compute, not memory traffic (see sim_memory_floor.py for that bound).
+
+    .venv/bin/python benchmarks/sim_part_costs.py
+    .venv/bin/python benchmarks/sim_part_costs.py --skus 10000 --set catalog.kind=uniform --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+
+import numba
+import numpy as np
+
+from skurl.catalog import load_catalog
+from skurl.config import load_config
+from skurl.sim.demand import sample_demand
+from skurl.sim.env import VectorEnv
+from skurl.sim.jit import sku_jit
+from skurl.sim.rng import uniform
+from skurl.sim.sku_ops import forecast_of, ipar, key_of, mean_on, write_features
+from skurl.sim.state import P_DISPERSION, P_DIST, P_TREND
+from skurl.sim.ziggurat import normal
+
+STREAM = np.int64(1)  # any stream: the pieces' cost does not depend on it
+FIRST_DAY = 10  # timed days start after the warm-up steps
+
+
+@sku_jit
+def _mean(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
+    acc = 0.0
+    for d in range(FIRST_DAY, FIRST_DAY + days):
+        for i in range(par.shape[0]):
+            acc += mean_on(par, i, d)
+    return acc
+
+
+@sku_jit
+def _demand(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
+    acc = 0.0
+    for d in range(FIRST_DAY, FIRST_DAY + days):
+        for i in range(par.shape[0]):
+            acc += sample_demand(ipar(par, i, P_DIST), mean_on(par, i, d),
+                                 np.float64(par[i, P_DISPERSION]), key_of(st, i), d, STREAM)
+    return acc
+
+
+@sku_jit
+def _forecast(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
+    acc = 0.0
+    for d in range(FIRST_DAY, FIRST_DAY + days):
+        for i in range(par.shape[0]):
+            acc += forecast_of(par, i, key_of(st, i), d)
+    return acc
+
+
+@sku_jit
+def _uniform(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
+    acc = 0.0
+    for d in range(FIRST_DAY, FIRST_DAY + days):
+        for i in range(par.shape[0]):
+            acc += uniform(key_of(st, i), d, STREAM, np.int64(0))
+    return acc
+
+
+@sku_jit
+def _normal(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
+    acc = 0.0
+    for d in range(FIRST_DAY, FIRST_DAY + days):
+        for i in range(par.shape[0]):
+            z, _ = normal(key_of(st, i), d, STREAM, np.int64(0))
+            acc += z
+    return acc
+
+
+@sku_jit
+def _exp(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
+    acc = 0.0
+    for d in range(FIRST_DAY, FIRST_DAY + days):
+        for i in range(par.shape[0]):
+            acc += math.exp(np.float64(par[i, P_TREND]) * d)
+    return acc
+
+
+@sku_jit
+def _features(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.ndarray,
+              feats: np.ndarray, npipe: np.int64, days: np.int64) -> float:
+    for d in range(FIRST_DAY, FIRST_DAY + days):
+        for i in range(par.shape[0]):
+            write_features(par, st, stock, forecast, feats, npipe, i, d, False)
+    return 0.0
+
+
+def _best_ns(run: Callable[[], object], work: int, repeat: int) -> float:
+    run()  # compile
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    return best / work * 1e9
+
+
+def _step_ns(env: VectorEnv, days: int, repeat: int) -> float:
+    orders = np.zeros(env.num_skus)
+    best = math.inf
+    for _ in range(repeat):
+        env.reset(seed=1)
+        t0 = time.perf_counter()
+        for _ in range(days):
+            env.step(orders)
+        best = min(best, time.perf_counter() - t0)
+    return best / (days * env.num_skus) * 1e9
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config")
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--skus", type=int, default=10_000)
+    ap.add_argument("--days", type=int, default=100, help="days per timed run")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, [*args.overrides, f"sim.days={FIRST_DAY + args.days + 1}",
+                                    "sim.threads=1"])
+    env = VectorEnv(load_catalog(cfg.catalog, args.skus), cfg.sim)
+    numba.set_num_threads(1)
+    env.reset(seed=0)
+    for _ in range(FIRST_DAY):  # realistic stock, pipeline and forecasts for the feature rows
+        env.step(np.full(env.num_skus, 1.0))
+    p, s, out = env._params, env._state, env._out
+    days = np.int64(args.days)
+    work = args.days * env.num_skus
+    npipe = np.int64(env.layout.pipeline)
+    pieces: dict[str, Callable[[], object]] = {
+        "mean": lambda: _mean(p.par, s.st, days),
+        "demand": lambda: _demand(p.par, s.st, days),
+        "forecast": lambda: _forecast(p.par, s.st, days),
+        "features": lambda: _features(p.par, s.st, s.stock, s.forecast, out.features, npipe, days),
+        "uniform": lambda: _uniform(p.par, s.st, days),
+        "normal": lambda: _normal(p.par, s.st, days),
+        "exp": lambda: _exp(p.par, s.st, days),
+    }
+    ns = {name: _best_ns(run, work, args.repeat) for name, run in pieces.items()}
+    ns["full_step"] = _step_ns(env, min(args.days, cfg.sim.days - 1), args.repeat)
+    if args.json:
+        print(json.dumps({"skus": env.num_skus, "days": args.days, "ns_per_sku": ns}))
+    else:
+        print(f"{env.num_skus} SKUs, best of {args.repeat} runs of {args.days} days, 1 thread, ns per SKU-day:")
+        for name, value in ns.items():
+            print(f"  {name:10s} {value:7.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
