@@ -27,7 +27,6 @@ import sys
 import time
 from collections.abc import Callable
 
-import numba
 import numpy as np
 
 from skurl.catalog import load_catalog
@@ -143,7 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(args.config, [*args.overrides, f"sim.days={FIRST_DAY + args.days + 1}",
                                     "sim.threads=1"])
     env = VectorEnv(load_catalog(cfg.catalog, args.skus), cfg.sim)
-    numba.set_num_threads(1)
     env.reset(seed=0)
     for _ in range(FIRST_DAY):  # realistic stock, pipeline and forecasts for the feature rows
         env.step(np.full(env.num_skus, 1.0))
