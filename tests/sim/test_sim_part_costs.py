@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ def test_part_costs_prints_every_piece_and_the_full_step(capsys: pytest.CaptureF
     spec = importlib.util.spec_from_file_location("sim_part_costs", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered by name: numba's on-disk cache looks the functions' module up in sys.modules.
+    sys.modules.setdefault("sim_part_costs", module)
     spec.loader.exec_module(module)
     assert module.main(["--skus", "300", "--days", "3", "--repeat", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -146,11 +146,15 @@ def advance(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.nda
     """Move SKU i from the end of `day` to the start of day + 1: today's arrivals join stock
     at age 0, the pipeline and the forecast window shift by one day. False when the new
     forecast is not a finite float32 (the caller isolates the SKU)."""
-    span = ipar(par, i, P_LEAD) + ipar(par, i, P_DELAY_MAX)  # pipeline slots it can use
-    arrival = st[i, S_PIPE]
-    for k in range(S_PIPE, S_PIPE + span - 1):
-        st[i, k] = st[i, k + 1]
-    st[i, S_PIPE + span - 1] = 0
+    # The whole pipeline shifts, not only the lead + delay slots this SKU can use (the others
+    # hold zeros): a fixed-length loop over unsigned indices is vectorized; the SKU's own
+    # length with signed indices ran element by element (4.2 vs 10.5 ns per SKU, session 14).
+    row = st[i]
+    arrival = row[S_PIPE]
+    last = np.uint64(row.shape[0] - 1)
+    for k in range(np.uint64(S_PIPE), last):
+        row[k] = row[k + np.uint64(1)]
+    row[last] = 0
     tomorrow = day + 1
     stock[st[i, S_SLOT_OFF] + slot_of(tomorrow, ipar(par, i, P_SLOTS))] += arrival
     st[i, S_ON_HAND] += arrival
