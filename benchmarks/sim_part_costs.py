@@ -26,8 +26,10 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
+from numba import njit
 
 from skurl.catalog import load_catalog
 from skurl.config import load_config
@@ -43,60 +45,58 @@ STREAM = np.int64(1)  # any stream: the pieces' cost does not depend on it
 FIRST_DAY = 10  # timed days start after the warm-up steps
 
 
-@sku_jit
-def _mean(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
-    acc = 0.0
-    for d in range(FIRST_DAY, FIRST_DAY + days):
-        for i in range(par.shape[0]):
-            acc += mean_on(par, i, d)
-    return acc
+# One SKU-day of each piece, (par, st, row i, day) -> a value the loop sums (so the work
+# is not optimized away).
+@njit(cache=True, inline="always")
+def _mean(par: np.ndarray, st: np.ndarray, i: np.int64, d: np.int64) -> float:
+    return mean_on(par, i, d)
 
 
-@sku_jit
-def _demand(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
-    acc = 0.0
-    for d in range(FIRST_DAY, FIRST_DAY + days):
-        for i in range(par.shape[0]):
-            acc += sample_demand(ipar(par, i, P_DIST), mean_on(par, i, d),
-                                 np.float64(par[i, P_DISPERSION]), key_of(st, i), d, STREAM)
-    return acc
+@njit(cache=True, inline="always")
+def _demand(par: np.ndarray, st: np.ndarray, i: np.int64, d: np.int64) -> float:
+    return sample_demand(ipar(par, i, P_DIST), mean_on(par, i, d), np.float64(par[i, P_DISPERSION]),
+                         key_of(st, i), d, STREAM)
 
 
-@sku_jit
-def _forecast(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
-    acc = 0.0
-    for d in range(FIRST_DAY, FIRST_DAY + days):
-        for i in range(par.shape[0]):
-            acc += forecast_of(par, i, key_of(st, i), d)
-    return acc
+@njit(cache=True, inline="always")
+def _forecast(par: np.ndarray, st: np.ndarray, i: np.int64, d: np.int64) -> float:
+    return forecast_of(par, i, key_of(st, i), d)
 
 
-@sku_jit
-def _uniform(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
-    acc = 0.0
-    for d in range(FIRST_DAY, FIRST_DAY + days):
-        for i in range(par.shape[0]):
-            acc += uniform(key_of(st, i), d, STREAM, np.int64(0))
-    return acc
+@njit(cache=True, inline="always")
+def _uniform(par: np.ndarray, st: np.ndarray, i: np.int64, d: np.int64) -> float:
+    return uniform(key_of(st, i), d, STREAM, np.int64(0))
 
 
-@sku_jit
-def _normal(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
-    acc = 0.0
-    for d in range(FIRST_DAY, FIRST_DAY + days):
-        for i in range(par.shape[0]):
-            z, _ = normal(key_of(st, i), d, STREAM, np.int64(0))
-            acc += z
-    return acc
+@njit(cache=True, inline="always")
+def _normal(par: np.ndarray, st: np.ndarray, i: np.int64, d: np.int64) -> float:
+    return normal(key_of(st, i), d, STREAM, np.int64(0))[0]
 
 
-@sku_jit
-def _exp(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
-    acc = 0.0
-    for d in range(FIRST_DAY, FIRST_DAY + days):
-        for i in range(par.shape[0]):
-            acc += math.exp(np.float64(par[i, P_TREND]) * d)
-    return acc
+@njit(cache=True, inline="always")
+def _exp(par: np.ndarray, st: np.ndarray, i: np.int64, d: np.int64) -> float:
+    return math.exp(np.float64(par[i, P_TREND]) * d)
+
+
+SKU_DAY_PIECES = (("mean", _mean), ("demand", _demand), ("forecast", _forecast), ("uniform", _uniform),
+                  ("normal", _normal), ("exp", _exp))
+
+
+def _every_sku_day(piece: Callable) -> Callable:
+    """A loop running `piece` for every SKU and day, summing its values. `piece` is a
+    constant of the compiled loop (a closure), so numba inlines it: the loop is what a
+    hand-written one would be. (Passed as an argument instead, it stayed a call and timed
+    the normal draw at 17 ns instead of 6.)"""
+
+    @sku_jit
+    def loop(par: np.ndarray, st: np.ndarray, days: np.int64) -> float:
+        acc = 0.0
+        for d in range(FIRST_DAY, FIRST_DAY + days):
+            for i in range(par.shape[0]):
+                acc += piece(par, st, i, d)
+        return acc
+
+    return loop
 
 
 @sku_jit
@@ -150,14 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     work = args.days * env.num_skus
     npipe = np.int64(env.layout.pipeline)
     pieces: dict[str, Callable[[], object]] = {
-        "mean": lambda: _mean(p.par, s.st, days),
-        "demand": lambda: _demand(p.par, s.st, days),
-        "forecast": lambda: _forecast(p.par, s.st, days),
-        "features": lambda: _features(p.par, s.st, s.stock, s.forecast, out.features, npipe, days),
-        "uniform": lambda: _uniform(p.par, s.st, days),
-        "normal": lambda: _normal(p.par, s.st, days),
-        "exp": lambda: _exp(p.par, s.st, days),
-    }
+        name: partial(_every_sku_day(piece), p.par, s.st, days) for name, piece in SKU_DAY_PIECES}
+    pieces["features"] = partial(_features, p.par, s.st, s.stock, s.forecast, out.features, npipe, days)
     ns = {name: _best_ns(run, work, args.repeat) for name, run in pieces.items()}
     ns["full_step"] = _step_ns(env, min(args.days, cfg.sim.days - 1), args.repeat)
     if args.json:

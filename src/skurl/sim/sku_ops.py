@@ -156,9 +156,9 @@ def advance(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.nda
         row[k] = row[k + np.uint64(1)]
     row[last] = 0
     tomorrow = day + 1
-    stock[st[i, S_SLOT_OFF] + slot_of(tomorrow, ipar(par, i, P_SLOTS))] += arrival
-    st[i, S_ON_HAND] += arrival
-    st[i, S_ARRIVED] = arrival
+    stock[row[S_SLOT_OFF] + slot_of(tomorrow, ipar(par, i, P_SLOTS))] += arrival
+    row[S_ON_HAND] += arrival
+    row[S_ARRIVED] = arrival
     h = forecast.shape[1]
     for k in range(h - 1):
         forecast[i, k] = forecast[i, k + 1]
