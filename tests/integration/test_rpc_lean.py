@@ -81,6 +81,28 @@ def test_lean_episode_is_bit_identical_to_in_process(setup, server) -> None:
                 got.features[0] = -1  # the next delta's base cannot be written by a caller
 
 
+def test_lean_replies_with_raw_carry_the_raw_state_bit_for_bit(setup, server) -> None:
+    """What the cover grid reads (deploy/remote_grid.py): on hand, pipeline, backlog and the
+    whole forecast window, equal to the in-process env's every day; features as lean."""
+    catalog, sim = setup
+    local = VectorEnv(catalog, sim)
+    with RemoteEnv(server.address, RPC, lean=True, raw=True) as remote:
+        want, got = local.reset(5, 1), remote.reset(5, 1)
+        for day in range(DAYS + 1):
+            np.testing.assert_array_equal(bits(got.features), bits(want.features))
+            for name in ("on_hand", "pipeline", "backlog", "forecast"):
+                w, g = getattr(want.raw, name), getattr(got.raw, name)
+                assert g.dtype == w.dtype and g.shape == w.shape, name
+                np.testing.assert_array_equal(g, w, err_msg=name)
+            assert got.raw.day == want.raw.day
+            if day == DAYS:
+                break
+            orders = orders_of(day, want.raw.forecast)
+            want, got = local.step(orders).obs, remote.step(orders).obs
+    with pytest.raises(ValueError, match="lean=True"):
+        RemoteEnv(server.address, RPC, raw=True)
+
+
 def test_lean_reply_is_much_smaller(server) -> None:
     channel = grpc.insecure_channel(server.address, options=channel_options(RPC))
     stub = pb_grpc.EnvServiceStub(channel)

@@ -83,15 +83,16 @@ def catalog_schema(addresses: Sequence[str], cfg: RpcConfig, timeout_s: float) -
 
 class ReplayingRemoteEnv:
     """A RemoteEnv that, when its server is lost, reconnects and replays the episode.
-    `lean`, `schema`: the RemoteEnv's (lean replies, features shown in `schema`)."""
+    `lean`, `schema`, `raw`: the RemoteEnv's (lean replies, features shown in `schema`,
+    the raw state in them)."""
 
     def __init__(self, address: str, cfg: RpcConfig, reconnect_timeout_s: float = 60.0,
                  connect_timeout_s: float = 30.0, *, lean: bool = False,
-                 schema: ObsSchema | None = None) -> None:
+                 schema: ObsSchema | None = None, raw: bool = False) -> None:
         self.address = address
         self._cfg = cfg
         self.reconnect_timeout_s = reconnect_timeout_s
-        self._shown = {"lean": lean, "schema": schema}
+        self._shown = {"lean": lean, "schema": schema, "raw": raw}
         self._env = RemoteEnv(address, cfg, connect_timeout_s=connect_timeout_s, **self._shown)
         self.sku_ids = self._env.sku_ids
         self.catalog_rows = self._env.catalog_rows
@@ -285,16 +286,17 @@ class CatalogSchemaEnv:
 
 def collector_env(addresses: Sequence[str], shards: Sequence[int], cfg: RpcConfig,
                   reconnect_timeout_s: float, connect_timeout_s: float = 30.0, *,
-                  lean: bool = True) -> tuple[CatalogSchemaEnv, list[ReplayingRemoteEnv]]:
+                  lean: bool = True, raw: bool = False) -> tuple[CatalogSchemaEnv, list[ReplayingRemoteEnv]]:
     """The env of a collector driving sim servers `shards` of `addresses` (shard order):
     its SKUs shard by shard, with the catalog's schema; and the shard envs. With
-    `lean` the servers send only what a collector reads, in the catalog's schema."""
+    `lean` the servers send only what a collector reads, in the catalog's schema (`raw`:
+    and the raw state, for the cover action grid)."""
     schema = catalog_schema(addresses, cfg, connect_timeout_s)
     envs: list[ReplayingRemoteEnv] = []
     try:
         for k in shards:
             env = ReplayingRemoteEnv(addresses[k], cfg, reconnect_timeout_s, connect_timeout_s,
-                                     lean=lean, schema=schema if lean else None)
+                                     lean=lean, schema=schema if lean else None, raw=raw and lean)
             envs.append(env)
             if env.shard != (k, len(addresses)):
                 raise UserError(f"sim server {addresses[k]} serves shard {env.shard[0]}/"

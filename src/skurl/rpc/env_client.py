@@ -3,8 +3,8 @@
 A collector cannot tell it from VectorEnv: same reset/step/info/close, same schema, same
 Obs/StepResult with the env's own dtypes, arrays reused every step. With lean=True it
 asks for lean replies (env_wire.py): only what a collector reads, about 1/13 of the bytes;
-the raw state but today's forecast reads as zeros, the per-SKU metrics as NaN, and
-`metric_sums` holds the shard's sums of the last step. Failures surface as
+the raw state but today's forecast reads as zeros (unless raw=True: then it is whole), the
+per-SKU metrics as NaN, and `metric_sums` holds the shard's sums of the last step. Failures surface as
 skurl errors naming the server: a dead or unreachable server is ServerUnavailableError,
 a rejected request RequestRejectedError carrying the server's one-line reason.
 """
@@ -69,13 +69,15 @@ class RemoteEnv:
 
     def __init__(self, address: str, cfg: RpcConfig | None = None, *, env_id: str | None = None,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, lean: bool = False,
-                 schema: ObsSchema | None = None) -> None:
+                 schema: ObsSchema | None = None, raw: bool = False) -> None:
         """`schema` (lean only): show the features in this schema, the server's fields at
-        least as wide (the catalog's, when the shard's own is narrower)."""
-        if schema is not None and not lean:
-            raise ValueError("RemoteEnv: a schema to show needs lean=True")
+        least as wide (the catalog's, when the shard's own is narrower). `raw` (lean only):
+        the lean replies carry the raw state too (the cover action grid reads it)."""
+        if (schema is not None or raw) and not lean:
+            raise ValueError("RemoteEnv: a schema to show and raw replies need lean=True")
         self.address = address
         self.lean = lean
+        self.raw = raw
         self.env_id = env_id or f"env-{uuid.uuid4().hex[:12]}"
         self._cfg = cfg or RpcConfig()
         self._channel: grpc.Channel | None = connect(address, self._cfg, connect_timeout_s)
@@ -96,7 +98,7 @@ class RemoteEnv:
         self.days = int(info.days)
         self._decoder: ReplyDecoder | LeanReplyDecoder
         if lean:
-            self._decoder = LeanReplyDecoder(self._num_skus, self._schema, schema)
+            self._decoder = LeanReplyDecoder(self._num_skus, self._schema, schema, raw)
             self._schema = self._decoder.schema
         else:
             self._decoder = ReplyDecoder(self._num_skus, self._schema)
@@ -117,7 +119,8 @@ class RemoteEnv:
 
     def reset(self, seed: int, episode: int = 0) -> Obs:
         reply = self._call("Reset", pb.ResetRequest(env_id=self.env_id, seed=int(seed),
-                                                    episode=int(episode), lean=self.lean))
+                                                    episode=int(episode), lean=self.lean,
+                                                    raw=self.raw))
         return self._decoder.reset_reply(reply)
 
     def step(self, orders: np.ndarray) -> StepResult:

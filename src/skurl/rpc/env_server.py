@@ -71,6 +71,7 @@ class _Session:
     state: str = "new"  # new (needs Reset) | running | done (episode over, needs Reset)
     day: int = 0
     lean: bool = False  # the episode's replies are lean (its Reset asked)
+    raw: bool = False  # lean replies also carry the raw state (its Reset asked)
     delta: FeatureDeltaEncoder | None = None  # lean: the features last sent
 
     def reset_delta(self, rows: int, dim: int) -> FeatureDeltaEncoder:
@@ -181,8 +182,9 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             with self._sim_lock:
                 obs = session.env.reset(int(request.seed), int(request.episode))
             session.state, session.day, session.lean = "running", int(obs.raw.day), request.lean
+            session.raw = request.raw
             if request.lean:
-                reply = encode_lean_reset_reply(obs, session.reset_delta(*obs.features.shape))
+                reply = encode_lean_reset_reply(obs, session.reset_delta(*obs.features.shape), request.raw)
             else:
                 reply = encode_reset_reply(obs)
         check_reply_size(reply, self._cfg, "Reset")
@@ -217,7 +219,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             session.state = "done" if result.done else "running"
             if session.lean:
                 assert session.delta is not None
-                reply = encode_lean_step_reply(result, session.delta)
+                reply = encode_lean_step_reply(result, session.delta, session.raw)
             else:
                 reply = encode_step_reply(result)
         histogram = _step_histogram()

@@ -10,6 +10,8 @@ today's forecast only, [N, 1]); step `reward`, `failed` and `metric_sums` float6
 each DayMetrics field summed over the shard's SKUs (in `METRIC_NAMES` order). The rest of
 the raw state and the per-SKU metrics are not sent: the decoded Obs/StepResult show them
 as read-only zeros (raw state) and NaN (metrics), and `LeanReplyDecoder.sums` holds the sums.
+Lean with raw (a Reset with raw=true; collectors on the cover action grid): the observation
+also carries `RAW_NAMES` and the whole forecast window, the raw state bit for bit.
 
 The client decodes into arrays allocated once and overwritten by every call, the same
 contract as VectorEnv's views (sim/api.py: "copy what you keep"), which also makes them
@@ -33,6 +35,7 @@ OBS_NAMES = ("features", "on_hand", "pipeline", "backlog", "forecast")
 METRIC_NAMES = tuple(f.name for f in fields(DayMetrics))
 STEP_NAMES = ("reward", "failed", *METRIC_NAMES)
 LEAN_OBS_NAMES = ("features_mask", "features_values", "features_base", "forecast")
+RAW_NAMES = ("on_hand", "pipeline", "backlog")  # lean with raw: these too
 METRIC_SUMS = "metric_sums"
 LEAN_STEP_NAMES = ("reward", "failed", METRIC_SUMS)
 ORDER_DTYPES = frozenset({"float32", "float64", "int32", "int64", "uint8", "uint16", "uint32",
@@ -62,20 +65,27 @@ def encode_step_reply(result: StepResult) -> bytes:
                         {STEP_DONE: int(bool(result.done)), STEP_DAY: int(result.obs.raw.day)})
 
 
-def encode_lean_reset_reply(obs: Obs, delta: FeatureDeltaEncoder) -> bytes:
+def encode_lean_reset_reply(obs: Obs, delta: FeatureDeltaEncoder, raw: bool = False) -> bytes:
     """A serialized lean ResetReply (`delta` was reset: the features go against zeros)."""
-    return encode_reply({RESET_OBS: lean_obs_arrays(obs, delta)}, {RESET_DAY: int(obs.raw.day)})
+    return encode_reply({RESET_OBS: lean_obs_arrays(obs, delta, raw)}, {RESET_DAY: int(obs.raw.day)})
 
 
-def encode_lean_step_reply(result: StepResult, delta: FeatureDeltaEncoder) -> bytes:
+def encode_lean_step_reply(result: StepResult, delta: FeatureDeltaEncoder, raw: bool = False) -> bytes:
     """A serialized lean StepReply (features against the session's previous reply)."""
-    return encode_reply({STEP_OBS: lean_obs_arrays(result.obs, delta),
+    return encode_reply({STEP_OBS: lean_obs_arrays(result.obs, delta, raw),
                          STEP_RESULT: lean_step_arrays(result)},
                         {STEP_DONE: int(bool(result.done)), STEP_DAY: int(result.obs.raw.day)})
 
 
-def lean_obs_arrays(obs: Obs, delta: FeatureDeltaEncoder) -> dict[str, np.ndarray]:
-    return {**delta.encode(obs.features, int(obs.raw.day)), "forecast": obs.raw.forecast[:, :1]}
+def lean_obs_arrays(obs: Obs, delta: FeatureDeltaEncoder, raw: bool = False) -> dict[str, np.ndarray]:
+    """The features as a delta and today's forecast; with `raw`, the raw state whole."""
+    state = obs.raw
+    if raw:
+        extra = {"forecast": state.forecast, "on_hand": state.on_hand, "pipeline": state.pipeline,
+                 "backlog": state.backlog}
+    else:
+        extra = {"forecast": state.forecast[:, :1]}
+    return {**delta.encode(obs.features, int(state.day)), **extra}
 
 
 def lean_step_arrays(result: StepResult) -> dict[str, np.ndarray]:
@@ -105,13 +115,17 @@ def step_specs(num_skus: int) -> dict[str, TensorSpec]:
     return specs
 
 
-def lean_obs_specs(num_skus: int, dim: int) -> dict[str, TensorSpec]:
-    return {
+def lean_obs_specs(num_skus: int, dim: int, raw: bool = False) -> dict[str, TensorSpec]:
+    specs = {
         "features_mask": TensorSpec(frozenset({"uint8"}), (mask_bytes(num_skus, dim),)),
         "features_values": TensorSpec(frozenset({"float32"}), (None,)),
         "features_base": TensorSpec(frozenset({"int64"}), (1,)),
-        "forecast": TensorSpec(_ANY, (num_skus, 1)),
+        "forecast": TensorSpec(_ANY, (num_skus, None if raw else 1)),
     }
+    if raw:
+        full = obs_specs(num_skus, dim)
+        specs.update({name: full[name] for name in RAW_NAMES})
+    return specs
 
 
 def lean_step_specs(num_skus: int) -> dict[str, TensorSpec]:
@@ -167,14 +181,20 @@ class ReplyDecoder:
                           metrics=metrics, failed=failed)
 
     def _fill(self, decoded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = {}
-        for name, arr in decoded.items():
-            buf = self._buffers.get(name)
-            if buf is None or buf.shape != arr.shape or buf.dtype != arr.dtype:
-                buf = self._buffers[name] = np.empty(arr.shape, arr.dtype)
-            np.copyto(buf, arr)
-            out[name] = buf
-        return out
+        return fill_buffers(self._buffers, decoded)
+
+
+def fill_buffers(buffers: dict[str, np.ndarray], decoded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Copy each decoded array into its buffer in `buffers` (allocated on first use or when
+    its shape or dtype changes) and return the buffers by name."""
+    out = {}
+    for name, arr in decoded.items():
+        buf = buffers.get(name)
+        if buf is None or buf.shape != arr.shape or buf.dtype != arr.dtype:
+            buf = buffers[name] = np.empty(arr.shape, arr.dtype)
+        np.copyto(buf, arr)
+        out[name] = buf
+    return out
 
 
 class LeanReplyDecoder:
@@ -182,12 +202,15 @@ class LeanReplyDecoder:
     layout (a schema with the same fields, each at least as wide: the catalog's), so a
     collector over several shards needs no widening copy."""
 
-    def __init__(self, num_skus: int, schema: ObsSchema, shown: ObsSchema | None = None) -> None:
+    def __init__(self, num_skus: int, schema: ObsSchema, shown: ObsSchema | None = None,
+                 raw: bool = False) -> None:
         self.num_skus = num_skus
         self.schema = shown or schema
+        self.raw = raw  # replies carry the raw state (lean with raw)
         self._delta = FeatureDeltaDecoder(num_skus, schema.dim, self.schema.dim,
                                           column_index(schema, self.schema))
-        self._obs_specs = lean_obs_specs(num_skus, schema.dim)
+        self._obs_specs = lean_obs_specs(num_skus, schema.dim, raw)
+        self._raw_buffers: dict[str, np.ndarray] = {}  # lean with raw: the raw state
         self._step_specs = lean_step_specs(num_skus)
         self._forecast = np.zeros((num_skus, 1), np.float32)
         zeros = np.zeros(1, np.int64)
@@ -214,6 +237,11 @@ class LeanReplyDecoder:
     def obs(self, arrays: dict[str, np.ndarray], day: int) -> Obs:
         checked = _checked(arrays, self._obs_specs, "lean observation reply")
         features = self._delta.apply(checked, int(day))
+        if self.raw:
+            out = fill_buffers(self._raw_buffers, {name: checked[name] for name in (*RAW_NAMES, "forecast")})
+            raw = RawState(on_hand=out["on_hand"], pipeline=out["pipeline"], backlog=out["backlog"],
+                           forecast=out["forecast"], day=int(day))
+            return Obs(features=features, raw=raw, schema=self.schema)
         forecast = checked["forecast"]
         if self._forecast.dtype != forecast.dtype:  # the env's own dtype, as the full reply
             self._forecast = np.empty(forecast.shape, forecast.dtype)

@@ -61,16 +61,18 @@ class InfoReply(_message.Message):
     def __init__(self, num_skus: _Optional[int] = ..., schema: _Optional[_Iterable[_Union[SchemaField, _Mapping]]] = ..., shard_index: _Optional[int] = ..., shard_count: _Optional[int] = ..., rows: _Optional[_Union[TensorBatch, _Mapping]] = ..., info_json: _Optional[str] = ..., env_ids: _Optional[_Iterable[str]] = ..., days: _Optional[int] = ...) -> None: ...
 
 class ResetRequest(_message.Message):
-    __slots__ = ("env_id", "seed", "episode", "lean")
+    __slots__ = ("env_id", "seed", "episode", "lean", "raw")
     ENV_ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     LEAN_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
     env_id: str
     seed: int
     episode: int
     lean: bool
-    def __init__(self, env_id: _Optional[str] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ..., lean: _Optional[bool] = ...) -> None: ...
+    raw: bool
+    def __init__(self, env_id: _Optional[str] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ..., lean: _Optional[bool] = ..., raw: _Optional[bool] = ...) -> None: ...
 
 class ResetReply(_message.Message):
     __slots__ = ("obs", "day")
@@ -169,20 +171,24 @@ class VersionReply(_message.Message):
     def __init__(self, key: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class CollectRequest(_message.Message):
-    __slots__ = ("iteration", "seed", "episode", "min_version", "timeout_s", "obs_sku_ids")
+    __slots__ = ("iteration", "seed", "episode", "min_version", "timeout_s", "obs_sku_ids", "grid_center_blob", "grid_center_sha256")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     MIN_VERSION_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     OBS_SKU_IDS_FIELD_NUMBER: _ClassVar[int]
+    GRID_CENTER_BLOB_FIELD_NUMBER: _ClassVar[int]
+    GRID_CENTER_SHA256_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     seed: int
     episode: int
     min_version: int
     timeout_s: float
     obs_sku_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, iteration: _Optional[int] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ..., min_version: _Optional[int] = ..., timeout_s: _Optional[float] = ..., obs_sku_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    grid_center_blob: str
+    grid_center_sha256: str
+    def __init__(self, iteration: _Optional[int] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ..., min_version: _Optional[int] = ..., timeout_s: _Optional[float] = ..., obs_sku_ids: _Optional[_Iterable[int]] = ..., grid_center_blob: _Optional[str] = ..., grid_center_sha256: _Optional[str] = ...) -> None: ...
 
 class CollectReply(_message.Message):
     __slots__ = ("collector_id", "iteration", "policy_version", "transitions", "seconds", "manifest_json")
