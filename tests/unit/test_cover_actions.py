@@ -101,6 +101,26 @@ def test_collector_round_trip_matches_the_baseline_episode() -> None:
         obs = result.obs
 
 
+def test_a_collector_on_a_tuned_centre_waits_for_it_then_orders_from_it() -> None:
+    """Remote collectors get the centre after they are built (deploy/remote_grid.py)."""
+    from skurl.errors import UserError
+    from skurl.policy.grid_center import GridCenter
+
+    cfg = config("policy.actions.z_center=tuned", "policy.actions.z_min=-1.5", "policy.actions.z_max=1.5",
+                 "policy.actions.n=21")
+    catalog = load_catalog(cfg.catalog)
+    env = make_env(catalog, cfg.sim)
+    collector = Collector(env, forced_model(env.schema.dim, 21, 3), grid_for(cfg), infer_dtype="float32",
+                          catalog=catalog)
+    with pytest.raises(UserError, match="no tuned centre"):
+        collector.collect(seed=3, episode=0)
+    z = np.linspace(-0.5, 0.5, len(catalog))
+    collector.use_center(GridCenter(np.sort(catalog.sku_id), z[np.argsort(np.argsort(catalog.sku_id))], 0.0))
+    assert collector.grid.cover is not None
+    np.testing.assert_array_equal(collector.grid.cover.z0, z)
+    assert collector.collect(seed=3, episode=0) is not None
+
+
 def test_learned_policy_scores_like_the_baseline() -> None:
     cfg = config()
     catalog = load_catalog(cfg.catalog)
@@ -156,6 +176,8 @@ def test_cover_grid_refuses_envs_and_states_it_cannot_use() -> None:
 
     with pytest.raises(ConfigError, match="does not expose its catalog"):
         bind_to_env(grid_for(cfg), NoCatalogEnv())
+    bound = bind_to_env(grid_for(cfg), NoCatalogEnv(), catalog)  # its rows, given (remote collectors)
+    assert bound.cover is not None and bound.cover.cover_days.shape == (len(catalog),)
     with pytest.raises(ConfigError, match="not bound"):
         grid_for(cfg).orders_for(np.zeros(2, np.int64), _lean_raw(2))
     # Lean replies carry today's forecast only (rpc/env_wire.py): refused, not zeros ordered.

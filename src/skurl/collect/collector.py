@@ -21,8 +21,11 @@ import torch
 from numba import njit, prange
 
 from skurl.buffer.rollout import Rollout
+from skurl.catalog.schema import Catalog
+from skurl.errors import UserError
 from skurl.policy.actions import ActionGrid, bind_to_env, report_clipped
 from skurl.policy.bf16 import cpu_has_bf16, warn_if_emulated
+from skurl.policy.grid_center import GridCenter
 from skurl.policy.nets import ActorCritic, InferenceNets, input_tensor, sample_inverse_cdf
 from skurl.sim import rng
 from skurl.sim.api import STREAM_ACTION, Env
@@ -112,9 +115,14 @@ class Collector:
         sku_ids: np.ndarray | None = None,
         timer: Timer | None = None,
         record_values: bool = True,
+        catalog: Catalog | None = None,
     ) -> None:
         self.env = env
-        self.grid = bind_to_env(grid, env)  # a cover grid needs the env's SKUs
+        # A cover grid needs the env's SKUs: `catalog` holds their rows (remote envs) or
+        # the env has its own. Centred on tuned factors it waits for them (use_center).
+        self._catalog = catalog
+        self._unbound = grid
+        self.grid = grid if grid.needs_center else bind_to_env(grid, env, catalog)
         self.chunk = int(chunk)
         self.dtype = infer_dtype if isinstance(infer_dtype, torch.dtype) else resolve_infer_dtype(infer_dtype)
         info = env.info()
@@ -132,6 +140,10 @@ class Collector:
         self.nets = InferenceNets(model, self.dtype)
         self.stats = CollectStats()
 
+    def use_center(self, center: GridCenter) -> None:
+        """Centre the cover grid on the run's tuned factors (policy.actions.z_center=tuned)."""
+        self.grid = bind_to_env(self._unbound.with_center(center), self.env, self._catalog)
+
     def set_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
         """Load published weights (model state_dict) as policy `version`."""
         self.model.load_state_dict(tensors)
@@ -146,6 +158,9 @@ class Collector:
         reads, at a fraction of the memory, store and network bytes."""
         if version is not None and version != self.version:
             raise ValueError(f"collector holds policy version {self.version}, asked for {version}")
+        if self.grid.needs_center:
+            raise UserError("collector: policy.actions.z_center=tuned but no tuned centre was given "
+                            "(expected Collector.use_center before collecting)")
         n = self.env.num_skus
         start = time.perf_counter()
         self.stats = CollectStats(skus=n)

@@ -195,16 +195,16 @@ def _clip_orders(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return units, bad
 
 
-def bind_to_env(grid: ActionGrid, env: object) -> ActionGrid:
-    """`grid` bound to the SKUs of `env` (its `catalog`) when it needs them; an env without
-    a catalog (a remote or multi-shard env) cannot run a cover grid: one clear error."""
+def bind_to_env(grid: ActionGrid, env: object, catalog: Catalog | None = None) -> ActionGrid:
+    """`grid` bound to the SKUs of `env` when it needs them: to `catalog` (its rows in the
+    env's row order: remote envs, deploy/remote_grid.py) or else the env's own `catalog`."""
     if not grid.needs_catalog:
         return grid
-    catalog = getattr(env, "catalog", None)
+    catalog = catalog if catalog is not None else getattr(env, "catalog", None)
     if catalog is None:
         raise ConfigError(f"policy.actions.kind=cover: env {type(env).__name__} does not expose its catalog "
-                          "and the full raw state the cover grid needs (expected --mode colocated, or "
-                          "policy.actions.kind=multiplier)")
+                          "and no catalog rows were given for its SKUs (expected a collector built with "
+                          "them, or policy.actions.kind=multiplier)")
     return grid.bind(catalog)
 
 

@@ -75,11 +75,34 @@ def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
     return GridCenter(ids[order], z[order].copy(), float(result.objective))
 
 
-def save_center(run_dir: str | Path, center: GridCenter) -> None:
+def center_bytes(center: GridCenter) -> bytes:
+    """The centre as safetensors bytes (the run dir's file; the blob remote collectors read)."""
     # Contiguous copies: safetensors writes a strided view's underlying buffer, not its values.
-    data = save({"sku_id": np.ascontiguousarray(center.sku_id, dtype=np.int64),
+    return save({"sku_id": np.ascontiguousarray(center.sku_id, dtype=np.int64),
                  "z": np.ascontiguousarray(center.z, dtype=np.float64), "objective": np.array([center.objective])})
-    atomic.write_bytes(Path(run_dir) / CENTER_FILE, data)
+
+
+def center_from_bytes(data: bytes, where: str, fix: str = "delete it to tune the centre again") -> GridCenter:
+    """The centre in safetensors `data` from `where`; anything else is a one-line UserError
+    naming `where` and what was expected (then `fix`)."""
+    try:
+        t = load(data)
+    except (SafetensorError, ValueError) as e:
+        raise UserError(f"{where}: not a readable safetensors file ({e}); {fix}") from e
+    ids, z, obj = t.get("sku_id"), t.get("z"), t.get("objective")
+    if ids is None or z is None or obj is None or ids.ndim != 1 or z.shape != ids.shape or obj.shape != (1,):
+        raise UserError(f"{where}: expected tensors sku_id [M], z [M] and objective [1]; {fix}")
+    if ids.dtype != np.int64 or z.dtype != np.float64:
+        raise UserError(f"{where}: sku_id must be int64 and z float64, got {ids.dtype} and {z.dtype}")
+    if ids.size and np.any(np.diff(ids) <= 0):
+        raise UserError(f"{where}: sku_id must be strictly ascending (one factor per SKU)")
+    if not np.all(np.isfinite(z)):
+        raise UserError(f"{where}: z holds a non-finite safety factor (SKU {int(ids[~np.isfinite(z)][0])})")
+    return GridCenter(ids, z, float(obj[0]))
+
+
+def save_center(run_dir: str | Path, center: GridCenter) -> None:
+    atomic.write_bytes(Path(run_dir) / CENTER_FILE, center_bytes(center))
 
 
 def load_center(run_dir: str | Path) -> GridCenter | None:
@@ -87,21 +110,7 @@ def load_center(run_dir: str | Path) -> GridCenter | None:
     path = Path(run_dir) / CENTER_FILE
     if not path.is_file():
         return None
-    try:
-        t = load(path.read_bytes())
-    except (SafetensorError, ValueError) as e:
-        raise UserError(f"{path}: not a readable safetensors file ({e}); delete it to tune the centre again") from e
-    ids, z, obj = t.get("sku_id"), t.get("z"), t.get("objective")
-    if ids is None or z is None or obj is None or ids.ndim != 1 or z.shape != ids.shape or obj.shape != (1,):
-        raise UserError(f"{path}: expected tensors sku_id [M], z [M] and objective [1]; "
-                        "delete it to tune the centre again")
-    if ids.dtype != np.int64 or z.dtype != np.float64:
-        raise UserError(f"{path}: sku_id must be int64 and z float64, got {ids.dtype} and {z.dtype}")
-    if ids.size and np.any(np.diff(ids) <= 0):
-        raise UserError(f"{path}: sku_id must be strictly ascending (one factor per SKU)")
-    if not np.all(np.isfinite(z)):
-        raise UserError(f"{path}: z holds a non-finite safety factor (SKU {int(ids[~np.isfinite(z)][0])})")
-    return GridCenter(ids, z, float(obj[0]))
+    return center_from_bytes(path.read_bytes(), str(path))
 
 
 def ensure_center(cfg: Config, run_dir: str | Path, catalog: Catalog) -> GridCenter:
