@@ -158,6 +158,21 @@ def test_a_warm_started_decoupled_training_equals_colocated(tmp_path: Path) -> N
     assert [p.name for p in kept[0]] == [p.name for p in kept[1]] and len(kept[0]) == 1
 
 
+def test_a_cover_grid_decoupled_training_equals_colocated(tmp_path: Path) -> None:
+    """The embedded defaults' grid (order-up-to, centred on the tuned baseline) in remote
+    collectors: their catalog rows, lean replies with the raw state and the centre read
+    from the store give the co-located orders, so the training is bit-identical."""
+    cover = ("policy.actions.kind=cover", "policy.actions.z_center=tuned", "policy.actions.n=5",
+             "policy.actions.z_min=-1", "policy.actions.z_max=1", "train.warm_start=forecast-base-stock",
+             "train.warm_start_episodes=1", "train.warm_start_steps=20", "train.warm_start_critic=1")
+    colocated.train(tiny(*cover), tmp_path / "colocated", baseline=False)
+    decoupled.train(tiny("sync.backend=grpc", *cover), tmp_path / "decoupled", baseline=False)
+    assert_same_training(tmp_path / "colocated", tmp_path / "decoupled")
+    center = (tmp_path / "decoupled" / "grid_center.safetensors").read_bytes()
+    blobs = list((tmp_path / "decoupled" / "rollouts").rglob("*.safetensors"))
+    assert [b.read_bytes() for b in blobs] == [center]  # the collectors' copy, named by its hash
+
+
 @pytest.mark.parametrize(("setting", "match"), [
     ("sync.backend=inproc", "sync.backend = 'inproc'"),
     ("train.collect_skus=50", "train.collect_skus = 50"),

@@ -39,6 +39,7 @@ from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
 from skurl.deploy.collect_report import CollectReport, report_scalars, rollout_scalars
 from skurl.deploy.colocated import TRAINED, ColocatedRun
+from skurl.deploy.remote_grid import publish_center
 from skurl.deploy.roles import check_decoupled
 from skurl.deploy.shard_envs import business_from_totals
 from skurl.errors import UserError
@@ -103,6 +104,7 @@ class DecoupledRun(ColocatedRun):
         check_decoupled(cfg)
         super().__init__(cfg, run_dir, resume=resume, stream=stream, baseline=baseline)
         self.store = open_store(cfg.store)
+        self.grid_center = publish_center(self.store, self.grid.tuned)  # the collectors' cover grid
         self.publisher = weights
         self.run_name = run_name or self.run_dir.name
         self.clients: dict[str, CollectorClient] = {}
@@ -265,7 +267,7 @@ class DecoupledRun(ColocatedRun):
             try:
                 reply = client.collect(iteration=it, seed=cfg.train.seed, episode=it,
                                        min_version=wire, wait_s=cfg.sync.timeout_s,
-                                       obs_sku_ids=self._obs_sku_ids())
+                                       obs_sku_ids=self._obs_sku_ids(), grid_center=self.grid_center)
                 report.rpc_seconds[cid] = time.perf_counter() - start
                 return reply
             except ServerUnavailableError:

@@ -60,6 +60,16 @@ class RoleCollectorServicer(CollectorServicer):
         self._run_name = run_name
         self._received: dict[int, float] = {}  # version -> unix time it was offered
         self._barrier_wait = 0.0
+        self._center_sha = ""  # the cover grid's tuned centre in use (deploy/remote_grid.py)
+
+    def _prepare(self, request: Any) -> None:
+        """Centre the cover grid on the blob the request names, once per centre."""
+        from skurl.deploy.remote_grid import fetch_center
+
+        sha = request.grid_center_sha256
+        if sha and sha != self._center_sha:
+            self._collector.use_center(fetch_center(self._store, request.grid_center_blob, sha))
+            self._center_sha = sha
 
     def offer(self, version: int, tensors: dict[str, Any]) -> bool:
         """Hold `version` for the next Collect when it is newer than the held one."""
@@ -173,6 +183,7 @@ class CollectorProcess:
                  run_name: str = "skurl") -> None:
         from skurl.collect.collector import Collector
         from skurl.deploy.colocated import set_threads
+        from skurl.deploy.remote_grid import needs_raw
         from skurl.deploy.shard_envs import assign_shards, collector_env
         from skurl.policy.learned import grid_for
         from skurl.policy.nets import ActorCritic
@@ -195,13 +206,14 @@ class CollectorProcess:
             shards = assign_shards(len(addresses), count)[index]
             env, shard_envs = collector_env(addresses, shards, cfg.rpc,
                                             cfg.deploy.reconnect_timeout_s,
-                                            cfg.deploy.start_timeout_s)
+                                            cfg.deploy.start_timeout_s, raw=needs_raw(cfg))
             self._closers.append(env)
             grid = grid_for(cfg)
             model = ActorCritic(env.schema.dim, grid.n, cfg.policy.hidden)
             collector = Collector(env, model, grid, chunk=cfg.train.chunk,
                                   infer_dtype=cfg.train.infer_dtype, timer=StageTimer(),
-                                  record_values=cfg.train.collect_values)
+                                  record_values=cfg.train.collect_values,
+                                  catalog=_catalog_rows(cfg, env) if needs_raw(cfg) else None)
             self.servicer = RoleCollectorServicer(collector_id, collector, env, cfg,
                                                   open_store(cfg.store), run_name, shard_envs)
             self.server = CollectorServer(self.servicer, cfg.rpc, host, port)
@@ -224,6 +236,14 @@ class CollectorProcess:
             except Exception:  # keep closing the rest
                 log.exception("closing %s", type(closer).__name__)
         self._closers = []
+
+
+def _catalog_rows(cfg: Config, env: Any) -> Any:
+    """The catalog rows of the collector's SKUs, in its env's order (the cover grid's)."""
+    from skurl.catalog import load_catalog
+    from skurl.deploy.remote_grid import catalog_rows_for
+
+    return catalog_rows_for(load_catalog(cfg.catalog), env.sku_ids, "collector")
 
 
 def run_collector(cfg: Config, collector_id: str, index: int, count: int, *,

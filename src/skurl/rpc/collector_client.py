@@ -35,13 +35,16 @@ class CollectorClient:
 
     def collect(self, iteration: int, seed: int, episode: int, min_version: int = 0,
                 wait_s: float = 60.0, deadline_s: float | None = None,
-                obs_sku_ids: np.ndarray | None = None) -> dict[str, Any]:
+                obs_sku_ids: np.ndarray | None = None,
+                grid_center: tuple[str, str] = ("", "")) -> dict[str, Any]:
         """One episode on the collector once it holds `min_version` (waiting up to wait_s);
         `deadline_s` bounds the whole call (default: wait_s + rpc.timeout_s). With
-        `obs_sku_ids` its shard keeps the observations of those SKUs only."""
+        `obs_sku_ids` its shard keeps the observations of those SKUs only. `grid_center`:
+        (store blob, sha256) of the cover grid's tuned centre (deploy/remote_grid.py)."""
         request = pb.CollectRequest(iteration=iteration, seed=seed, episode=episode,
                                     min_version=min_version, timeout_s=wait_s,
-                                    obs_sku_ids=[] if obs_sku_ids is None else obs_sku_ids.tolist())
+                                    obs_sku_ids=[] if obs_sku_ids is None else obs_sku_ids.tolist(),
+                                    grid_center_blob=grid_center[0], grid_center_sha256=grid_center[1])
         reply = self._call("Collect", request, timeout=deadline_s or wait_s + self._cfg.timeout_s)
         return {"collector_id": reply.collector_id, "iteration": int(reply.iteration),
                 "policy_version": int(reply.policy_version),

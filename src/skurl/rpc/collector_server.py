@@ -92,6 +92,7 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
             if version > self._loaded:
                 collector.set_weights(version, tensors)
                 self._loaded = version
+            self._prepare(request)
             start = time.perf_counter()
             # Only asked-for keywords: a backend without the obs_skus option serves the rest.
             extra = {"obs_skus": np.asarray(request.obs_sku_ids, np.int64)} if request.obs_sku_ids else {}
@@ -140,6 +141,9 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
                     "rollouts_held": float(len(self._rollouts))})
 
     # ---------------------------------------------------------------- helpers
+    def _prepare(self, request: pb.CollectRequest) -> None:
+        """Before the episode: what else the request names (a role's servicer overrides it)."""
+
     def _require_collector(self) -> CollectorBackend:
         if self._collector is None:
             raise NotWiredError(f"collector {self.collector_id}: no collector is wired to this "
