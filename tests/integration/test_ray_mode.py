@@ -86,6 +86,23 @@ def test_a_warm_started_ray_training_equals_colocated(tmp_path: Path) -> None:
     assert "warm_start_validation_score" in first and "validation_score" in first  # the clone is a candidate too
 
 
+def test_a_cover_grid_ray_training_equals_colocated(tmp_path: Path) -> None:
+    """The embedded defaults' grid (order-up-to, centred on the tuned baseline) in the
+    collector actors: the shards' catalog rows, lean days with the raw state and the
+    driver's centre give the co-located orders, bit for bit."""
+    cover = ("policy.actions.kind=cover", "policy.actions.z_center=tuned", "policy.actions.n=5",
+             "policy.actions.z_min=-1", "policy.actions.z_max=1", "train.warm_start=forecast-base-stock",
+             "train.warm_start_episodes=1", "train.warm_start_steps=20", "train.warm_start_critic=1",
+             "ray.collectors=2")
+    colocated.train(config(*cover), tmp_path / "colocated", baseline=False)
+    ray_mode.train(config(*cover), tmp_path / "ray", baseline=False)
+    want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "ray")
+    for k in want:
+        assert torch.equal(want[k], got[k]), k
+    ours, theirs = last_record(tmp_path / "ray"), last_record(tmp_path / "colocated")
+    assert ours["reward_mean"] == theirs["reward_mean"]
+
+
 def test_actors_that_do_not_fit_the_cluster_are_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"ray\.cpus_per_worker.*8 workers x 1"):
         ray_mode.train(config("ray.num_workers=8", "ray.cpus_per_worker=1"), tmp_path / "x", baseline=False)

@@ -58,7 +58,8 @@ def threads_for(cpus: float, configured: int) -> int:
 @dataclasses.dataclass
 class LeanDay:
     """What a collector reads of a day: about half the bytes of a StepResult (no metrics,
-    no raw state but today's forecast), for Ray's object store to carry."""
+    no raw state but today's forecast, unless `raw`: the cover grid's collectors need it
+    whole), for Ray's object store to carry."""
 
     features: np.ndarray
     forecast0: np.ndarray  # float32 [N, 1]: raw.forecast[:, :1]
@@ -66,13 +67,17 @@ class LeanDay:
     reward: np.ndarray | None = None
     done: bool = False
     failed: np.ndarray | None = None
+    raw: RawState | None = None  # the whole raw state, when asked for
 
     @classmethod
     def of(cls, obs: Obs, reward: np.ndarray | None = None, done: bool = False,
-           failed: np.ndarray | None = None) -> LeanDay:
-        return cls(obs.features, obs.raw.forecast[:, :1], int(obs.raw.day), reward, done, failed)
+           failed: np.ndarray | None = None, raw: bool = False) -> LeanDay:
+        return cls(obs.features, obs.raw.forecast[:, :1], int(obs.raw.day), reward, done, failed,
+                   obs.raw if raw else None)
 
     def obs(self, schema: ObsSchema) -> Obs:
+        if self.raw is not None:
+            return Obs(self.features, self.raw, schema)
         n = self.features.shape[0]
         zero = np.broadcast_to(np.int64(0), (n,))  # not carried: zero-stride views, no memory
         raw = RawState(on_hand=zero, pipeline=np.broadcast_to(np.int64(0), (n, 1)), backlog=zero,
@@ -147,12 +152,12 @@ class SimWorker:
         result = self.envs[key].step(orders)
         return dataclasses.replace(result, obs=self._obs(key, result.obs))
 
-    def reset_lean(self, key: str, seed: int, episode: int) -> LeanDay:
-        return LeanDay.of(self.reset(key, seed, episode))
+    def reset_lean(self, key: str, seed: int, episode: int, raw: bool = False) -> LeanDay:
+        return LeanDay.of(self.reset(key, seed, episode), raw=raw)
 
-    def step_lean(self, key: str, orders: np.ndarray) -> LeanDay:
+    def step_lean(self, key: str, orders: np.ndarray, raw: bool = False) -> LeanDay:
         result = self.step(key, orders)
-        return LeanDay.of(result.obs, result.reward, result.done, result.failed)
+        return LeanDay.of(result.obs, result.reward, result.done, result.failed, raw)
 
     def replay(self, key: str, seed: int, episode: int, orders: list[np.ndarray]) -> int:
         """Rebuild an episode's state: reset, then step through the recorded orders."""
@@ -209,11 +214,13 @@ class RayShardEnv:
     """One SimWorker shard behind the Env protocol, rebuilt by replay if the worker dies.
 
     lean=True is for collectors only: each day carries a `LeanDay` (features, reward,
-    done, failed, today's forecast); metrics and the rest of the raw state read as zeros."""
+    done, failed, today's forecast); metrics and the rest of the raw state read as zeros,
+    unless raw=True (the raw state comes whole: the cover grid reads it)."""
 
     def __init__(self, slot: WorkerSlot, key: str, catalog_ref: Any, sku_ids: np.ndarray,
-                 schema: ObsSchema, sim: SimConfig, timeout_s: float, *, lean: bool = False) -> None:
-        self.lean = lean
+                 schema: ObsSchema, sim: SimConfig, timeout_s: float, *, lean: bool = False,
+                 raw: bool = False) -> None:
+        self.lean, self.raw = lean, raw
         self.slot, self.key, self.catalog_ref = slot, key, catalog_ref
         self.sku_ids = np.asarray(sku_ids, np.int64)
         self._schema, self.sim, self.timeout_s = schema, sim, timeout_s
@@ -232,13 +239,13 @@ class RayShardEnv:
     def reset(self, seed: int, episode: int = 0) -> Obs:
         self._episode, self._orders = (int(seed), int(episode)), []
         if self.lean:
-            return self._call("reset_lean", seed, episode).obs(self._schema)
+            return self._call("reset_lean", seed, episode, self.raw).obs(self._schema)
         return self._call("reset", seed, episode)
 
     def step(self, orders: np.ndarray) -> StepResult:
         # A copy: the caller may reuse its buffer, and a replay needs every day's orders.
         arr = np.array(orders, copy=True)
-        result = self._call("step_lean", arr).result(self._schema) if self.lean else self._call("step", arr)
+        result = self._call("step_lean", arr, self.raw).result(self._schema) if self.lean else self._call("step", arr)
         self._orders.append(arr)
         return result
 
@@ -356,23 +363,32 @@ class CollectorWorker:
         self.shards: dict[str, list[RayShardEnv]] = {}
         self.envs: dict[str, Any] = {}
         self.collectors: dict[str, Any] = {}
+        self.catalogs: dict[str, Catalog] = {}  # the cover grid's: each SKU set's rows, in env order
+        self.centers: dict[str, Any] = {}  # the cover grid's tuned centre (GridCenter), by SKU set
         self.model: Any = None
         self._store: Any = None
 
     def ping(self) -> int:
         return os.getpid()
 
-    def add_env(self, key: str, specs: list[ShardSpec]) -> int:
+    def add_env(self, key: str, specs: list[ShardSpec], center: bytes | None = None) -> int:
         """SKU set `key`: one Env over these worker shards (its Collector comes with the
-        first weights, which give the model's shapes)."""
+        first weights, which give the model's shapes). `center`: the cover grid's tuned
+        centre as safetensors bytes, when it has one (deploy/remote_grid.py)."""
+        from skurl.deploy.remote_grid import needs_raw
+        from skurl.policy.grid_center import center_from_bytes
         from skurl.rpc.multi_shard import MultiShardEnv
 
-        timeout = self.cfg.ray.get_timeout_s
+        timeout, raw = self.cfg.ray.get_timeout_s, needs_raw(self.cfg)
         slots = [self.slots.setdefault(s.slot.worker_id, s.slot) for s in specs]
-        envs = [RayShardEnv(slot, key, s.catalog_ref, s.sku_ids, s.schema, self.cfg.sim, timeout, lean=True)
-                for slot, s in zip(slots, specs, strict=True)]
+        envs = [RayShardEnv(slot, key, s.catalog_ref, s.sku_ids, s.schema, self.cfg.sim, timeout, lean=True,
+                            raw=raw) for slot, s in zip(slots, specs, strict=True)]
         self.shards[key] = envs
         self.envs[key] = MultiShardEnv(envs, [s.rows for s in specs])
+        self.collectors.pop(key, None)
+        if raw:
+            self.catalogs[key] = _rows_in_env_order(specs, timeout, key)
+            self.centers[key] = None if center is None else center_from_bytes(center, f"grid centre of '{key}'")
         return self.envs[key].num_skus
 
     def _collector(self, key: str, tensors: Tensors) -> Any:
@@ -383,9 +399,12 @@ class CollectorWorker:
         if self.model is None:
             self.model = ActorCritic.from_state(tensors)
         if key not in self.collectors:
-            self.collectors[key] = Collector(self.envs[key], self.model, grid_for(self.cfg),
-                                             chunk=self.cfg.train.chunk, infer_dtype=self.cfg.train.infer_dtype,
-                                             record_values=self.cfg.train.collect_values)
+            collector = Collector(self.envs[key], self.model, grid_for(self.cfg), chunk=self.cfg.train.chunk,
+                                  infer_dtype=self.cfg.train.infer_dtype, record_values=self.cfg.train.collect_values,
+                                  catalog=self.catalogs.get(key))
+            if self.centers.get(key) is not None:
+                collector.use_center(self.centers[key])
+            self.collectors[key] = collector
         return self.collectors[key]
 
     def collect(self, key: str, seed: int, episode: int, version: int) -> dict[str, Any]:
@@ -415,6 +434,14 @@ class CollectorWorker:
             self._store = open_store(self.cfg.store)
         meta = {**meta, "sku_count": rollout.num_skus, "rows": rollout.transitions}
         return self._store.put_shard(iteration, self.collector_id, rollout.arrays(), meta)
+
+
+def _rows_in_env_order(specs: list[ShardSpec], timeout_s: float, key: str) -> Catalog:
+    """The catalog rows of a collector's SKU set in its MultiShardEnv's row order (the shards'
+    catalogs, each SKU at its index-map row)."""
+    parts = [get(s.catalog_ref, timeout_s, f"ray collector: catalog of a shard of '{key}'") for s in specs]
+    order = np.argsort(np.concatenate([s.rows for s in specs]), kind="stable")
+    return Catalog.concat(parts).subset(order)
 
 
 def start_collector(collector_id: str, cfg: Config, weights_slot: Any) -> Any:

@@ -103,6 +103,13 @@ class RayRun(ColocatedRun):
             self.close()
             raise
 
+    @property
+    def _center(self) -> bytes | None:
+        """The cover grid's tuned centre for the collector actors (safetensors bytes)."""
+        from skurl.policy.grid_center import center_bytes
+
+        return None if self.grid.tuned is None else center_bytes(self.grid.tuned)
+
     # ColocatedRun asks for SKU set 0's env (for its schema) before anything else.
     def _env(self, shard: int) -> Any:
         return self._placement(shard)
@@ -184,7 +191,8 @@ class RayRun(ColocatedRun):
             mine = np.sort(np.concatenate([s.rows for s in specs]))
             for s in specs:  # index maps relative to the collector's own SKUs
                 s.rows = np.searchsorted(mine, s.rows)
-            get(self.collector_actors[c].add_env.remote(key, specs), rc.get_timeout_s, f"ray collector {c}: add '{key}'")
+            get(self.collector_actors[c].add_env.remote(key, specs, self._center), rc.get_timeout_s,
+                f"ray collector {c}: add '{key}'")
             shares.append(Share(c, mine, specs))
         return Placement(key, len(catalog), wide, shares, refs)
 
@@ -220,7 +228,7 @@ class RayRun(ColocatedRun):
         for placement in self.placements.values():
             for share in placement.shares:
                 if share.index == index:
-                    actor.add_env.remote(placement.key, share.specs)
+                    actor.add_env.remote(placement.key, share.specs, self._center)
 
     def close(self) -> None:
         import ray
