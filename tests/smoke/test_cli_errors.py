@@ -87,8 +87,6 @@ def test_malformed_parquet_and_missing_file(tmp_path: Path, capsys: pytest.Captu
         (["catalog", "synth", "--skus", "10"], "--out"),
         (["catalog", "synth", "--skus", "10", "--out", "x.json"], "unknown extension '.json'"),
         (["catalog", "frobnicate"], "invalid choice: 'frobnicate'"),
-        (["train", "--mode", "decoupled", "--set", "policy.actions.kind=cover"], "only --mode colocated"),
-        (["train", "--mode", "ray", "--set", "policy.actions.kind=cover"], "only --mode colocated"),
         (["config", "show", "--set", "train.warm_start=oracle"], "config key 'train.warm_start'"),
         (["config", "show", "--set", "train.warm_start_smoothing=1"], "train.warm_start_smoothing"),
     ],

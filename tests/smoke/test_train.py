@@ -216,21 +216,19 @@ def test_a_tuned_cover_grid_starts_from_the_baseline_and_keeps_its_centre(
     assert "grid_center.safetensors" in err and len(err.splitlines()) == 1
 
 
-def test_the_embedded_defaults_pick_a_grid_their_mode_can_run(capsys: pytest.CaptureFixture[str]) -> None:
-    from skurl.commands.train_cmd import EMBEDDED, EMBEDDED_COLOCATED_GRID, _embedded_grid
+def test_the_embedded_defaults_train_on_the_tuned_cover_grid_in_every_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    from skurl.commands.train_cmd import EMBEDDED, EMBEDDED_GRID
     from skurl.config import load_config
     from skurl.policy.learned import grid_for
 
-    assert _embedded_grid("colocated") == EMBEDDED_COLOCATED_GRID
-    grid = grid_for(load_config(None, [*EMBEDDED, *EMBEDDED_COLOCATED_GRID]))
+    grid = grid_for(load_config(None, [*EMBEDDED, *EMBEDDED_GRID]))
     assert grid.kind == "cover" and grid.needs_center and grid.values[grid.neutral_index] == 0.0
-    assert _embedded_grid("decoupled") == _embedded_grid("ray") == ()
     assert grid_for(load_config(None, list(EMBEDDED))).kind == "multiplier"
     from skurl.cli import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--help"])
-    assert "other modes: the multiplier grid" in " ".join(capsys.readouterr().out.split())
+    assert "policy.actions.kind=cover" in " ".join(capsys.readouterr().out.split())
 
 
 def test_eval_run_skips_a_damaged_checkpoint_and_leaves_it_in_place(

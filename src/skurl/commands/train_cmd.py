@@ -29,12 +29,12 @@ from skurl.errors import UserError
 # started 5-11% below the baseline, and PPO fell further before it climbed back.
 EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "ppo.reward_scale=sku", "train.iterations=90",
             "train.eval_every=10", "train.warm_start=forecast-base-stock", "train.keep_best=true")
-# The grid of the embedded defaults in --mode colocated: order-up-to actions centred on the
+# The grid of the embedded defaults (every --mode): order-up-to actions centred on the
 # tuned baseline's own factors (policy/grid_center.py), so the clone is that baseline
 # exactly and PPO only learns where to deviate (the multiplier grid, session 9: +1.3%, -0.3%,
 # -0.7% profit on catalog.seed 0, 1, 2, and +0.3% total cost on seed 0; figures below).
-# Remote collectors cannot run it (below); there the embedded defaults keep the multiplier
-# grid.
+# Remote collectors (--mode decoupled, ray) run it from their SKUs' catalog rows, the raw
+# state in lean env replies and the centre the driver hands them (deploy/remote_grid.py).
 # On this grid several offsets often order the same units (nothing, when stock is high), so
 # the entropy bonus can spread the policy's mass for free; at ppo.ent_coef 0.01 entropy crept
 # up all run (1.2 -> 1.8-2.0 of ln 21 = 3.0) and on catalog.seed 1 held-out profit fell from
@@ -44,18 +44,14 @@ EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "ppo.reward_scale=sku", 
 # the grid centre and the clone) tuned on 10 replicas of each SKU instead of one 100-day
 # episode (policy/tuning.py): catalog.seed 0 ended at 9.4714 profit vs 9.3348 (+1.5%; the
 # old baseline made 9.2814), total cost -0.6%.
-EMBEDDED_COLOCATED_GRID = ("policy.actions.kind=cover", "policy.actions.z_center=tuned", "policy.actions.n=21",
-                           "policy.actions.z_min=-1.5", "policy.actions.z_max=1.5", "ppo.ent_coef=0.001")
-# The order-up-to grid (policy.actions.kind=cover) needs each SKU's full raw state, which
-# only in-process envs give collectors (lean remote replies carry today's forecast alone).
-IN_PROCESS_ACTIONS = ("cover",)
+EMBEDDED_GRID = ("policy.actions.kind=cover", "policy.actions.z_center=tuned", "policy.actions.n=21",
+                 "policy.actions.z_min=-1.5", "policy.actions.z_max=1.5", "ppo.ent_coef=0.001")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a PPO replenishment policy (co-located: one process)",
                        description="Without --config: synthetic catalog with " + ", ".join(EMBEDDED)
-                       + "; in --mode colocated also " + ", ".join(EMBEDDED_COLOCATED_GRID)
-                       + " (other modes: the multiplier grid; the cover grid needs in-process envs)")
+                       + ", " + ", ".join(EMBEDDED_GRID))
     add_config_flags(p)
     p.add_argument("--run-dir", help="where checkpoints, logs and the report go (default runs/TIMESTAMP)")
     p.add_argument("--iterations", type=int, help="total training iterations (sets train.iterations)")
@@ -79,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from skurl.deploy import colocated
 
     if not args.config and not args.resume:
-        args.overrides = [*EMBEDDED, *_embedded_grid(args.mode), *args.overrides]
+        args.overrides = [*EMBEDDED, *EMBEDDED_GRID, *args.overrides]
     extra = []
     if args.iterations is not None:
         if args.iterations < 0:
@@ -107,11 +103,11 @@ def run(args: argparse.Namespace) -> int:
     if mode == "ray":
         from skurl.deploy import ray_mode
 
-        result = ray_mode.run(None if args.resume else _checked(config_from_args(args, extra), mode), args)
+        result = ray_mode.run(None if args.resume else config_from_args(args, extra), args)
     elif args.resume:
         result = runner.resume(args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
     else:
-        cfg = _checked(config_from_args(args, extra), mode)
+        cfg = config_from_args(args, extra)
         run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
         result = runner.train(cfg, run_dir, baseline=not args.no_baseline)
     return _finish(args, result, colocated.BASELINE)
@@ -129,22 +125,6 @@ def _check_run_dir(run_dir: Path) -> None:
                         "expected a writable directory path") from None
     if not os.access(run_dir, os.W_OK | os.X_OK):
         raise UserError(f"skurl train: --run-dir '{run_dir}': not writable; expected a writable directory path")
-
-
-def _embedded_grid(mode: str) -> tuple[str, ...]:
-    """The grid settings the embedded defaults add in `mode` (none: the multiplier grid).
-    Silent on purpose: an error must stay one line on stderr; `skurl train --help`, the
-    README and the run's config.yaml say which grid a run used."""
-    return EMBEDDED_COLOCATED_GRID if mode == "colocated" else ()
-
-
-def _checked(cfg: Any, mode: str) -> Any:
-    """Refuse, before anything starts, settings this mode's collectors cannot run."""
-    kind = cfg.policy.actions.kind
-    if mode != "colocated" and kind in IN_PROCESS_ACTIONS:
-        raise UserError(f"policy.actions.kind={kind}: needs each SKU's full state in the collector, "
-                        f"which only --mode colocated gives; expected multiplier or units with --mode {mode}")
-    return cfg
 
 
 def _changes_catalog(run_dir: str, catalog: str | None, overrides: list[str]) -> bool:
