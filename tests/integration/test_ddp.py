@@ -268,7 +268,7 @@ def test_learner_drives_running_collectors(tmp_path: Path, capsys: pytest.Captur
     config = load_config(None, LEARNER_SETTINGS)
     dim = layout_for(load_catalog(config.catalog), config.sim.review_days).schema.dim
     rpc, store = RpcConfig(timeout_s=30.0), LocalRolloutStore(tmp_path / "rollouts")
-    servers = [CollectorServer(CollectorServicer(f"c{k}", _StandInCollector(4 + k, dim, config.policy.actions.n, 100 * k),
+    servers = [CollectorServer(CollectorServicer(f"c{k}", _StandInCollector(4 + k, dim, config.policy.actions.n, 4 * k),
                                                  rpc, store=store), rpc) for k in range(2)]
     try:
         for server in servers:
@@ -284,7 +284,6 @@ def test_learner_drives_running_collectors(tmp_path: Path, capsys: pytest.Captur
         for server in servers:
             server.stop(0)
     assert code == 0, capsys.readouterr().err
-    shards = store.list_shards(0)
-    assert [m.collector_id for m in shards] == ["c0", "c1"] and [m.sku_count for m in shards] == [4, 5]
     summary = capsys.readouterr().out.strip().splitlines()
     assert '"transitions": 108.0' in summary[0] and '"iterations": 1' in summary[-1]  # 12 days x 9 SKUs
+    assert store.list_shards(0) == []  # trained and checkpointed: a restart needs them no more

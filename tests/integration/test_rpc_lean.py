@@ -9,6 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
+from skurl.buffer.obs_delta import FeatureDeltaEncoder, decode_days, encode_days
 from skurl.catalog import load_catalog
 from skurl.catalog.schema import Catalog
 from skurl.config import RpcConfig, SimConfig, load_config
@@ -17,12 +18,7 @@ from skurl.rpc.env_client import RemoteEnv
 from skurl.rpc.env_server import EnvServer, serve_env
 from skurl.rpc.env_wire import METRIC_NAMES, column_index
 from skurl.rpc.errors import RequestRejectedError, WireError
-from skurl.rpc.feature_delta import (
-    FeatureDeltaDecoder,
-    FeatureDeltaEncoder,
-    decode_days,
-    encode_days,
-)
+from skurl.rpc.feature_delta import FeatureDeltaDecoder
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.options import channel_options

@@ -57,10 +57,7 @@ class RedisWeights:
         self._pub.publish(version, tensors)
 
     def published_version(self) -> int | None:
-        from skurl.sync.redis_sync import version_key
-
-        raw = self._pub.client.get(version_key(self._pub.model_key))
-        return None if raw is None else int(raw)
+        return self._pub.published_version()
 
     def close(self) -> None:
         self._pub.close()

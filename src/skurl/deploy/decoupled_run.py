@@ -35,7 +35,8 @@ from typing import IO, Any
 import grpc
 import numpy as np
 
-from skurl.buffer.rollout import Columns, Rollout
+from skurl.buffer.assemble import ShardAssembly, sample_mask
+from skurl.buffer.rollout import Rollout
 from skurl.config import Config
 from skurl.deploy.collect_report import CollectReport, report_scalars, rollout_scalars
 from skurl.deploy.colocated import TRAINED, ColocatedRun
@@ -45,48 +46,17 @@ from skurl.deploy.shard_envs import business_from_totals
 from skurl.errors import UserError
 from skurl.rpc.collector_client import CollectorClient
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
-from skurl.rpc.feature_delta import PACKED, decode_days
 from skurl.sim.layout import layout_for
 from skurl.store import CorruptShardError, ShardManifest, open_store
+from skurl.sync.wire_versions import WIRE_FILE, WireVersions
 from skurl.telemetry.metrics import get_metrics
 
 log = logging.getLogger("skurl.deploy")
-WIRE_FILE = "wire_versions.jsonl"
-PER_STEP = (Columns.OBS, Columns.ACTIONS, Columns.LOGP, Columns.VALUES, Columns.REWARDS,
-            Columns.DONES, Columns.TERMINALS)
-PER_SKU = (Columns.LAST_OBS, Columns.BOOTSTRAP)
-OBS_ROWS = "obs_rows"  # catalog rows of a shard's decoded obs (the learner's sample)
 _UNAVAILABLE_PAUSE_S = 0.5
 
 
 class CollectError(UserError):
     """An iteration's data could not be collected (shards still bad after the retries)."""
-
-
-class WireVersions:
-    """Published wire version -> learner version, appended to a JSONL file (survives a
-    learner restart, so stored shards of the interrupted iteration can be matched)."""
-
-    def __init__(self, path: Path, floor: int = 0) -> None:
-        self.path = path
-        self.map: dict[int, int] = {}
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                    self.map[int(rec["wire"])] = int(rec["version"])
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn last line
-        self.next = max(floor, max(self.map, default=-1) + 1)
-
-    def new(self, learner_version: int) -> int:
-        wire = max(learner_version, self.next)
-        self.map[wire] = learner_version
-        self.next = wire + 1
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps({"wire": wire, "version": learner_version}) + "\n")
-        return wire
 
 
 class _SchemaOnly:
@@ -119,9 +89,9 @@ class DecoupledRun(ColocatedRun):
         self._lock = threading.Lock()
         self._resumed = resume
         self._pool = ThreadPoolExecutor(len(self.clients), "collect")
-        self._sorter = np.argsort(self.catalog.sku_id, kind="stable")
         self.metrics_url: str | None = None  # this process's /metrics, once served
-        self._chosen: np.ndarray | None = None  # catalog rows the learner trains on (None: all)
+        # Its `chosen`: the catalog rows the learner trains on this iteration (None: all).
+        self.assembly = ShardAssembly(self.catalog.sku_id, cfg.sim.days, self.learner.model.obs_dim)
 
     def _env(self, shard: int) -> Any:
         return _SchemaOnly(layout_for(self.catalog, self.cfg.sim.review_days).schema)
@@ -162,7 +132,7 @@ class DecoupledRun(ColocatedRun):
         timer.reset()
         start = time.perf_counter()
         report = CollectReport()
-        self._chosen = self._learner_rows()
+        self.assembly.chosen = sample_mask(len(self.catalog), self.learner.sample_index(len(self.catalog)))
         shares = self._stored_shares(it, report) if self._resumed else {}
         self._resumed = False
         missing = [cid for cid in self.clients if cid not in shares]
@@ -319,28 +289,7 @@ class DecoupledRun(ColocatedRun):
             arrays = self.store.get_shard(manifest)
         except CorruptShardError as exc:
             return f"is damaged ({exc.reason})"
-        ids = arrays.get(Columns.SKU_IDS)
-        if ids is None:
-            return arrays  # _check_share names what is missing
-        obs_ids = arrays.get(Columns.OBS_SKU_IDS, ids)
-        select = None
-        if self._chosen is not None:
-            obs_rows = self._rows(obs_ids)
-            select = np.flatnonzero(self._chosen[obs_rows])
-            arrays[OBS_ROWS] = obs_rows[select]
-            if Columns.LAST_OBS in arrays:
-                arrays[Columns.LAST_OBS] = arrays[Columns.LAST_OBS][select]
-        if all(k in arrays for k in PACKED):
-            try:
-                arrays[Columns.OBS] = decode_days(arrays, obs_ids.shape[0],
-                                                  self.learner.model.obs_dim, select)
-            except ValueError as exc:
-                return f"is damaged ({exc})"
-            for k in PACKED:
-                del arrays[k]
-        elif select is not None and Columns.OBS in arrays:
-            arrays[Columns.OBS] = arrays[Columns.OBS][:, select]
-        return arrays
+        return self.assembly.unpack(arrays)
 
     def _stored_shares(self, it: int, report: CollectReport) -> dict[str, tuple[ShardManifest, dict]]:
         """After a restart: the interrupted iteration's shards already in the store."""
@@ -362,97 +311,21 @@ class DecoupledRun(ColocatedRun):
         if (meta.get("seed"), meta.get("episode")) != (self.cfg.train.seed, it):
             return (f"is episode {meta.get('episode')} of seed {meta.get('seed')}, expected "
                     f"{it} of {self.cfg.train.seed}")
-        missing = [k for k in (*PER_STEP, *PER_SKU, Columns.SKU_IDS) if k not in arrays]
-        if missing:
-            return f"lacks arrays {missing}"
-        n = arrays[Columns.SKU_IDS].shape[0]
-        if self._chosen is None and Columns.OBS_SKU_IDS in arrays and arrays[Columns.OBS_SKU_IDS].shape[0] != n:
-            return (f"holds the obs of {arrays[Columns.OBS_SKU_IDS].shape[0]} of its {n} SKUs, but "
-                    "the learner trains on every SKU (was ppo.sample_skus changed?)")
-        if OBS_ROWS in arrays:
-            n = arrays[OBS_ROWS].shape[0]
-        dim = self.learner.model.obs_dim
-        want = (self.cfg.sim.days, n, dim)
-        if arrays[Columns.OBS].shape != want:
-            return f"has obs of shape {arrays[Columns.OBS].shape}, expected {want}"
-        if arrays[Columns.LAST_OBS].shape != (n, dim):
-            return f"has last_obs of shape {arrays[Columns.LAST_OBS].shape}, expected {(n, dim)}"
-        return ""
+        return self.assembly.problem(arrays)
 
     # ------------------------------------------------------------------ assembly
-    def _rows(self, sku_ids: np.ndarray) -> np.ndarray:
-        """Catalog rows of `sku_ids` (CollectError for ids not in the catalog)."""
-        ids = self.catalog.sku_id
-        pos = np.searchsorted(ids[self._sorter], sku_ids)
-        rows = self._sorter[np.minimum(pos, len(ids) - 1)]
-        bad = ids[rows] != sku_ids
-        if bad.any():
-            raise CollectError(f"a shard holds SKU id {int(sku_ids[np.argmax(bad)])}, which is "
-                               "not in the learner's catalog (same catalog config everywhere?)")
-        return rows
-
     def _obs_sku_ids(self) -> np.ndarray | None:
         """The SKUs whose observations the collectors keep: the learner's sample."""
-        return None if self._chosen is None else self.catalog.sku_id[self._chosen]
-
-    def _learner_rows(self) -> np.ndarray | None:
-        """Catalog rows (as a mask) the learner trains on this iteration; None for all."""
-        index = self.learner.sample_index(len(self.catalog))
-        if index is None:
-            return None
-        chosen = np.zeros(len(self.catalog), bool)
-        chosen[index] = True
-        return chosen
+        chosen = self.assembly.chosen
+        return None if chosen is None else self.catalog.sku_id[chosen]
 
     def _assemble(self, it: int, shares: dict[str, tuple[ShardManifest, dict]],
                   report: CollectReport) -> tuple[Rollout, dict[str, float]]:
-        """The shards' columns scattered into catalog row order: the co-located Rollout
-        (with the obs of the learner's sample only when it trains on one: the only SKUs
-        whose obs were decoded), and the figures of the whole rollout."""
-        n, days, dim = len(self.catalog), self.cfg.sim.days, self.learner.model.obs_dim
-        out = Rollout.allocate(days, self.catalog.sku_id, dim if self._chosen is None else 0)
-        seen = np.zeros(n, np.int32)
-        placed = []
-        for _, arrays in shares.values():
-            rows = self._rows(arrays[Columns.SKU_IDS])
-            np.add.at(seen, rows, 1)
-            for name in PER_STEP:
-                if name != Columns.OBS:
-                    getattr(out, name)[:, rows] = arrays[name]
-            out.bootstrap[rows] = arrays[Columns.BOOTSTRAP]
-            if self._chosen is None:
-                out.obs[:, rows] = arrays[Columns.OBS]
-                out.last_obs[rows] = arrays[Columns.LAST_OBS]
-            else:
-                placed.append((arrays[OBS_ROWS], arrays[Columns.OBS], arrays[Columns.LAST_OBS]))
-        if not (seen == 1).all():
-            i = int(np.argmax(seen != 1))
-            raise CollectError(f"iteration {it}: SKU {int(self.catalog.sku_id[i])} is in "
-                               f"{int(seen[i])} shards, expected exactly one")
-        out.policy_version, out.seed, out.episode = self.learner.version, self.cfg.train.seed, it
-        scalars = rollout_scalars(out, report)
-        return (out if self._chosen is None else self._sample(out, placed)), scalars
-
-    def _sample(self, full: Rollout, placed: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Rollout:
-        """`full` with the decoded obs of the learner's sample (Rollout.obs_sku_ids), which
-        Learner.update restricts to that sample as it would the whole rollout."""
-        assert self._chosen is not None
-        index = np.flatnonzero(self._chosen)
-        position = np.full(len(self.catalog), -1, np.int64)
-        position[index] = np.arange(index.size)
-        dim = self.learner.model.obs_dim
-        full.obs = np.empty((full.days, index.size, dim), np.float32)
-        full.last_obs = np.empty((index.size, dim), np.float32)
-        full.obs_sku_ids = self.catalog.sku_id[index]
-        filled = np.zeros(index.size, np.int64)
-        for rows, part, last in placed:
-            full.obs[:, position[rows]] = part
-            full.last_obs[position[rows]] = last
-            np.add.at(filled, position[rows], 1)
-        if not (filled == 1).all():
-            raise CollectError(f"the shards hold the obs of {int((filled > 0).sum())} of the "
-                               f"learner's {index.size} sampled SKUs, expected each exactly once")
-        return full
+        """The shards as the co-located Rollout (buffer/assemble.py) and the figures of the
+        whole rollout (taken before a SKU sample keeps its own obs only)."""
+        out = self.assembly.assemble((arrays for _, arrays in shares.values()),
+                                     version=self.learner.version, seed=self.cfg.train.seed, episode=it)
+        return out, rollout_scalars(out, report)
 
     # ------------------------------------------------------------------ figures
     def _record_metrics(self, stats: dict[str, float], learn_seconds: float,

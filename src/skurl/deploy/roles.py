@@ -121,9 +121,9 @@ class RoleCollectorServicer(CollectorServicer):
 
 def packed_arrays(rollout: Any) -> dict[str, Any]:
     """The rollout's arrays for the store, its obs [T, N, D] packed day by day
-    (rpc/feature_delta.py: ~1/13 of the bytes to compress; the learner unpacks them)."""
+    (buffer/obs_delta.py: ~1/13 of the bytes to compress; the learner unpacks them)."""
+    from skurl.buffer.obs_delta import encode_days
     from skurl.buffer.rollout import Columns
-    from skurl.rpc.feature_delta import encode_days
 
     arrays = rollout.arrays()
     return {**{k: v for k, v in arrays.items() if k != Columns.OBS},

@@ -21,20 +21,23 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from skurl.buffer.rollout import Columns, Rollout
+from skurl.buffer.assemble import ShardAssembly, sample_mask
+from skurl.buffer.rollout import Rollout
 from skurl.commands.common import add_config_flags, config_from_args
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.learn.checkpoint import restore_latest, save_checkpoint
-from skurl.learn.ddp import DDPLearner, RankSlice, rank_slice
+from skurl.learn.ddp import DDPLearner, rank_slice
 from skurl.learn.learner import resolve_device
 from skurl.store import RolloutStore, ShardManifest, open_store
+from skurl.sync.wire_versions import WIRE_FILE, WireVersions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,33 +119,112 @@ def _loop(cfg: Config, args: argparse.Namespace, learner: DDPLearner) -> dict[st
         dist.barrier()
     if not lead:
         restore_latest(learner, args.run_dir)
-    store = open_store(cfg.store)
-    publisher = _publisher(cfg) if lead else None
-    if publisher is not None:
-        publisher.publish(learner.version, learner.weights())
+    feed = ShardFeed(cfg, args, learner)
     last: dict[str, Any] = {}
-    for it in range(learner.iteration, cfg.train.iterations):
-        if lead and cfg.deploy.collector_addresses:
-            drive_collectors(cfg, it, learner.version)
-        manifests = wait_for_shards(store, it, cfg.deploy.collectors, args.wait_s, args.poll_s)
-        start = time.perf_counter()
-        if cfg.ppo.sample_skus:
-            stats = learner.update(read_columns(store, manifests, None))
-        else:
-            sl = rank_slice(_total_skus(manifests), learner.rank, learner.world)
-            stats = learner.update_slice(read_columns(store, manifests, sl), sl)
-        if publisher is not None:
-            publisher.publish(learner.version, learner.weights())
-        if lead and (learner.iteration % cfg.train.checkpoint_every == 0 or learner.iteration == cfg.train.iterations):
-            save_checkpoint(args.run_dir, learner, keep=cfg.train.keep_checkpoints)
-        last = {"iteration": it, "version": learner.version, "world": learner.world,
-                "learn_seconds": time.perf_counter() - start, **stats}
-        if lead:
-            print(json.dumps(last), flush=True)
+    try:
+        feed.publish()
+        for it in range(learner.iteration, cfg.train.iterations):
+            rollout = feed.rollout(it)
+            start = time.perf_counter()
+            if cfg.ppo.sample_skus:
+                stats = learner.update(rollout)
+            else:
+                sl = rank_slice(rollout.num_skus, learner.rank, learner.world)
+                stats = learner.update_slice(rollout.select_skus(np.arange(sl.start, sl.stop)), sl)
+            feed.publish()
+            if lead and (learner.iteration % cfg.train.checkpoint_every == 0
+                         or learner.iteration == cfg.train.iterations):
+                save_checkpoint(args.run_dir, learner, keep=cfg.train.keep_checkpoints)
+                feed.store.delete_before(learner.iteration)  # a restart needs no older shards
+            last = {"iteration": it, "version": learner.version, "world": learner.world,
+                    "learn_seconds": time.perf_counter() - start, **stats}
+            if lead:
+                print(json.dumps(last), flush=True)
+    finally:
+        feed.close()
     if lead:
         print(json.dumps({"run_dir": str(args.run_dir), "iterations": learner.iteration,
                           "version": learner.version, "world": learner.world}), flush=True)
     return last
+
+
+class ShardFeed:
+    """Where each iteration's rollout comes from: rank 0 publishes the weights (as a wire
+    version every collector takes as newer, sync/wire_versions.py) and asks the collectors
+    of deploy.collector_addresses for their shares; every rank then reads the iteration's
+    shards from the store and assembles the catalog's rollout (buffer/assemble.py: packed
+    obs decoded, SKUs in catalog order), as `--mode decoupled` does."""
+
+    def __init__(self, cfg: Config, args: argparse.Namespace, learner: DDPLearner) -> None:
+        from skurl.catalog import load_catalog
+
+        self.cfg, self.args, self.learner = cfg, args, learner
+        self.lead = learner.rank == 0
+        self.store = open_store(cfg.store)
+        self.sku_ids = load_catalog(cfg.catalog).sku_id
+        self.assembly = ShardAssembly(self.sku_ids, cfg.sim.days, learner.model.obs_dim)
+        self.publisher = _publisher(cfg) if self.lead else None
+        floor = 0
+        if self.publisher is not None:
+            held = self.publisher.published_version()
+            floor = 0 if held is None else held + 1
+        self.wire = WireVersions(Path(args.run_dir) / WIRE_FILE, floor=floor)
+        self.published: tuple[int, int] | None = None  # (learner version, wire version)
+
+    def publish(self) -> None:
+        """Rank 0: the learner's weights under a new wire version (once per version)."""
+        if not self.lead or (self.published and self.published[0] == self.learner.version):
+            return
+        wire = self.wire.new(self.learner.version) if self.publisher is not None else self.learner.version
+        if self.publisher is not None:
+            self.publisher.publish(wire, self.learner.weights())
+        self.published = (self.learner.version, wire)
+
+    def rollout(self, it: int) -> Rollout:
+        """Iteration `it`'s rollout in catalog row order, the same on every rank."""
+        cfg, learner = self.cfg, self.learner
+        driven = bool(cfg.deploy.collector_addresses)
+        wire = self.published[1] if self.published else -1
+        n = len(self.sku_ids)
+        chosen = self.assembly.chosen = sample_mask(n, learner.sample_index(n))
+        if self.lead and driven:
+            drive_collectors(cfg, it, wire, None if chosen is None else self.sku_ids[chosen])
+        wire = _broadcast_int(wire, learner.device)  # the version the shards must hold
+        manifests = wait_for_shards(self.store, it, cfg.deploy.collectors, self.args.wait_s,
+                                    self.args.poll_s, version=wire if driven else None)
+        versions = {m.policy_version for m in manifests}
+        if len(versions) != 1:
+            raise UserError(f"rollout shards of iteration {it} hold policy versions {sorted(versions)}, "
+                            "expected one")
+        held = versions.pop()
+        parts = [self._unpacked(m, it) for m in manifests]
+        version = learner.version if held == wire else held
+        return self.assembly.assemble(parts, version=version, seed=cfg.train.seed, episode=it)
+
+    def _unpacked(self, manifest: ShardManifest, it: int) -> dict[str, np.ndarray]:
+        arrays = self.assembly.unpack(self.store.get_shard(manifest))
+        problem = arrays if isinstance(arrays, str) else self.assembly.problem(arrays)
+        meta = manifest.meta
+        if not problem and "seed" in meta and (meta.get("seed"), meta.get("episode", it)) != (self.cfg.train.seed, it):
+            problem = (f"is episode {meta.get('episode')} of seed {meta.get('seed')}, expected {it} "
+                       f"of train.seed={self.cfg.train.seed}")
+        if problem:
+            raise UserError(f"rollout shard {manifest.name} {problem}; not trained on")
+        assert isinstance(arrays, dict)
+        return arrays
+
+    def close(self) -> None:
+        if self.publisher is not None:
+            self.publisher.close()
+
+
+def _broadcast_int(value: int, device: torch.device) -> int:
+    """Rank 0's `value` on every rank (a tensor collective: nothing is pickled)."""
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.broadcast(t, src=0)
+    return int(t.item())
 
 
 def _obs_dim(cfg: Config) -> int:
@@ -170,9 +252,10 @@ def _publisher(cfg: Config) -> Any:
     return RedisWeightPublisher.from_config(cfg.sync, cfg.store)
 
 
-def drive_collectors(cfg: Config, iteration: int, version: int) -> None:
+def drive_collectors(cfg: Config, iteration: int, version: int, obs_sku_ids: np.ndarray | None = None) -> None:
     """Ask every collector of deploy.collector_addresses (`skurl collector`) for its share of
-    `iteration` once it holds `version`; they write their shards to the rollout store."""
+    `iteration` once it holds `version`; they write their shards to the rollout store
+    (keeping the observations of `obs_sku_ids` only, the learner's sample, when given)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from skurl.rpc.collector_client import CollectorClient
@@ -180,7 +263,8 @@ def drive_collectors(cfg: Config, iteration: int, version: int) -> None:
     def one(address: str) -> None:
         client = CollectorClient(address, cfg.rpc, connect_timeout_s=cfg.deploy.start_timeout_s)
         try:
-            client.collect(iteration, cfg.train.seed, iteration, min_version=version, wait_s=cfg.sync.timeout_s)
+            client.collect(iteration, cfg.train.seed, iteration, min_version=version,
+                           wait_s=cfg.sync.timeout_s, obs_sku_ids=obs_sku_ids)
         finally:
             client.close()
 
@@ -191,49 +275,18 @@ def drive_collectors(cfg: Config, iteration: int, version: int) -> None:
 
 
 def wait_for_shards(store: RolloutStore, iteration: int, expected: int, timeout_s: float,
-                    poll_s: float) -> list[ShardManifest]:
-    """The iteration's manifests once `expected` are listed, in SKU order (sku_start)."""
+                    poll_s: float, version: int | None = None) -> list[ShardManifest]:
+    """The iteration's manifests once `expected` are listed (of wire `version` only, when
+    given: an earlier attempt's shards do not count), in SKU order (sku_start)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        found = store.list_shards(iteration)
+        found = [m for m in store.list_shards(iteration) if version is None or m.policy_version == version]
         if len(found) >= expected:
             return sorted(found, key=lambda m: (m.sku_start, m.collector_id))
         if time.monotonic() > deadline:
             raise UserError(f"rollout store {store.url}: iteration {iteration} has {len(found)} shards "
                             f"after {timeout_s:g} s, expected deploy.collectors = {expected}")
         time.sleep(poll_s)
-
-
-def _shard_skus(m: ShardManifest) -> int:
-    for spec in m.arrays:
-        if spec.name == Columns.REWARDS:
-            return int(spec.shape[1])
-    raise UserError(f"rollout shard {m.name}: no '{Columns.REWARDS}' array (not a rollout shard)")
-
-
-def _total_skus(manifests: list[ShardManifest]) -> int:
-    return sum(_shard_skus(m) for m in manifests)
-
-
-def read_columns(store: RolloutStore, manifests: list[ShardManifest], sl: RankSlice | None) -> Rollout:
-    """The SKU columns `sl` of the iteration's global rollout (shards side by side in
-    SKU order), reading only the shards that overlap them; None reads every column."""
-    versions = {m.policy_version for m in manifests}
-    if len(versions) != 1:
-        raise UserError(f"rollout shards of iteration {manifests[0].iteration} hold policy versions "
-                        f"{sorted(versions)}, expected one")
-    parts, offset = [], 0
-    for m in manifests:
-        n = _shard_skus(m)
-        lo, hi = (offset, offset + n) if sl is None else (max(sl.start, offset), min(sl.stop, offset + n))
-        if lo < hi:
-            arrays = store.get_shard(m)
-            part = Rollout(**{k: arrays[k] for k in Rollout.__dataclass_fields__ if k in arrays},
-                           policy_version=m.policy_version, seed=int(m.meta.get("seed", 0)),
-                           episode=int(m.meta.get("episode", m.iteration)))
-            parts.append(part if (lo, hi) == (offset, offset + n) else part.select_skus(np.arange(lo - offset, hi - offset)))
-        offset += n
-    return parts[0] if len(parts) == 1 else Rollout.concat_skus(parts)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import numpy as np
 
+from skurl.buffer.obs_delta import FeatureDeltaEncoder
 from skurl.config import RpcConfig, SimConfig
 from skurl.errors import UserError
 from skurl.rpc.codec import decode_batch, encode_into
@@ -39,7 +40,6 @@ from skurl.rpc.env_wire import (
     schema_to_wire,
 )
 from skurl.rpc.errors import CapacityError, WireError
-from skurl.rpc.feature_delta import FeatureDeltaEncoder
 from skurl.rpc.feature_delta import warm_up as warm_up_delta
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc

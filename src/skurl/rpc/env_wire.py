@@ -24,9 +24,10 @@ from dataclasses import fields
 
 import numpy as np
 
+from skurl.buffer.obs_delta import FeatureDeltaEncoder, mask_bytes
 from skurl.rpc.codec import ALLOWED_DTYPES, TensorSpec, check_spec
 from skurl.rpc.errors import WireError
-from skurl.rpc.feature_delta import FeatureDeltaDecoder, FeatureDeltaEncoder, mask_bytes
+from skurl.rpc.feature_delta import FeatureDeltaDecoder
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.wire_fast import decode_reply, encode_reply
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult

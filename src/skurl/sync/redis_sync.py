@@ -175,6 +175,11 @@ class RedisWeightPublisher:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, _BACKOFF_CAP_S)
 
+    def published_version(self) -> int | None:
+        """The version the key holds now (another run's too), None when it holds none."""
+        raw = self.client.get(version_key(self.model_key))
+        return None if raw is None else int(raw)
+
     @classmethod
     def from_config(cls, sync: SyncConfig, store: StoreConfig | None = None) -> RedisWeightPublisher:
         """Publisher for sync.redis_url / sync.key; weights go to `store` when
