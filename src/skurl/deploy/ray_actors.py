@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import threading
 import time
 from typing import Any
 
@@ -36,6 +35,7 @@ from skurl.errors import UserError
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
 from skurl.sync.api import Tensors, WeightSyncTimeout
 from skurl.sync.codec import WeightBlob, decode_weights, encode_weights
+from skurl.sync.slot import VersionedSlot
 
 
 class RayTimeoutError(UserError):
@@ -287,38 +287,27 @@ class ShardSpec:
 
 
 class WeightSlot:
-    """The newest WeightBlob, held by a threaded Ray actor so that waiters do not block
-    the publisher."""
+    """The newest WeightBlob (a VersionedSlot), held by a threaded Ray actor so that
+    waiters do not block the publisher."""
 
     def __init__(self) -> None:
-        self._blob: WeightBlob | None = None
-        self._cond = threading.Condition()
+        self._slot: VersionedSlot[WeightBlob] = VersionedSlot()
 
     def publish(self, blob: WeightBlob) -> int:
-        with self._cond:
-            if self._blob is not None and blob.version <= self._blob.version:
-                raise ValueError(f"publish: version {blob.version} is not newer than {self._blob.version}")
-            self._blob = blob
-            self._cond.notify_all()
-            return blob.version
+        if not self._slot.offer(blob.version, blob):
+            raise ValueError(f"publish: version {blob.version} is not newer than {self._slot.version}")
+        return blob.version
 
     def latest(self) -> WeightBlob | None:
-        with self._cond:
-            return self._blob
+        held = self._slot.held()
+        return None if held is None else held[1]
 
     def latest_version(self) -> int | None:
-        with self._cond:
-            return None if self._blob is None else self._blob.version
+        return self._slot.version
 
     def wait_for(self, version: int, timeout_s: float) -> WeightBlob | None:
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while self._blob is None or self._blob.version < version:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                self._cond.wait(left)
-            return self._blob
+        held = self._slot.wait_for(version, timeout_s)
+        return None if held is None else held[1]
 
 
 def start_weight_slot() -> Any:

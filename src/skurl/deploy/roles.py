@@ -73,13 +73,11 @@ class RoleCollectorServicer(CollectorServicer):
 
     def offer(self, version: int, tensors: dict[str, Any]) -> bool:
         """Hold `version` for the next Collect when it is newer than the held one."""
-        with self._cond:
-            if self._pending is not None and version <= self._pending[0]:
-                return False
-            self._pending = (int(version), tensors)
-            self._received[int(version)] = time.time()
-            self._cond.notify_all()
-        return True
+        self._received[int(version)] = time.time()  # before a waiter can wake on it
+        if self._pending.offer(int(version), tensors):
+            return True
+        self._received.pop(int(version), None)
+        return False
 
     def _wait_for(self, version: int, timeout_s: float) -> tuple[int, dict[str, Any]]:
         from skurl.telemetry.metrics import get_metrics

@@ -38,6 +38,7 @@ from skurl.rpc.weights_client import from_message
 from skurl.rpc.weights_server import NotNewerError
 from skurl.sim.api import EnvStateError
 from skurl.sync.codec import WeightIntegrityError, decode_weights
+from skurl.sync.slot import VersionedSlot
 
 SKU_IDS = "sku_ids"
 
@@ -61,8 +62,7 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
         self._cfg = cfg
         self._store = store
         self._keep = keep_iterations
-        self._cond = threading.Condition()
-        self._pending: tuple[int, dict[str, Any]] | None = None  # newest pushed weights
+        self._pending: VersionedSlot[dict[str, Any]] = VersionedSlot()  # newest pushed weights
         self._loaded = -1  # version loaded into the collector
         self._collect_lock = threading.Lock()  # one episode at a time
         self._rollouts: OrderedDict[int, Any] = OrderedDict()
@@ -75,13 +75,9 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
             tensors = decode_weights(from_message(request))
         except WeightIntegrityError as exc:
             raise WireError(str(exc)) from None
-        with self._cond:
-            held = -1 if self._pending is None else self._pending[0]
-            if request.version <= held:
-                raise NotNewerError(f"collector {self.collector_id}: weights version "
-                                    f"{request.version} is not newer than held version {held}")
-            self._pending = (int(request.version), tensors)
-            self._cond.notify_all()
+        if not self._pending.offer(int(request.version), tensors):
+            raise NotNewerError(f"collector {self.collector_id}: weights version "
+                                f"{request.version} is not newer than held version {self._pending.version}")
         return pb.WeightsAck(key=request.key, version=request.version, accepted=True)
 
     @rpc_method
@@ -131,8 +127,8 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
     @rpc_method
     def GetStats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsReply:
         c = self._counts
-        with self._cond:
-            pending = -1 if self._pending is None else self._pending[0]
+        pending = self._pending.version
+        pending = -1 if pending is None else pending
         return pb.StatsReply(
             collector_id=self.collector_id, policy_version=self._loaded,
             iterations=int(c["iterations"]), transitions=int(c["transitions"]),
@@ -152,17 +148,11 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
 
     def _wait_for(self, version: int, timeout_s: float) -> tuple[int, dict[str, Any]]:
         """The sync barrier: the newest weights once they are >= `version`."""
-        deadline = time.monotonic() + max(timeout_s, 0.0)
-        with self._cond:
-            while self._pending is None or self._pending[0] < version:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    have = None if self._pending is None else self._pending[0]
-                    raise EnvStateError(f"collector {self.collector_id}: weights version "
-                                        f"{version} not received within {timeout_s:g} s "
-                                        f"(holding {have})")
-                self._cond.wait(left)
-            return self._pending
+        held = self._pending.wait_for(version, max(timeout_s, 0.0))
+        if held is None:
+            raise EnvStateError(f"collector {self.collector_id}: weights version {version} not "
+                                f"received within {timeout_s:g} s (holding {self._pending.version})")
+        return held
 
     def _store_shard(self, iteration: int, rollout: Any) -> str:
         if self._store is None:

@@ -22,6 +22,7 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.sync.api import Tensors, WeightSyncTimeout
 from skurl.sync.codec import WeightBlob, WeightIntegrityError, decode_weights, encode_weights
+from skurl.sync.slot import VersionedSlot
 
 log = logging.getLogger("skurl.rpc.weights")
 _BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
@@ -79,9 +80,8 @@ class GrpcWeightSubscriber:
         self._like = None if like is None else _spec(like)
         self._channel = connect(address, self._cfg, connect_timeout_s)
         self._stub = pb_grpc.WeightSyncServiceStub(self._channel)
-        self._cond = threading.Condition()
-        self._latest: tuple[int, Tensors] | None = None
-        self._closed = False
+        self._slot: VersionedSlot[Tensors] = VersionedSlot()  # the newest accepted weights
+        self._lock = threading.Lock()  # guards _call against close()
         self._call: grpc.Future | None = None
         self.rejected = 0  # versions dropped for bad bytes
         self._thread = threading.Thread(target=self._follow, name=f"weights-{model_key}",
@@ -90,8 +90,7 @@ class GrpcWeightSubscriber:
 
     # ---------------------------------------------------------------- WeightSubscriber
     def latest(self) -> tuple[int, Tensors] | None:
-        with self._cond:
-            return self._latest
+        return self._slot.held()
 
     def latest_version(self) -> int | None:
         """The server's newest version (one small call, no weights), None before any."""
@@ -103,23 +102,17 @@ class GrpcWeightSubscriber:
         return None if reply.version < 0 else int(reply.version)
 
     def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, Tensors]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._latest is None or self._latest[0] < version:
-                left = None if deadline is None else deadline - time.monotonic()
-                if self._closed or (left is not None and left <= 0):
-                    have = None if self._latest is None else self._latest[0]
-                    why = "subscriber closed" if self._closed else f"not within {timeout}s"
-                    raise WeightSyncTimeout(f"weights '{self.model_key}' from {self.address}: "
-                                            f"version {version} {why} (holding {have})")
-                self._cond.wait(left)
-            return self._latest
+        held = self._slot.wait_for(version, timeout)
+        if held is None:
+            why = "subscriber closed" if self._slot.closed else f"not within {timeout}s"
+            raise WeightSyncTimeout(f"weights '{self.model_key}' from {self.address}: "
+                                    f"version {version} {why} (holding {self._slot.version})")
+        return held
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
+        with self._lock:
+            self._slot.close()
             call = self._call
-            self._cond.notify_all()
         if call is not None:
             call.cancel()
         self._thread.join(timeout=5.0)
@@ -138,10 +131,11 @@ class GrpcWeightSubscriber:
         # the stream is simply reopened when it passes.
         stream_s = max(self._cfg.timeout_s, 60.0)
         while True:
-            with self._cond:
-                if self._closed:
+            with self._lock:
+                if self._slot.closed:
                     return
-                after = -1 if self._latest is None else self._latest[0]
+                after = self._slot.version
+                after = -1 if after is None else after
                 call = self._call = self._stub.Subscribe(
                     pb.SubscribeRequest(key=self.model_key, after_version=after), timeout=stream_s)
             try:
@@ -149,7 +143,7 @@ class GrpcWeightSubscriber:
                     failures = 0
                     self._accept(msg)
             except grpc.RpcError as exc:
-                if self._closed:
+                if self._slot.closed:
                     return
                 if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                     failures += 1
@@ -170,10 +164,7 @@ class GrpcWeightSubscriber:
             self.rejected += 1
             log.error("dropping weights v%d from %s: %s", blob.version, self.address, exc)
             return
-        with self._cond:
-            if self._latest is None or blob.version > self._latest[0]:
-                self._latest = (blob.version, tensors)
-                self._cond.notify_all()
+        self._slot.offer(blob.version, tensors)
 
 
 Spec = dict[str, tuple[str, tuple[int, ...]]]

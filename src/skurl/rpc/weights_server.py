@@ -25,6 +25,7 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.servicer_base import GrpcServer, rpc_method
 from skurl.sim.api import EnvStateError
+from skurl.sync.slot import VersionedSlot
 
 _KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # as sync.key
 # How often a waiting stream wakes to notice a cancelled client or a stopping server.
@@ -44,9 +45,18 @@ def _check_key(key: str) -> str:
 
 class WeightSyncServicer(pb_grpc.WeightSyncServiceServicer):
     def __init__(self) -> None:
-        self._held: dict[str, pb.Weights] = {}
-        self._cond = threading.Condition()
+        self._slots: dict[str, VersionedSlot[pb.Weights]] = {}  # one per model key
+        self._lock = threading.Lock()
         self._closing = False
+
+    def _slot(self, key: str) -> VersionedSlot[pb.Weights]:
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = VersionedSlot()
+                if self._closing:
+                    slot.close()
+            return slot
 
     # ---------------------------------------------------------------- in-process use
     def put(self, weights: pb.Weights) -> int:
@@ -58,24 +68,23 @@ class WeightSyncServicer(pb_grpc.WeightSyncServiceServicer):
         if digest != weights.sha256:
             raise WireError(f"weights '{weights.key}' version {weights.version}: payload sha256 "
                             f"{digest[:12]}... does not match the declared {weights.sha256[:12]}...")
-        with self._cond:
-            held = self._held.get(weights.key)
-            if held is not None and weights.version <= held.version:
-                raise NotNewerError(f"weights '{weights.key}': version {weights.version} is not "
-                                    f"newer than the held version {held.version}")
-            self._held[weights.key] = weights
-            self._cond.notify_all()
+        slot = self._slot(weights.key)
+        if not slot.offer(int(weights.version), weights):
+            raise NotNewerError(f"weights '{weights.key}': version {weights.version} is not "
+                                f"newer than the held version {slot.version}")
         return int(weights.version)
 
     def held(self, key: str) -> pb.Weights | None:
-        with self._cond:
-            return self._held.get(key)
+        held = self._slot(key).held()
+        return None if held is None else held[1]
 
     def close(self) -> None:
         """End every open Subscribe stream (called when the server stops)."""
-        with self._cond:
+        with self._lock:
             self._closing = True
-            self._cond.notify_all()
+            slots = list(self._slots.values())
+        for slot in slots:
+            slot.close()
 
     # ---------------------------------------------------------------- RPCs
     @rpc_method
@@ -105,19 +114,13 @@ class WeightSyncServicer(pb_grpc.WeightSyncServiceServicer):
             _check_key(request.key)
         except WireError as exc:
             context.abort(exc.grpc_code, str(exc))
-        sent = request.after_version
+        sent, slot = request.after_version, self._slot(request.key)
         while context.is_active():
-            with self._cond:
-                held = self._held.get(request.key)
-                while not self._closing and (held is None or held.version <= sent):
-                    self._cond.wait(_POLL_S)
-                    if not context.is_active():
-                        return
-                    held = self._held.get(request.key)
-                if self._closing:
-                    return
-            sent = held.version
-            yield held
+            held = slot.wait_for(sent + 1, alive=context.is_active, poll_s=_POLL_S)
+            if held is None:  # the client left or the server stops
+                return
+            sent = held[0]
+            yield held[1]
 
 
 class WeightSyncServer(GrpcServer):

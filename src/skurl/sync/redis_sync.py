@@ -35,6 +35,7 @@ from skurl.errors import UserError
 from skurl.store.api import RolloutStore
 from skurl.sync.api import Tensors, WeightSyncTimeout
 from skurl.sync.codec import WeightBlob, WeightIntegrityError, decode_weights, encode_weights
+from skurl.sync.slot import VersionedSlot
 
 log = logging.getLogger(__name__)
 
@@ -206,9 +207,8 @@ class RedisWeightSubscriber:
         self.poll_s, self.on_update = poll_s, on_update
         self.client = connect(url, timeout_s)
         self._spec = None if like is None else _spec_of(like)
-        self._current: tuple[int, Tensors] | None = None
+        self._slot: VersionedSlot[Tensors] = VersionedSlot()  # the newest verified weights
         self._rejected: set[int] = set()
-        self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"redis-weights-{model_key}",
                                         daemon=True)
@@ -224,8 +224,7 @@ class RedisWeightSubscriber:
     # -- WeightSubscriber -------------------------------------------------------------
 
     def latest(self) -> tuple[int, Tensors] | None:
-        with self._cond:
-            return self._current
+        return self._slot.held()
 
     def latest_version(self) -> int | None:
         """The newest version held locally (verified, ready to use)."""
@@ -233,27 +232,20 @@ class RedisWeightSubscriber:
         return None if current is None else current[0]
 
     def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, Tensors]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._current is None or self._current[0] < version:
-                left = None if deadline is None else deadline - time.monotonic()
-                have = None if self._current is None else self._current[0]
-                if self._stop.is_set():
-                    raise WeightSyncTimeout(f"weights '{self.model_key}': subscriber is closed "
-                                            f"(waiting for version {version}, latest {have})")
-                if left is not None and left <= 0:
-                    raise WeightSyncTimeout(
-                        f"weights '{self.model_key}' at {self.url}: version {version} not received "
-                        f"within {timeout}s (latest {have})"
-                    )
-                self._cond.wait(left if left is not None else self.poll_s)
-            return self._current
+        held = self._slot.wait_for(version, timeout, poll_s=self.poll_s)
+        if held is not None:
+            return held
+        have = self._slot.version
+        if self._slot.closed:
+            raise WeightSyncTimeout(f"weights '{self.model_key}': subscriber is closed "
+                                    f"(waiting for version {version}, latest {have})")
+        raise WeightSyncTimeout(f"weights '{self.model_key}' at {self.url}: version {version} not "
+                                f"received within {timeout}s (latest {have})")
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5 + self.poll_s)
-        with self._cond:
-            self._cond.notify_all()
+        self._slot.close()
         self.client.close()
 
     def __enter__(self) -> RedisWeightSubscriber:
@@ -318,11 +310,8 @@ class RedisWeightSubscriber:
             log.warning("weights '%s': cannot fetch the published version yet: %s",
                         self.model_key, exc)
             return
-        if have is not None and version <= have:
+        if not self._slot.offer(version, tensors):
             return
-        with self._cond:
-            self._current = (version, tensors)
-            self._cond.notify_all()
         if self.on_update is not None:
             self.on_update(version, tensors)
 
