@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
 
-from skurl.config import Config, load_config
+from skurl.config_flags import add_config_flags, config_from_args
 from skurl.json_ready import json_ready
 
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML config file (defaults are embedded)")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="override a config key, e.g. --set sim.days=50 (repeatable)",
-    )
-
-
-def config_from_args(args: argparse.Namespace, extra: list[str] | None = None) -> Config:
-    """Config from --config/--set, then `extra` overrides derived from other flags."""
-    return load_config(args.config, list(args.overrides) + list(extra or []))
+__all__ = ["add_config_flags", "config_from_args", "print_json"]
 
 
 def print_json(obj: Any) -> None:

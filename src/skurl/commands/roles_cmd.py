@@ -84,7 +84,7 @@ def _collector(args: argparse.Namespace) -> int:
 
 
 def _learner(args: argparse.Namespace) -> int:
-    from skurl.deploy.roles import run_learner
+    from skurl.deploy.decoupled import run_learner
 
     _port(args.metrics_port, "--metrics-port")
     _log_to_stderr()

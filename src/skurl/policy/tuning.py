@@ -29,13 +29,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from skurl.catalog.schema import Catalog
-from skurl.collect.evaluate import make_env, run_episode, sku_objective
 from skurl.config import SimConfig
 from skurl.policy.baselines import (
     Params,
@@ -45,13 +43,12 @@ from skurl.policy.baselines import (
     default_z,
     eoq,
     long_run_mean,
-    make_policy,
     static_level,
     summarize,
 )
+from skurl.policy.tuning_scorer import CandidateScorer, Progress, TuneResult, objective_is
 
 TUNE_SEED_OFFSET = 7_777_777
-Progress = Callable[[str], None]
 
 
 def tuning_seed(eval_seed: int) -> int:
@@ -68,50 +65,6 @@ def is_uniform(catalog: Catalog) -> bool:
         if arr.shape[0] and not np.all(arr == arr[:1]):
             return False
     return True
-
-
-@dataclass
-class TuneResult:
-    name: str
-    params: Params  # per-SKU arrays for the catalog that was tuned
-    method: str  # "uniform-exhaustive" | "per-sku-grid"
-    seed: int
-    days: int
-    warmup: int
-    runs: int  # candidate simulations
-    sku_days: int  # simulated SKU-days, all candidates together
-    objective: float  # best mean objective per SKU-day on the tuning seeds
-    details: dict[str, Any] = field(default_factory=dict)
-    objective_is: str = "cost"  # "cost" or "-profit" (sim.reward=profit): lower is better
-
-    def summary(self) -> dict[str, Any]:
-        return {"method": self.method, "seed": self.seed, "days": self.days, "warmup": self.warmup,
-                "runs": self.runs, "sku_days": self.sku_days, "objective": self.objective,
-                "objective_is": self.objective_is,
-                "params": {k: summarize(v) for k, v in self.params.items()}, **self.details}
-
-
-class CandidateScorer:
-    """Simulates parameter sets of one baseline on one catalog under CRN; one env reused."""
-
-    def __init__(self, name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int,
-                 warmup: int) -> None:
-        self.name, self.catalog, self.sim_cfg = name, catalog, sim_cfg
-        self.seed, self.days, self.warmup = seed, days, warmup
-        self.env = make_env(catalog, dataclasses.replace(sim_cfg, days=warmup + days))
-        self.runs = 0
-        self.sku_days = 0
-
-    def __call__(self, params: Params, batch: int = 0) -> np.ndarray:
-        """Per-SKU objective per day (float64 [N]; +inf for SKUs the env isolated)."""
-        policy = make_policy(self.name, self.catalog, self.sim_cfg, params)
-        totals, failed = run_episode(self.env, policy, seed=self.seed + batch, episode=0,
-                                     days=self.days, warmup=self.warmup)
-        self.runs += 1
-        self.sku_days += len(self.catalog) * self.days
-        obj = sku_objective(totals, self.sim_cfg.reward) / self.days
-        obj[failed] = np.inf
-        return obj
 
 
 # ------------------------------------------------------------ per-SKU (heterogeneous)
@@ -299,7 +252,3 @@ def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, day
         details={"replicas": copies, **{k: summarize(v) for k, v in details.items()}},
         objective_is=objective_is(sim_cfg),
     )
-
-
-def objective_is(sim_cfg: SimConfig) -> str:
-    return "-profit" if sim_cfg.reward == "profit" else "cost"

@@ -36,7 +36,7 @@ from skurl.policy.baselines import (
     long_run_mean,
     protection_days,
 )
-from skurl.policy.tuning import CandidateScorer, Progress, TuneResult, objective_is
+from skurl.policy.tuning_scorer import CandidateScorer, Progress, TuneResult, objective_is
 
 Point = tuple[int, ...]
 COARSE_POINTS = 16  # an axis with more steps than this across its box is searched coarse to fine
