@@ -16,7 +16,6 @@ import torch
 from skurl.cli import main
 from skurl.config import Config, load_config
 from skurl.deploy import colocated, decoupled
-from skurl.deploy.decoupled_run import DecoupledRun
 from skurl.deploy.shard_envs import CatalogSchemaEnv, assign_shards, column_map
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
@@ -30,6 +29,17 @@ TINY = [
     "eval.warmup=2", "train.torch_threads=1", "sim.threads=1", "train.infer_dtype=float32",
     "deploy.sim_servers=2", "deploy.collectors=2", "sync.timeout_s=20",
 ]
+
+
+class Delegating:
+    """A wrapper around a run's part (its collectors, their store) that passes on whatever
+    it does not override: faults and counters are injected around the seam."""
+
+    def __init__(self, inner: Any, run: Any) -> None:
+        self.inner, self.run = inner, run
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def tiny(*extra: str) -> Config:
@@ -78,19 +88,18 @@ def test_decoupled_training_equals_colocated_and_every_process_serves_metrics(
         tmp_path: Path, reference: Path) -> None:
     scraped: dict[str, Any] = {}
 
-    class Scraping(DecoupledRun):
-        def iteration(self, it: int) -> dict[str, Any]:
-            out = super().iteration(it)
-            if it == 1:  # processes are up and have worked two iterations
-                cluster = json.loads((self.run_dir / "decoupled" / "cluster.json").read_text())
-                assert self.metrics_url
-                scraped["learner"] = scrape(self.metrics_url)
+    class Scraping(Delegating):
+        def collect(self, it: int, *args: Any) -> Any:
+            if it == 2:  # processes are up and have worked two iterations
+                cluster = json.loads((self.run.run_dir / "decoupled" / "cluster.json").read_text())
+                assert self.run.metrics_url
+                scraped["learner"] = scrape(self.run.metrics_url)
                 scraped["sims"] = [scrape(s["metrics"]) for s in cluster["sims"]]
                 scraped["collectors"] = [scrape(c["metrics"]) for c in cluster["collectors"]]
-            return out
+            return self.inner.collect(it, *args)
 
     run_dir = tmp_path / "decoupled"
-    result = decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, run_cls=Scraping)
+    result = decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, wrap=Scraping)
     assert result.iterations == 3 and result.eval is not None
     assert_same_training(reference, run_dir)
 
@@ -123,18 +132,24 @@ def test_a_learner_on_a_sample_of_skus_decodes_only_those_and_still_equals_coloc
     decoded: list[int] = []
     stored: list[int] = []
 
-    class Counting(DecoupledRun):
-        def _load(self, manifest: Any) -> Any:
+    class CountingStore(Delegating):
+        def get_shard(self, manifest: Any) -> Any:
             # Collectors keep the obs of the learner's sample only (the rest is never read).
             stored.append({a.name: a.shape for a in manifest.arrays}["obs_sku_ids"][0])
-            return super()._load(manifest)
+            return self.inner.get_shard(manifest)
 
-        def _sample(self, full: Any, placed: list[Any]) -> Any:
-            decoded.append(sum(obs.shape[1] for _, obs, _ in placed))
-            return super()._sample(full, placed)
+    class Counting(Delegating):
+        def __init__(self, inner: Any, run: Any) -> None:
+            super().__init__(inner, run)
+            inner.store = CountingStore(inner.store, run)
+
+        def collect(self, *args: Any) -> Any:
+            batch = self.inner.collect(*args)
+            decoded.append(batch.rollout.obs.shape[1])
+            return batch
 
     decoupled.train(tiny("sync.backend=grpc", *sampled), tmp_path / "decoupled", baseline=False,
-                    run_cls=Counting)
+                    wrap=Counting)
     assert decoded == [100, 100, 100]  # of 240 SKUs collected
     assert len(stored) == 6 and sum(stored) == 300  # 2 collectors x 3 iterations
     assert_same_training(tmp_path / "colocated", tmp_path / "decoupled")

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_decoupled import assert_same_training, tiny
+from test_decoupled import Delegating, assert_same_training, tiny
 
 from skurl.deploy import colocated, decoupled
-from skurl.deploy.decoupled_run import DecoupledRun
 from skurl.store import open_store
 from skurl.telemetry.logger import read_metrics
 
@@ -22,11 +21,12 @@ class LearnerDied(RuntimeError):
     pass
 
 
-class DiesAfterCollecting(DecoupledRun):
-    def _assemble(self, it: int, shares: dict[str, Any], report: Any) -> Any:
+class DiesAfterCollecting(Delegating):
+    def collect(self, it: int, *args: Any) -> Any:
+        batch = self.inner.collect(it, *args)
         if it == 1:
             raise LearnerDied("the learner stops after iteration 1's shards are in the store")
-        return super()._assemble(it, shares, report)
+        return batch
 
 
 # With ppo.sample_skus the stored shards hold the obs of the learner's sample only.
@@ -41,7 +41,7 @@ def test_resumed_learner_trains_on_the_interrupted_iterations_stored_shards(
                "store.create_bucket=true", *sample)
     run_dir = tmp_path / "decoupled"
     with pytest.raises(LearnerDied):
-        decoupled.train(cfg, run_dir, baseline=False, run_cls=DiesAfterCollecting)
+        decoupled.train(cfg, run_dir, baseline=False, wrap=DiesAfterCollecting)
     store = open_store(cfg.store)
     assert [m.collector_id for m in store.list_shards(1)] == ["c0", "c1"]
     assert store.iterations() == [1]  # iteration 0's shards went with its checkpoint
@@ -52,3 +52,28 @@ def test_resumed_learner_trains_on_the_interrupted_iterations_stored_shards(
     assert [r["iteration"] for r in logs] == [0, 1, 2]
     assert [r["shards_from_store"] for r in logs] == [0, 2, 0]
     assert_same_training(reference, run_dir)
+
+
+def test_resume_continues_in_the_runs_own_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A decoupled run resumed without --mode resumes decoupled (it resumed colocated and
+    ignored its stored shards); an explicit --mode still wins."""
+    import yaml
+
+    from skurl.cli import main
+    from skurl.config import config_to_dict
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(config_to_dict(tiny("sync.backend=grpc", "train.iterations=1"))))
+    run_dir = tmp_path / "run"
+    assert main(["train", "--mode", "decoupled", "--config", str(config), "--run-dir", str(run_dir),
+                 "--no-baseline"]) == 0
+    assert colocated.recorded_mode(run_dir) == "decoupled"
+    assert main(["train", "--resume", str(run_dir), "--iterations", "2", "--no-baseline"]) == 0
+    assert "in --mode decoupled, the mode it was started in" in capsys.readouterr().err
+    logs = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in logs] == [0, 1] and all("shards_from_store" in r for r in logs)
+    assert main(["train", "--resume", str(run_dir), "--mode", "colocated", "--iterations", "3",
+                 "--no-baseline"]) == 0
+    last = read_metrics(run_dir / "metrics.jsonl")[-1]
+    assert last["iteration"] == 2 and "shards_from_store" not in last
+    assert colocated.recorded_mode(run_dir) == "colocated"

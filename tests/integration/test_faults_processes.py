@@ -10,14 +10,12 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
-from test_decoupled import assert_same_training, tiny
+from test_decoupled import Delegating, assert_same_training, tiny
 
 from skurl.deploy import colocated, decoupled
-from skurl.deploy.collect_report import CollectReport
-from skurl.deploy.decoupled_run import DecoupledRun
 from skurl.telemetry.logger import read_metrics
 
 
@@ -39,25 +37,25 @@ def kill(pid: int) -> None:
         time.sleep(0.05)
 
 
-class Killing(DecoupledRun):
+class Killing(Delegating):
     """Before iteration 1's collection kills collector c1, before iteration 2's sim-0."""
 
     killed: ClassVar[list[str]] = []
 
-    def _collect_all(self, it: int, ids: list[str], report: CollectReport) -> dict[str, dict]:
+    def collect(self, it: int, *args: Any) -> Any:
         victim = {1: ("collectors", "c1"), 2: ("sims", "sim-0")}.get(it)
         if victim and victim[1] not in Killing.killed:
-            cluster = json.loads((self.run_dir / "decoupled" / "cluster.json").read_text())
+            cluster = json.loads((self.run.run_dir / "decoupled" / "cluster.json").read_text())
             (child,) = [c for c in cluster[victim[0]] if c["name"] == victim[1]]
             kill(child["pid"])
             Killing.killed.append(victim[1])
-        return super()._collect_all(it, ids, report)
+        return self.inner.collect(it, *args)
 
 
 def test_killed_collector_and_sim_server_are_restarted_and_training_is_unchanged(
         tmp_path: Path, reference: Path) -> None:
     run_dir = tmp_path / "decoupled"
-    decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, run_cls=Killing)
+    decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, wrap=Killing)
     assert Killing.killed == ["c1", "sim-0"]
     logs = read_metrics(run_dir / "metrics.jsonl")
     assert [r["sim_replays"] for r in logs] == [0, 0, 1]  # c0 drives sim-0: one rebuild

@@ -18,7 +18,6 @@ from test_decoupled import assert_same_training, tiny
 from skurl.config import Config
 from skurl.deploy import colocated
 from skurl.deploy.decoupled import InProcessRoles, RedisWeights, run_with_collectors
-from skurl.deploy.decoupled_run import DecoupledRun
 from skurl.rpc.collector_client import CollectorClient
 from skurl.rpc.errors import RequestRejectedError
 from skurl.sync.codec import encode_weights
@@ -137,19 +136,19 @@ def test_redis_restarted_mid_run_with_weights_in_the_store(tmp_path: Path, redis
     cluster = roles(cfg)
     restarts: list[threading.Thread] = []
 
-    class RestartingRedis(DecoupledRun):
-        def _publish(self) -> int:
-            if self.learner.version == 2 and not restarts:  # after iteration 1's update
+    class RestartingRedis(RedisWeights):
+        def publish(self, version: int, tensors: dict[str, Any]) -> None:
+            if version == 2 and not restarts:  # after iteration 1's update (a fresh key: wire = learner)
                 redis_process.stop()  # every key is gone (no persistence)
                 restarts.append(threading.Timer(1.0, redis_process.start))
                 restarts[0].start()
-            return super()._publish()  # retries until Redis is back
+            super().publish(version, tensors)  # retries until Redis is back
 
-    weights = RedisWeights(cfg)
+    weights = RestartingRedis(cfg)
     run_dir = tmp_path / "run"
     try:
         run_with_collectors(cluster.cfg, run_dir, cluster.collector_addresses, weights=weights,
-                            baseline=False, run_cls=RestartingRedis)
+                            baseline=False)
     finally:
         weights.close()
         for t in restarts:

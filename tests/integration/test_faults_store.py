@@ -8,11 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_decoupled import assert_same_training, tiny
+from test_decoupled import Delegating, assert_same_training, tiny
 
 from skurl.deploy import colocated, decoupled
-from skurl.deploy.collect_report import CollectReport
-from skurl.deploy.decoupled_run import DecoupledRun
 from skurl.store.objects import payload_key
 from skurl.telemetry.logger import read_metrics
 
@@ -26,28 +24,34 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-class CorruptingStore(DecoupledRun):
-    """Flips bytes of one collector's payload once, right before the learner reads it."""
+class CorruptingStore(Delegating):
+    """Flips bytes of one collector's payload once, right before the learner reads it
+    (the learner lists the iteration's shards first)."""
 
     damaged = 0
 
-    def _read_shares(self, it: int, ids: list[str], report: CollectReport,
-                     replies: dict[str, dict] | None = None, quiet: bool = False) -> Any:
-        if it == BAD_ITERATION and VICTIM in ids and not CorruptingStore.damaged:
-            (manifest,) = [m for m in self.store.list_shards(it) if m.collector_id == VICTIM]
+    def list_shards(self, it: int) -> Any:
+        found = self.inner.list_shards(it)
+        if it == BAD_ITERATION and not CorruptingStore.damaged:
+            (manifest,) = [m for m in found if m.collector_id == VICTIM]
             key = payload_key(manifest)
-            backend: Any = self.store.backend  # type: ignore[attr-defined]
+            backend: Any = self.inner.backend
             data = bytearray(backend.read(key))
             data[len(data) // 2] ^= 0xFF
             backend.write(key, bytes(data))
             CorruptingStore.damaged += 1
-        return super()._read_shares(it, ids, report, replies, quiet)
+        return found
+
+
+def corrupting(collectors: Any, run: Any) -> Any:
+    collectors.store = CorruptingStore(collectors.store, run)
+    return collectors
 
 
 def test_corrupt_shard_is_reported_recollected_and_never_trained_on(
         tmp_path: Path, reference: Path) -> None:
     run_dir = tmp_path / "decoupled"
-    decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, run_cls=CorruptingStore)
+    decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, wrap=corrupting)
     assert CorruptingStore.damaged == 1
     logs = read_metrics(run_dir / "metrics.jsonl")
     assert [r["corrupt_shards"] for r in logs] == [0, 1, 0]

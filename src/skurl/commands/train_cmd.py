@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip tuning and scoring the forecast-base-stock baseline")
     p.add_argument("--json", action="store_true", help="print the final evaluation as one JSON object")
-    p.add_argument("--mode", choices=("colocated", "decoupled", "ray"), default="colocated",
-                   help="colocated: one process | decoupled: sim servers, collectors and learner as "
-                   "processes (gRPC, Redis or gRPC weights, rollout store) | ray: Ray actors")
+    p.add_argument("--mode", choices=("colocated", "decoupled", "ray"), default=None,
+                   help="colocated (default): one process | decoupled: sim servers, collectors and learner "
+                   "as processes (gRPC, Redis or gRPC weights, rollout store) | ray: Ray actors; "
+                   "--resume continues in the run's own mode unless --mode says otherwise")
     p.add_argument("--address", help="--mode ray: Ray cluster address (sets ray.address); "
                    "default: start a local Ray instance")
     p.set_defaults(func=run)
@@ -86,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
                         "drop --config/--run-dir (use --set to change keys)")
     if args.run_dir:
         _check_run_dir(Path(args.run_dir))
-    mode = getattr(args, "mode", "colocated")
+    mode = args.mode = _mode(args)
     catalog = getattr(args, "catalog", None)
     if catalog and not args.resume:
         extra += ["catalog.kind=file", f"catalog.path={catalog}"]
@@ -111,6 +113,20 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
         result = runner.train(cfg, run_dir, baseline=not args.no_baseline)
     return _finish(args, result, colocated.BASELINE)
+
+
+def _mode(args: argparse.Namespace) -> str:
+    """--mode; with --resume and no --mode, the mode the run was started in (its MODE_FILE;
+    colocated for runs that predate it)."""
+    from skurl.deploy.colocated import recorded_mode
+
+    mode = getattr(args, "mode", None)
+    if mode is None and args.resume:
+        mode = recorded_mode(args.resume)
+        if mode and mode != "colocated":
+            print(f"skurl train: resuming {args.resume} in --mode {mode}, the mode it was started in",
+                  file=sys.stderr)
+    return mode or "colocated"
 
 
 def _check_run_dir(run_dir: Path) -> None:

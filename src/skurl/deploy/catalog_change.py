@@ -189,8 +189,8 @@ class CatalogChangeRun:
                 scalars.update(run.evaluate(it))  # their cost from their first iteration on
         return scalars
 
-    def collector(self, iteration: int) -> Any:
-        return _NewSkuRewards(super().collector(iteration), self)  # type: ignore[misc]
+    def make_collectors(self) -> Any:
+        return _NewSkuRewards(super().make_collectors(), self._new)  # type: ignore[misc]
 
     def _score(self, policy: Any) -> Any:
         result = super()._score(policy)  # type: ignore[misc]
@@ -224,38 +224,21 @@ class CatalogChangeRun:
 
 
 class _NewSkuRewards:
-    """A collector whose iteration scalars add the new SKUs' mean reward per SKU-day."""
+    """Collectors whose iteration scalars add the new SKUs' mean reward per SKU-day."""
 
-    def __init__(self, inner: Any, run: CatalogChangeRun) -> None:
-        self.inner, self.run = inner, run
-        self.new_reward: float | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def __init__(self, inner: Any, new_ids: np.ndarray) -> None:
+        self.inner, self.new_ids = inner, new_ids
 
     def collect(self, *args: Any, **kwargs: Any) -> Any:
-        rollout = self.inner.collect(*args, **kwargs)
-        mask = np.isin(rollout.sku_ids, self.run._new)
-        self.new_reward = float(rollout.rewards[:, mask].mean(dtype=np.float64)) if mask.any() else None
-        return rollout
+        batch = self.inner.collect(*args, **kwargs)
+        rollout = batch.rollout
+        mask = np.isin(rollout.sku_ids, self.new_ids)
+        if mask.any():
+            batch.scalars["new_skus_reward_mean"] = float(rollout.rewards[:, mask].mean(dtype=np.float64))
+        return batch
 
-    @property
-    def stats(self) -> Any:
-        stats = self.inner.stats
-        if self.new_reward is None:
-            return stats
-        return _StatsWith(stats, {"new_skus_reward_mean": self.new_reward})
-
-
-class _StatsWith:
-    def __init__(self, stats: Any, extra: dict[str, float]) -> None:
-        self.stats, self.extra = stats, extra
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.stats, name)
-
-    def scalars(self) -> dict[str, float]:
-        return {**self.stats.scalars(), **self.extra}
+    def close(self) -> None:
+        self.inner.close()
 
 
 class ChangedColocatedRun(CatalogChangeRun, ColocatedRun):

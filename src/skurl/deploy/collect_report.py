@@ -40,10 +40,10 @@ def rollout_scalars(rollout: Rollout, report: CollectReport) -> dict[str, float]
             "reward_p5": p5, "reward_p50": p50, "reward_p95": p95}
 
 
-def report_scalars(report: CollectReport, seconds: float,
-                   publish_unix: Mapping[int, float]) -> dict[str, float]:
-    """Barrier, weights lag, collector stage times and fault counts of an iteration that
-    took `seconds`; `publish_unix`: wire version -> when the learner published it."""
+def report_scalars(report: CollectReport, publish_unix: Mapping[int, float]) -> dict[str, float]:
+    """Barrier, weights lag, collector stage times and fault counts of an iteration's
+    collection (time_shares() makes shares of the iteration's time of them);
+    `publish_unix`: wire version -> when the learner published it."""
     metas = report.metas.values()
 
     def most(key: str) -> float:
@@ -55,8 +55,7 @@ def report_scalars(report: CollectReport, seconds: float,
     busy = max(report.rpc_seconds.values(), default=0.0)
     barrier = most("barrier_wait_s")
     return {
-        "barrier_wait_s": barrier, "barrier_share": barrier / max(seconds, 1e-9),
-        "collector_idle_share": max(1.0 - busy / max(seconds, 1e-9), 0.0),
+        "barrier_wait_s": barrier, "collector_busy_s": busy,
         "weights_lag_s": max(lags, default=float("nan")),
         "collector_collect_s": most("collect_s"), "collector_simulate_s": most("simulate_s"),
         "collector_infer_s": most("infer_s"),
@@ -68,3 +67,14 @@ def report_scalars(report: CollectReport, seconds: float,
         "republished_weights": float(report.republished), "shards_from_store": float(report.from_store),
         "sim_replays": float(sum(int(m.get("sim_replays", 0)) for m in metas)),
     }
+
+
+def time_shares(scalars: Mapping[str, Any], seconds: float) -> dict[str, float]:
+    """Shares of an iteration that took `seconds`: waiting at the barrier, and collectors
+    idle (not busy answering the learner), where the collection reported those times."""
+    out = {}
+    if "barrier_wait_s" in scalars:
+        out["barrier_share"] = float(scalars["barrier_wait_s"]) / max(seconds, 1e-9)
+    if "collector_busy_s" in scalars:
+        out["collector_idle_share"] = max(1.0 - float(scalars["collector_busy_s"]) / max(seconds, 1e-9), 0.0)
+    return out

@@ -25,10 +25,11 @@ import yaml
 
 from skurl import atomic
 from skurl.catalog import Catalog, load_catalog
-from skurl.collect.collector import Collector
+from skurl.collect.collectors import Collectors, LocalCollectors
 from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
 from skurl.config import Config, config_to_dict, load_config
 from skurl.deploy.best import BestKeeper, catalog_digest, validation_score, validation_seed
+from skurl.deploy.collect_report import time_shares
 from skurl.learn.checkpoint import (
     model_state,
     no_checkpoint_error,
@@ -43,13 +44,16 @@ from skurl.policy.nets import ActorCritic
 from skurl.sim.layout import catalog_widths
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.logger import RunLogger
+from skurl.telemetry.metrics import get_metrics
 from skurl.telemetry.progress import Progress
 from skurl.telemetry.report import forget_evaluations_from, write_eval, write_report
 from skurl.telemetry.stages import StageTimer
 
 BASELINE = "forecast-base-stock"  # the planner's policy the trained one must beat (tuned)
 BASELINE_FILE = "baseline.json"
+MODE_FILE = "mode.json"  # the --mode a run was started in: --resume continues in it
 TRAINED = "ppo"
+MODES = ("colocated", "decoupled", "ray")
 
 
 @dataclass
@@ -78,8 +82,17 @@ def training_shards(catalog: Catalog, collect_skus: int) -> list[np.ndarray]:
     return [s for s in shards if s.size]
 
 
+def recorded_mode(run_dir: str | Path) -> str | None:
+    """The --mode `run_dir` was started in (None for a run that did not record it)."""
+    found = _read_json(Path(run_dir) / MODE_FILE)
+    mode = found.get("mode") if isinstance(found, dict) else None
+    return mode if mode in MODES else None
+
+
 class ColocatedRun:
     """The components of one run and the loop over iterations."""
+
+    mode = "colocated"  # recorded in the run dir (MODE_FILE)
 
     def __init__(self, cfg: Config, run_dir: str | Path, *, resume: bool = False,
                  stream: IO[str] | None = None, baseline: bool = True) -> None:
@@ -90,6 +103,7 @@ class ColocatedRun:
         self.widths = catalog_widths(self.catalog)  # every shard and eval subset shows these
         self.shards = training_shards(self.catalog, cfg.train.collect_skus)
         self._envs: dict[int, Any] = {}
+        self._collectors: Collectors | None = None
         self.first_scalars: dict[str, Any] = {}  # for the record of this process's first iteration
         self.grid = self._grid(resume)
         env0 = self._env(0)
@@ -147,17 +161,18 @@ class ColocatedRun:
         """False for the iterations after a warm start that fit the critic to the clone only."""
         return not (self.warm and it < self.cfg.train.warm_start_critic)
 
-    def collector(self, iteration: int) -> Collector:
-        env = self._env(iteration % len(self.shards))
-        return Collector(env, self.model, self.grid, chunk=self.cfg.train.chunk,
-                         infer_dtype=self.cfg.train.infer_dtype, timer=self.timer,
-                         record_values=self.cfg.train.collect_values)
+    @property
+    def collectors(self) -> Collectors:
+        """This run's collectors (built on first use: a mode's parts may start late)."""
+        if self._collectors is None:
+            self._collectors = self.make_collectors()
+        return self._collectors
 
-    def obs_skus(self, collector: Any) -> np.ndarray | None:
-        """SKU ids whose observations the collector keeps: the learner's sample
-        (ppo.sample_skus), the only ones it reads; None for every SKU."""
-        index = self.learner.sample_index(collector.env.num_skus)
-        return None if index is None else collector.sku_ids[index]
+    def make_collectors(self) -> Collectors:
+        """In-process collectors over the training shards' envs."""
+        t = self.cfg.train
+        return LocalCollectors(self._env, len(self.shards), self.model, self.grid, self.weights, self.timer,
+                               chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values)
 
     def run(self, stop_after: int | None = None) -> TrainResult:
         """Iterate from the restored iteration to train.iterations (or stop after
@@ -166,6 +181,7 @@ class ColocatedRun:
         end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic.write_text(self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        atomic.write_text(self.run_dir / MODE_FILE, json.dumps({"mode": self.mode}) + "\n")
         logger = RunLogger(self.run_dir)
         if start > 0 or logger.has_records():
             # Records past the checkpoint (or, on a fresh start, any: left by an attempt that
@@ -270,30 +286,26 @@ class ColocatedRun:
         return True
 
     def iteration(self, it: int) -> dict[str, Any]:
-        """collect -> learn -> publish; the iteration's scalars."""
+        """collect -> learn -> publish, in every mode (only the collectors and the weights'
+        transport differ); the iteration's scalars."""
         cfg, timer = self.cfg, self.timer
         timer.reset()
         start = time.perf_counter()
-        collector = self.collector(it)
-        with timer.stage("sync"):
-            version, tensors = self.weights.wait_for(self.learner.version, timeout=60.0)
-            collector.set_weights(version, tensors)
-        obs_skus = self.obs_skus(collector)
-        rollout = collector.collect(cfg.train.seed, it, version,
-                                    **({} if obs_skus is None else {"obs_skus": obs_skus}))
-        assert rollout is not None
+        batch = self.collectors.collect(it, cfg.train.seed, self.learner.version, self.learner.sample_index)
         with timer.stage("learn"):
-            stats = self.learner.update(rollout, train_policy=self.trains_policy(it))
+            learn_start = time.perf_counter()
+            stats = self.learner.update(batch.rollout, train_policy=self.trains_policy(it))
+            learned = time.perf_counter() - learn_start
         with timer.stage("sync"):
             self.weights.publish(self.learner.version, self.learner.weights())
-        per_sku = rollout.rewards.mean(axis=0, dtype=np.float64)
-        p5, p50, p95 = np.percentile(per_sku, [5, 50, 95])
+        record_learner(stats, learned, self.learner.device)
+        seconds = time.perf_counter() - start
         return {
-            **stats, **collector.stats.scalars(),  # transitions: collected, not trained on
+            **stats, **batch.scalars,  # transitions: collected, not trained on
             "trained_transitions": stats["transitions"],
-            "reward_p5": p5, "reward_p50": p50, "reward_p95": p95,
             "policy_version": self.learner.version,
-            "iteration_seconds": time.perf_counter() - start,
+            "iteration_seconds": seconds,
+            **time_shares(batch.scalars, seconds),
             **timer.as_scalars(exclusive=True),
         }
 
@@ -383,6 +395,15 @@ class ColocatedRun:
         settings = json.dumps([BASELINE, dataclasses.asdict(self.cfg.sim), dataclasses.asdict(self.cfg.eval)],
                               sort_keys=True)
         return hashlib.sha256((catalog_digest(self.eval_catalog) + settings).encode()).hexdigest()
+
+
+def record_learner(stats: dict[str, float], seconds: float, device: Any) -> None:
+    """The update's Prometheus figures (every mode: the learner is the same)."""
+    m = get_metrics()
+    m.learner_training_step_duration_seconds.observe(seconds)
+    if "grad_norm" in stats:
+        m.learner_gradient_norm.set(stats["grad_norm"])
+    m.record_gpu_memory(device)
 
 
 def _read_json(path: Path) -> Any:

@@ -31,9 +31,9 @@ import yaml
 
 from skurl.config import Config, StoreConfig, config_to_dict, load_config
 from skurl.deploy.colocated import TrainResult
-from skurl.deploy.decoupled_run import DecoupledRun
+from skurl.deploy.decoupled_run import DecoupledRun, Wrap
 from skurl.deploy.roles import READY, check_decoupled
-from skurl.errors import UserError
+from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
 
@@ -332,10 +332,11 @@ def with_run_store(cfg: Config, run_dir: Path) -> Config:
 def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str], *,
                         weights: Any = None, resume: bool = False, stream: IO[str] | None = None,
                         stop_after: int | None = None, baseline: bool = True,
-                        metrics_port: int | None = None, run_cls: type[DecoupledRun] = DecoupledRun,
+                        metrics_port: int | None = None, wrap: Wrap | None = None,
                         host: str = "127.0.0.1") -> TrainResult:
     """The learner over running collectors (`skurl learner`, and the launcher below);
-    `host` is the interface of a hosted WeightSyncService and of /metrics."""
+    `host` is the interface of a hosted WeightSyncService and of /metrics; `wrap` puts a
+    wrapper around the run's collectors (fault injection in tests: kill, corrupt, count)."""
     from skurl.telemetry.metrics import serve_metrics
 
     run_dir = Path(run_dir)
@@ -344,9 +345,11 @@ def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str],
     port = cfg.deploy.metrics_base_port if metrics_port is None else metrics_port
     metrics = serve_metrics(port, addr=host)
     try:
-        run = run_cls(cfg, run_dir, collectors, weights, resume=resume, stream=stream,
-                      baseline=baseline)
+        run = DecoupledRun(cfg, run_dir, collectors, weights, resume=resume, stream=stream,
+                           baseline=baseline)
         run.metrics_url = metrics.url
+        if wrap is not None:
+            run.wrap_collectors(wrap)
         try:
             log.info("learner metrics on %s; weights on %s", metrics.url,
                      weights.address or cfg.sync.redis_url)
@@ -359,8 +362,23 @@ def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str],
             weights.close()
 
 
+def run_learner(cfg: Config, run_dir: str | Path, *, resume: bool = False,
+                stream: IO[str] | None = None, baseline: bool = True,
+                metrics_port: int | None = None, host: str = "127.0.0.1") -> Any:
+    """`skurl learner`: DecoupledRun over the collectors of deploy.collector_addresses."""
+    if not cfg.deploy.collector_addresses:
+        raise ConfigError("deploy.collector_addresses is empty: `skurl learner` drives running "
+                          "collectors (skurl collector); list their host:port")
+    if cfg.sync.backend == "grpc" and cfg.deploy.weights_port == 0:
+        raise ConfigError("deploy.weights_port = 0: with sync.backend=grpc, collectors started "
+                          "alone find the learner's weights service only on a fixed port")
+    return run_with_collectors(cfg, run_dir, list(cfg.deploy.collector_addresses),
+                               resume=resume, stream=stream, baseline=baseline,
+                               metrics_port=metrics_port, host=host)
+
+
 def _launch(cfg: Config, run_dir: Path, *, resume: bool, stream: IO[str] | None,
-            stop_after: int | None, baseline: bool, run_cls: type[DecoupledRun]) -> TrainResult:
+            stop_after: int | None, baseline: bool, wrap: Wrap | None) -> TrainResult:
     check_decoupled(cfg)
     cfg = with_run_store(cfg, run_dir)
     weights = open_weights(cfg)  # an unreachable Redis is one line here, before any process
@@ -370,7 +388,7 @@ def _launch(cfg: Config, run_dir: Path, *, resume: bool, stream: IO[str] | None,
         (cluster.dir / "cluster.json").write_text(json.dumps(cluster.describe(), indent=1))
         return run_with_collectors(cfg, run_dir, cluster.collector_addresses, weights=weights,
                                    resume=resume, stream=stream, stop_after=stop_after,
-                                   baseline=baseline, run_cls=run_cls)
+                                   baseline=baseline, wrap=wrap)
     finally:
         cluster.stop()
         weights.close()
@@ -378,19 +396,19 @@ def _launch(cfg: Config, run_dir: Path, *, resume: bool, stream: IO[str] | None,
 
 def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,
           stop_after: int | None = None, baseline: bool = True,
-          run_cls: type[DecoupledRun] = DecoupledRun) -> TrainResult:
+          wrap: Wrap | None = None) -> TrainResult:
     """A new decoupled run in `run_dir` (refuses a directory that already holds checkpoints)."""
     refuse_existing(run_dir)
     return _launch(cfg, Path(run_dir), resume=False, stream=stream, stop_after=stop_after,
-                   baseline=baseline, run_cls=run_cls)
+                   baseline=baseline, wrap=wrap)
 
 
 def resume(run_dir: str | Path, overrides: list[str] | None = None, *,
            stream: IO[str] | None = None, stop_after: int | None = None, baseline: bool = True,
-           run_cls: type[DecoupledRun] = DecoupledRun) -> TrainResult:
+           wrap: Wrap | None = None) -> TrainResult:
     """Continue the decoupled run in `run_dir` from its latest checkpoint, reading back the
     interrupted iteration's stored shards."""
     cfg_file = run_config_file(run_dir, "--resume")
     cfg = load_config(cfg_file, overrides)
     return _launch(cfg, Path(run_dir), resume=True, stream=stream, stop_after=stop_after,
-                   baseline=baseline, run_cls=run_cls)
+                   baseline=baseline, wrap=wrap)

@@ -1,24 +1,9 @@
-"""The learner of the decoupled deployment: the co-located loop with remote collectors.
-
-DecoupledRun is ColocatedRun (deploy/colocated.py: evaluation, logging, checkpoints,
-report) with another `iteration`: publish version V on the sync backend; ask every
-collector for one episode at V (each waits until it holds V: the sync barrier); read the
-iteration's shards from the rollout store, verify them (checksums, version, seed,
-episode, shapes, SKUs), scatter their columns into the catalog's row order and train.
-The minibatch order depends only on (seed, iteration) (learn/learner.py), so the weights
-are those of `--mode colocated` bit for bit.
-
-Failures: a corrupt or missing shard is reported and that collector's share collected
-again (never trained on); weights no collector could load (corrupted in Redis: the
-collectors keep the previous version) time out at the barrier and are published again
-under a newer version; a lost collector is waited for (a launcher restarts it). After a
-learner restart (`--resume`) the interrupted iteration's stored shards are read back
-instead of collected again.
-
-Versions on the wire: collectors accept only growing versions, so what is published is a
-"wire" version >= the learner's version, mapped back through run_dir/wire_versions.jsonl
-(it grows past the learner's when weights are published again or a Redis key already
-holds newer versions).
+"""--mode decoupled's parts for the one loop (ColocatedRun.iteration): GrpcCollectors
+(`skurl collector` processes over gRPC, shards through the rollout store) and the weights
+under wire versions. The minibatch order depends only on (seed, iteration), so the
+weights equal `--mode colocated`'s bit for bit. Wire versions: collectors accept only
+growing versions, so what is published may run ahead of the learner's version (weights
+published again, a Redis key holding newer ones); run_dir/wire_versions.jsonl maps back.
 """
 
 from __future__ import annotations
@@ -27,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
@@ -37,6 +22,7 @@ import numpy as np
 
 from skurl.buffer.assemble import ShardAssembly, sample_mask
 from skurl.buffer.rollout import Rollout
+from skurl.collect.collectors import Collected
 from skurl.config import Config
 from skurl.deploy.collect_report import CollectReport, report_scalars, rollout_scalars
 from skurl.deploy.colocated import TRAINED, ColocatedRun
@@ -67,37 +53,96 @@ class _SchemaOnly:
         self.schema = schema
 
 
-class DecoupledRun(ColocatedRun):
-    def __init__(self, cfg: Config, run_dir: str | Path, collectors: Sequence[str], weights: Any,
-                 *, resume: bool = False, stream: IO[str] | None = None, baseline: bool = True,
-                 run_name: str | None = None) -> None:
-        check_decoupled(cfg)
-        super().__init__(cfg, run_dir, resume=resume, stream=stream, baseline=baseline)
-        self.store = open_store(cfg.store)
-        self.grid_center = publish_center(self.store, self.grid.tuned)  # the collectors' cover grid
-        self.publisher = weights
-        self.run_name = run_name or self.run_dir.name
+# A wrapper around a run's GrpcCollectors (given the run): fault injection in tests.
+Wrap = Callable[["GrpcCollectors", "DecoupledRun"], Any]
+
+
+class WirePublisher:
+    """The learner's weights on the sync backend under wire versions (sync/wire_versions.py):
+    each learner version once, again (newer) when it did not reach every collector."""
+
+    def __init__(self, backend: Any, wire: WireVersions) -> None:
+        self.backend, self.wire = backend, wire
+        self.published: tuple[int, int] | None = None  # (learner version, wire version)
+        self.publish_unix: dict[int, float] = {}  # wire version -> when it was published
+        self._lock = threading.Lock()
+
+    def publish(self, version: int, tensors: dict[str, Any]) -> int:
+        """Learner version `version` as a new wire version; returns it."""
+        wire = self.wire.new(version)
+        self.publish_unix[wire] = time.time()
+        self.backend.publish(wire, tensors)
+        self.published = (version, wire)
+        get_metrics().learner_weight_version.set(version)
+        return wire
+
+    def wire_of(self, version: int) -> int:
+        """The wire version that carries learner version `version` (published before)."""
+        assert self.published is not None and self.published[0] == version
+        return self.published[1]
+
+    def ensure(self, version: int, weights_of: Callable[[], dict[str, Any]]) -> int:
+        if self.published is None or self.published[0] != version:
+            return self.publish(version, weights_of())
+        return self.published[1]
+
+    def republish(self, wire: int, version: int, weights_of: Callable[[], dict[str, Any]]) -> bool:
+        """Weights of `wire` reached a collector not in time: publish them again, newer
+        (a collector rejects damaged weights and keeps its version; versions only grow).
+        True when this call published (collectors waiting on `wire` call it at once)."""
+        with self._lock:
+            assert self.published is not None
+            if self.published[1] != wire:
+                return False
+            log.error("weights v%d (learner version %d) did not reach every collector in time; "
+                      "publishing them again", wire, version)
+            self.publish(version, weights_of())
+            return True
+
+
+class GrpcCollectors:
+    """Collectors of --mode decoupled: `skurl collector` processes over gRPC, their shards
+    through the rollout store. Each iteration: publish the version (wire), ask every
+    collector for its share at it (each waits until it holds it: the sync barrier), read and
+    verify the shards (checksums, version, seed, episode, shapes, SKUs) and assemble them
+    (buffer/assemble.py). A corrupt or missing shard is reported and that collector's share
+    collected again (never trained on); a lost collector is waited for (a launcher restarts
+    it); after a learner restart the interrupted iteration's stored shards are read back."""
+
+    def __init__(self, cfg: Config, addresses: Sequence[str], store: Any, weights: WirePublisher,
+                 weights_of: Callable[[], dict[str, Any]], assembly: ShardAssembly, timer: Any, *,
+                 grid_center: tuple[str, str], run_name: str, resumed: bool) -> None:
+        self.cfg, self.store, self.weights, self.weights_of = cfg, store, weights, weights_of
+        self.assembly, self.timer, self.grid_center, self.run_name = assembly, timer, grid_center, run_name
+        self._resumed = resumed
+        self.version = 0  # the learner version of the iteration being collected
+        self.seed = cfg.train.seed  # and its seed
         self.clients: dict[str, CollectorClient] = {}
+        self._pool: ThreadPoolExecutor | None = None
         try:
-            self._connect(collectors)
+            self._connect(addresses)
         except BaseException:
             self.close()
             raise
-        self.wire = WireVersions(self.run_dir / WIRE_FILE, floor=self._version_floor())
-        self._published: tuple[int, int] | None = None  # (learner version, wire version)
-        self._publish_unix: dict[int, float] = {}
-        self._lock = threading.Lock()
-        self._resumed = resume
         self._pool = ThreadPoolExecutor(len(self.clients), "collect")
-        self.metrics_url: str | None = None  # this process's /metrics, once served
-        # Its `chosen`: the catalog rows the learner trains on this iteration (None: all).
-        self.assembly = ShardAssembly(self.catalog.sku_id, cfg.sim.days, self.learner.model.obs_dim)
 
-    def _env(self, shard: int) -> Any:
-        return _SchemaOnly(layout_for(self.catalog, self.cfg.sim.review_days).schema)
-
-    def warm_start_env(self) -> Any:
-        return self._local_env(0)  # the learner records the baseline itself, as colocated does
+    def collect(self, iteration: int, seed: int, version: int, sample: Any) -> Collected:
+        """publish -> collect (barrier) -> verify + assemble."""
+        self.version, self.seed = version, seed
+        report = CollectReport()
+        n = len(self.assembly.sku_ids)
+        self.assembly.chosen = sample_mask(n, sample(n))
+        shares = self._stored_shares(iteration, report) if self._resumed else {}
+        self._resumed = False
+        missing = [cid for cid in self.clients if cid not in shares]
+        if missing:
+            with self.timer.stage("sync"):
+                self.weights.ensure(version, self.weights_of)
+            shares.update(self._collect_shares(iteration, missing, report))
+        with self.timer.stage("gather"):
+            rollout, scalars = self._assemble(iteration, shares, report)
+        self._record_metrics(report)
+        return Collected(rollout, {**scalars, **report_scalars(report, self.weights.publish_unix)})
 
     def _connect(self, addresses: Sequence[str]) -> None:
         for address in addresses:
@@ -110,9 +155,9 @@ class DecoupledRun(ColocatedRun):
                                 f"call themselves '{cid}'; expected distinct ids")
             self.clients[cid] = client
 
-    def _version_floor(self) -> int:
+    def version_floor(self, backend: Any) -> int:
         """First wire version every collector and the sync backend will take as newer."""
-        held = [self.publisher.published_version()]
+        held = [backend.published_version()]
         for client in self.clients.values():
             stats = client.stats()
             held += [stats["policy_version"], int(stats.get("pending_version", -1))]
@@ -121,78 +166,8 @@ class DecoupledRun(ColocatedRun):
     def close(self) -> None:
         for client in self.clients.values():
             client.close()
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=True)
-
-    # ------------------------------------------------------------------ the iteration
-    def iteration(self, it: int) -> dict[str, Any]:
-        """publish -> collect (barrier) -> verify + assemble -> learn."""
-        timer = self.timer
-        timer.reset()
-        start = time.perf_counter()
-        report = CollectReport()
-        self.assembly.chosen = sample_mask(len(self.catalog), self.learner.sample_index(len(self.catalog)))
-        shares = self._stored_shares(it, report) if self._resumed else {}
-        self._resumed = False
-        missing = [cid for cid in self.clients if cid not in shares]
-        if missing:
-            with timer.stage("sync"):
-                self._ensure_published()
-            shares.update(self._collect_shares(it, missing, report))
-        with timer.stage("gather"):
-            rollout, scalars = self._assemble(it, shares, report)
-        with timer.stage("learn"):
-            learn_start = time.perf_counter()
-            stats = self.learner.update(rollout, train_policy=self.trains_policy(it))
-            learn_seconds = time.perf_counter() - learn_start
-        with timer.stage("sync"):
-            self._publish()
-        seconds = time.perf_counter() - start
-        self._record_metrics(stats, learn_seconds, report)
-        return {**stats, **scalars, "trained_transitions": stats["transitions"],
-                "policy_version": self.learner.version, "iteration_seconds": seconds,
-                **report_scalars(report, seconds, self._publish_unix), **timer.as_scalars(exclusive=True)}
-
-    def checkpoint(self, it: int) -> bool:
-        saved = super().checkpoint(it)
-        if saved:
-            self.store.delete_before(self.learner.iteration)  # resume needs no older shards
-        return saved
-
-    def evaluate(self, it: int) -> dict[str, Any]:
-        out = super().evaluate(it)
-        if self.last_eval is not None:
-            get_metrics().record_business(self.run_name, TRAINED, self.last_eval)
-        return out
-
-    # ------------------------------------------------------------------ weights
-    def _publish(self) -> int:
-        """The learner's weights as a new wire version; returns it."""
-        wire = self.wire.new(self.learner.version)
-        self._publish_unix[wire] = time.time()
-        self.publisher.publish(wire, self.learner.weights())
-        self._published = (self.learner.version, wire)
-        get_metrics().learner_weight_version.set(self.learner.version)
-        return wire
-
-    def _ensure_published(self) -> int:
-        if self._published is None or self._published[0] != self.learner.version:
-            return self._publish()
-        return self._published[1]
-
-    def _republish(self, wire: int, report: CollectReport) -> int:
-        """Weights of `wire` reached a collector not in time: publish them again, newer
-        (a collector rejects damaged weights and keeps its version; versions only grow)."""
-        with self._lock:
-            assert self._published is not None
-            if self._published[1] == wire:
-                log.error("weights v%d (learner version %d) did not reach every collector "
-                          "within sync.timeout_s=%g s; publishing them again", wire,
-                          self.learner.version, self.cfg.sync.timeout_s)
-                self._publish()
-                report.republished += 1
-            return self._published[1]
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     # ------------------------------------------------------------------ collection
     def _collect_shares(self, it: int, ids: list[str],
@@ -230,12 +205,11 @@ class DecoupledRun(ColocatedRun):
         cfg, client = self.cfg, self.clients[cid]
         deadline = time.monotonic() + cfg.deploy.reconnect_timeout_s
         republished = 0
-        assert self._published is not None
         while True:
-            wire = self._published[1]
+            wire = self.weights.wire_of(self.version)
             start = time.perf_counter()
             try:
-                reply = client.collect(iteration=it, seed=cfg.train.seed, episode=it,
+                reply = client.collect(iteration=it, seed=self.seed, episode=it,
                                        min_version=wire, wait_s=cfg.sync.timeout_s,
                                        obs_sku_ids=self._obs_sku_ids(), grid_center=self.grid_center)
                 report.rpc_seconds[cid] = time.perf_counter() - start
@@ -249,7 +223,8 @@ class DecoupledRun(ColocatedRun):
                 if not barrier or republished >= cfg.deploy.collect_retries:
                     raise
                 republished += 1
-                self._republish(wire, report)
+                if self.weights.republish(wire, self.version, self.weights_of):
+                    report.republished += 1
 
     def _read_shares(self, it: int, ids: list[str], report: CollectReport,
                      replies: dict[str, dict] | None = None,
@@ -304,37 +279,33 @@ class DecoupledRun(ColocatedRun):
     def _check_share(self, it: int, manifest: ShardManifest, arrays: dict[str, np.ndarray]) -> str:
         """Why the shard cannot be trained on in this iteration ('' when it can)."""
         meta = manifest.meta
-        version = self.wire.map.get(manifest.policy_version)
-        if version != self.learner.version:
+        version = self.weights.wire.map.get(manifest.policy_version)
+        if version != self.version:
             return (f"holds wire version {manifest.policy_version} (learner version {version}), "
-                    f"expected learner version {self.learner.version}")
-        if (meta.get("seed"), meta.get("episode")) != (self.cfg.train.seed, it):
+                    f"expected learner version {self.version}")
+        if (meta.get("seed"), meta.get("episode")) != (self.seed, it):
             return (f"is episode {meta.get('episode')} of seed {meta.get('seed')}, expected "
-                    f"{it} of {self.cfg.train.seed}")
+                    f"{it} of {self.seed}")
         return self.assembly.problem(arrays)
 
     # ------------------------------------------------------------------ assembly
     def _obs_sku_ids(self) -> np.ndarray | None:
         """The SKUs whose observations the collectors keep: the learner's sample."""
         chosen = self.assembly.chosen
-        return None if chosen is None else self.catalog.sku_id[chosen]
+        return None if chosen is None else self.assembly.sku_ids[chosen]
 
     def _assemble(self, it: int, shares: dict[str, tuple[ShardManifest, dict]],
                   report: CollectReport) -> tuple[Rollout, dict[str, float]]:
         """The shards as the co-located Rollout (buffer/assemble.py) and the figures of the
         whole rollout (taken before a SKU sample keeps its own obs only)."""
         out = self.assembly.assemble((arrays for _, arrays in shares.values()),
-                                     version=self.learner.version, seed=self.cfg.train.seed, episode=it)
+                                     version=self.version, seed=self.seed, episode=it)
         return out, rollout_scalars(out, report)
 
     # ------------------------------------------------------------------ figures
-    def _record_metrics(self, stats: dict[str, float], learn_seconds: float,
-                        report: CollectReport) -> None:
+    def _record_metrics(self, report: CollectReport) -> None:
+        """Barrier waits and the collected SKU-days' business figures (Prometheus)."""
         m = get_metrics()
-        m.learner_training_step_duration_seconds.observe(learn_seconds)
-        if "grad_norm" in stats:
-            m.learner_gradient_norm.set(stats["grad_norm"])
-        m.record_gpu_memory(self.learner.device)
         waits = [float(x.get("barrier_wait_s") or 0.0) for x in report.metas.values()]
         if waits:
             m.barrier_wait_seconds.observe(max(waits))
@@ -346,6 +317,56 @@ class DecoupledRun(ColocatedRun):
             sku_days += int(meta.get("sku_days", 0))
         if sku_days:
             m.record_business(self.run_name, "collect", business_from_totals(totals, sku_days))
+
+
+class DecoupledRun(ColocatedRun):
+    """The loop (ColocatedRun) with GrpcCollectors and the weights on the sync backend."""
+
+    mode = "decoupled"
+
+    def __init__(self, cfg: Config, run_dir: str | Path, collectors: Sequence[str], weights: Any,
+                 *, resume: bool = False, stream: IO[str] | None = None, baseline: bool = True,
+                 run_name: str | None = None) -> None:
+        check_decoupled(cfg)
+        super().__init__(cfg, run_dir, resume=resume, stream=stream, baseline=baseline)
+        self.store = open_store(cfg.store)
+        self.run_name = run_name or self.run_dir.name
+        self.metrics_url: str | None = None  # this process's /metrics, once served
+        assembly = ShardAssembly(self.catalog.sku_id, cfg.sim.days, self.learner.model.obs_dim)
+        grpc_collectors = GrpcCollectors(
+            cfg, collectors, self.store, WirePublisher(weights, WireVersions(self.run_dir / WIRE_FILE)),
+            self.learner.weights, assembly, self.timer, resumed=resume, run_name=self.run_name,
+            grid_center=publish_center(self.store, self.grid.tuned))  # the collectors' cover grid
+        # The first wire version every collector and the sync backend will take as newer.
+        grpc_collectors.weights.wire.raise_floor(grpc_collectors.version_floor(weights))
+        self.weights = grpc_collectors.weights
+        self._collectors = grpc_collectors
+
+    def wrap_collectors(self, wrap: Wrap) -> None:
+        """Put `wrap(collectors, run)` in place of the collectors (tests inject faults)."""
+        self._collectors = wrap(self._collectors, self)
+
+    def _env(self, shard: int) -> Any:
+        return _SchemaOnly(layout_for(self.catalog, self.cfg.sim.review_days).schema)
+
+    def warm_start_env(self) -> Any:
+        return self._local_env(0)  # the learner records the baseline itself, as colocated does
+
+    def close(self) -> None:
+        if self._collectors is not None:
+            self._collectors.close()
+
+    def checkpoint(self, it: int) -> bool:
+        saved = super().checkpoint(it)
+        if saved:
+            self.store.delete_before(self.learner.iteration)  # resume needs no older shards
+        return saved
+
+    def evaluate(self, it: int) -> dict[str, Any]:
+        out = super().evaluate(it)
+        if self.last_eval is not None:
+            get_metrics().record_business(self.run_name, TRAINED, self.last_eval)
+        return out
 
 
 def _meta(manifest: ShardManifest) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from skurl.collect.collectors import Collected, reward_spread
 from skurl.config import Config, RayConfig, load_config
 from skurl.deploy.colocated import TRAINED, ColocatedRun, TrainResult
 from skurl.deploy.ray_collect import CollectorsLost, Placement, RayCollectors, Share
@@ -76,6 +77,8 @@ def merged_schema(schemas: list[ObsSchema]) -> ObsSchema:
 
 
 class RayRun(ColocatedRun):
+    mode = "ray"
+
     """ColocatedRun whose SKU sets are simulated and collected by Ray actors."""
 
     def __init__(self, cfg: Config, run_dir: str | Path, *, resume: bool = False,
@@ -117,30 +120,14 @@ class RayRun(ColocatedRun):
     def warm_start_env(self) -> Any:
         return self._local_env(0)  # the driver records the baseline itself, as colocated does
 
-    def collector(self, iteration: int) -> Any:
-        self._current = RayCollectors(self, self._placement(iteration % len(self.shards)))
-        return self._current
-
-    def obs_skus(self, collector: Any) -> None:
-        return None  # Ray collectors keep every SKU's observations
+    def make_collectors(self) -> Any:
+        return _RayIterations(self)
 
     def iteration(self, it: int) -> dict[str, Any]:
         with warnings.catch_warnings():
             # Object-store arrays are read-only views; the learner only reads them.
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            scalars = super().iteration(it)
-        collectors = self._current
-        scalars.update(failed_skus=len(collectors.failed_sku_ids), worker_recoveries=collectors.recoveries,
-                       collector_sim_seconds=collectors.stats.sim_seconds,
-                       collector_infer_seconds=collectors.stats.infer_seconds,
-                       lost_collectors=len(collectors.loss.collectors), lost_skus=collectors.loss.skus,
-                       lost_share=collectors.loss.share, collector_replacements=sum(self.replacements.values()),
-                       stored_shards_reused=collectors.reused)
-        if collectors.failed_sku_ids:
-            ids = collectors.failed_sku_ids
-            print(f"skurl: iteration {it}: {len(ids)} SKUs isolated by the simulator (ids "
-                  f"{', '.join(map(str, ids[:10]))}{' ...' if len(ids) > 10 else ''})", file=sys.stderr)
-        return scalars
+            return super().iteration(it)
 
     def store(self) -> Any:
         if self._store is None:
@@ -283,3 +270,34 @@ def run(cfg: Config | None, args: argparse.Namespace) -> TrainResult:
         raise UserError("skurl train --mode ray: no config given")
     run_dir = Path(getattr(args, "run_dir", None) or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     return train(with_address(cfg, address), run_dir, baseline=baseline)
+
+
+class _RayIterations:
+    """Collectors of --mode ray: each iteration fans the training shard out to the
+    collector actors (deploy/ray_collect.py), which take the weights from the slot."""
+
+    def __init__(self, run: RayRun) -> None:
+        self.run = run
+
+    def collect(self, iteration: int, seed: int, version: int, sample: Any) -> Collected:
+        run = self.run  # Ray collectors keep every SKU's observations: `sample` is not needed
+        collectors = RayCollectors(run, run._placement(iteration % len(run.shards)))
+        with run.timer.stage("sync"):
+            held, tensors = run.weights.wait_for(version, timeout=60.0)
+            collectors.set_weights(held, tensors)
+        rollout = collectors.collect(seed, iteration, held)
+        if collectors.failed_sku_ids:
+            ids = collectors.failed_sku_ids
+            print(f"skurl: iteration {iteration}: {len(ids)} SKUs isolated by the simulator (ids "
+                  f"{', '.join(map(str, ids[:10]))}{' ...' if len(ids) > 10 else ''})", file=sys.stderr)
+        loss = collectors.loss
+        return Collected(rollout, {
+            **collectors.stats.scalars(), **reward_spread(rollout),
+            "failed_skus": len(collectors.failed_sku_ids), "worker_recoveries": collectors.recoveries,
+            "collector_sim_seconds": collectors.stats.sim_seconds,
+            "collector_infer_seconds": collectors.stats.infer_seconds,
+            "lost_collectors": len(loss.collectors), "lost_skus": loss.skus, "lost_share": loss.share,
+            "collector_replacements": sum(run.replacements.values()), "stored_shards_reused": collectors.reused})
+
+    def close(self) -> None:
+        pass

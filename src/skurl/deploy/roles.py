@@ -18,7 +18,6 @@ import signal
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import IO, Any
 
 from skurl.config import Config
@@ -278,20 +277,3 @@ def wait_for_signal() -> None:
         signal.signal(sig, handler)
     while not stop.wait(0.5):
         pass
-
-
-def run_learner(cfg: Config, run_dir: str | Path, *, resume: bool = False,
-                stream: IO[str] | None = None, baseline: bool = True,
-                metrics_port: int | None = None, host: str = "127.0.0.1") -> Any:
-    """`skurl learner`: DecoupledRun over the collectors of deploy.collector_addresses."""
-    from skurl.deploy.decoupled import run_with_collectors
-
-    if not cfg.deploy.collector_addresses:
-        raise ConfigError("deploy.collector_addresses is empty: `skurl learner` drives running "
-                          "collectors (skurl collector); list their host:port")
-    if cfg.sync.backend == "grpc" and cfg.deploy.weights_port == 0:
-        raise ConfigError("deploy.weights_port = 0: with sync.backend=grpc, collectors started "
-                          "alone find the learner's weights service only on a fixed port")
-    return run_with_collectors(cfg, run_dir, list(cfg.deploy.collector_addresses),
-                               resume=resume, stream=stream, baseline=baseline,
-                               metrics_port=metrics_port, host=host)

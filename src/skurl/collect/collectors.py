@@ -1,0 +1,69 @@
+"""The seam between the training loop and whoever collects: one iteration's rollout, from
+collectors in this process, collector processes over gRPC or Ray actors alike. The loop
+(deploy/colocated.py, ColocatedRun.iteration) calls nothing else, so every mode shares it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from skurl.buffer.rollout import Rollout
+from skurl.collect.collector import Collector
+from skurl.telemetry.stages import StageTimer
+
+SampleIndex = Callable[[int], "np.ndarray | None"]  # the learner's SKU sample of N SKUs (None: all)
+
+
+@dataclass
+class Collected:
+    """One iteration's rollout (catalog row order, or the training shard's) and the
+    collection figures of its record (transitions/s, reward spread, faults)."""
+
+    rollout: Rollout
+    scalars: dict[str, Any] = field(default_factory=dict)
+
+
+class Collectors(Protocol):
+    def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
+        """Episode `iteration` of `seed` under policy `version`; `sample` says which SKUs'
+        observations the learner reads (collectors may keep only those)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def reward_spread(rollout: Rollout) -> dict[str, float]:
+    """5th, 50th and 95th percentiles of the SKUs' mean reward per day."""
+    per_sku = rollout.rewards.mean(axis=0, dtype=np.float64)
+    p5, p50, p95 = np.percentile(per_sku, [5, 50, 95])
+    return {"reward_p5": p5, "reward_p50": p50, "reward_p95": p95}
+
+
+class LocalCollectors:
+    """A Collector in this process over training shard `iteration % shards` (round robin).
+    It waits for the version on `weights` (the sync barrier) like a remote one would."""
+
+    def __init__(self, env_of: Callable[[int], Any], shards: int, model: Any, grid: Any, weights: Any,
+                 timer: StageTimer, *, chunk: int, infer_dtype: str, record_values: bool) -> None:
+        self.env_of, self.shards, self.model, self.grid, self.weights = env_of, shards, model, grid, weights
+        self.timer = timer
+        self.options = {"chunk": chunk, "infer_dtype": infer_dtype, "record_values": record_values}
+
+    def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
+        collector = Collector(self.env_of(iteration % self.shards), self.model, self.grid, timer=self.timer,
+                              **self.options)
+        with self.timer.stage("sync"):
+            held, tensors = self.weights.wait_for(version, timeout=60.0)
+            collector.set_weights(held, tensors)
+        index = sample(collector.env.num_skus)
+        obs_skus = {} if index is None else {"obs_skus": collector.sku_ids[index]}
+        rollout = collector.collect(seed, iteration, held, **obs_skus)
+        assert rollout is not None
+        return Collected(rollout, {**collector.stats.scalars(), **reward_spread(rollout)})
+
+    def close(self) -> None:
+        pass
