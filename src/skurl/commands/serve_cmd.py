@@ -39,6 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
     from skurl.catalog import load_catalog
     from skurl.catalog.partition import parse_shard, partition
     from skurl.rpc.env_server import serve_env
+    from skurl.sim.layout import catalog_widths
 
     index, count = parse_shard(args.shard)
     cfg = config_from_args(args)
@@ -54,7 +55,7 @@ def _serve(args: argparse.Namespace) -> int:
                         f"cannot fill {count} shards with groups kept together); use fewer")
     server = serve_env(catalog.subset(rows), cfg.sim, cfg.rpc, shard=(index, count),
                        catalog_rows=rows, host=args.host, port=port,
-                       max_sessions=args.max_sessions)
+                       max_sessions=args.max_sessions, min_widths=catalog_widths(catalog))
     metrics_note = _start_metrics(args.metrics_port, args.host)
     print(f"serving shard {index}/{count} ({rows.size} SKUs) on {server.address}{metrics_note}",
           flush=True)

@@ -282,8 +282,11 @@ class EnvServer(GrpcServer):
 
 def serve_env(catalog: Catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, *,
               shard: tuple[int, int] = (0, 1), catalog_rows: np.ndarray | None = None,
-              host: str = "127.0.0.1", port: int = 0, max_sessions: int = 8) -> EnvServer:
-    """Start an EnvService over `catalog` (already the shard's rows) with VectorEnvs."""
+              host: str = "127.0.0.1", port: int = 0, max_sessions: int = 8,
+              min_widths: tuple[int, int] = (0, 0)) -> EnvServer:
+    """Start an EnvService over `catalog` (already the shard's rows) with VectorEnvs at
+    least `min_widths` wide: the whole catalog's (sim/layout.catalog_widths), so every
+    shard shows the catalog's schema (a shard's own maxima can be narrower)."""
     from skurl.sim.env import VectorEnv
 
     n = len(catalog)
@@ -291,7 +294,7 @@ def serve_env(catalog: Catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, *,
                                                                               np.int64)
     info = ShardInfo(index=shard[0], count=shard[1], sku_id=np.asarray(catalog.sku_id, np.int64),
                      catalog_rows=rows, days=sim_cfg.days)
-    servicer = EnvServicer(lambda: VectorEnv(catalog, sim_cfg), info, rpc_cfg, max_sessions)
+    servicer = EnvServicer(lambda: VectorEnv(catalog, sim_cfg, min_widths), info, rpc_cfg, max_sessions)
     return EnvServer(servicer, rpc_cfg, host, port)
 
 
@@ -302,6 +305,7 @@ def serve_shards(catalog: Catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, count
     together); ports base_port + i, or free ports when base_port is 0. For tests and
     single-machine decoupled runs; across machines run `skurl serve-sim` on each."""
     from skurl.catalog.partition import partition
+    from skurl.sim.layout import catalog_widths
 
     servers: list[EnvServer] = []
     try:
@@ -309,7 +313,7 @@ def serve_shards(catalog: Catalog, sim_cfg: SimConfig, rpc_cfg: RpcConfig, count
             port = base_port + i if base_port else 0
             servers.append(serve_env(catalog.subset(rows), sim_cfg, rpc_cfg, shard=(i, count),
                                      catalog_rows=rows, host=host, port=port,
-                                     max_sessions=max_sessions))
+                                     max_sessions=max_sessions, min_widths=catalog_widths(catalog)))
     except BaseException:
         for s in servers:
             s.stop(0)
