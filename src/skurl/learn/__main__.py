@@ -30,8 +30,8 @@ import torch.distributed as dist
 
 from skurl.buffer.assemble import ShardAssembly, sample_mask
 from skurl.buffer.rollout import Rollout
-from skurl.commands.common import add_config_flags, config_from_args
 from skurl.config import Config
+from skurl.config_flags import add_config_flags, config_from_args
 from skurl.errors import UserError
 from skurl.learn.checkpoint import restore_latest, save_checkpoint
 from skurl.learn.ddp import DDPLearner, rank_slice

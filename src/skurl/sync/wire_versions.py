@@ -29,6 +29,10 @@ class WireVersions:
                     continue  # a torn last line
         self.next = max(floor, max(self.map, default=-1) + 1)
 
+    def raise_floor(self, floor: int) -> None:
+        """Publish no wire version below `floor` (what collectors and the backend hold)."""
+        self.next = max(self.next, floor)
+
     def new(self, learner_version: int) -> int:
         wire = max(learner_version, self.next)
         self.map[wire] = learner_version
