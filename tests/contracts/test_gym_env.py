@@ -15,6 +15,7 @@ from skurl.config import load_config
 from skurl.errors import ConfigError, UserError
 from skurl.gym import ENV_ID, SkuEnv
 from skurl.policy.actions import ActionGrid
+from skurl.policy.grid_center import GridCenter
 from skurl.sim.api import ActionError, EnvStateError
 from skurl.sim.env import VectorEnv
 from skurl.sim.layout import catalog_widths
@@ -46,18 +47,34 @@ def test_episode_truncates_on_the_last_day_and_then_needs_reset() -> None:
         env.step(0)
 
 
-def test_steps_equal_the_simulator_it_wraps() -> None:
-    """Observations, rewards and the cost breakdown are the simulator's own, bit for bit."""
-    sku, seed = 7, 4
-    cfg = load_config(None, OVERRIDES)
+GRIDS = {
+    "multiplier": [],
+    "units": ["policy.actions.kind=units", "policy.actions.step=2"],
+    "cover-newsvendor": ["policy.actions.kind=cover", "policy.actions.z_center=newsvendor"],
+    "cover-tuned": ["policy.actions.kind=cover", "policy.actions.z_center=tuned", "policy.actions.z_min=-1.5",
+                    "policy.actions.z_max=1.5", "policy.actions.n=21"],
+}
+
+
+@pytest.mark.parametrize("grid_kind", sorted(GRIDS))
+def test_steps_equal_the_simulator_it_wraps(grid_kind: str) -> None:
+    """Observations, rewards and the cost breakdown are the simulator's own, bit for bit,
+    driven by the action grid's orders (a tuned cover grid on the centre it is given)."""
+    sku, seed, overrides = 7, 4, OVERRIDES + GRIDS[grid_kind]
+    cfg = load_config(None, overrides)
     catalog = load_catalog(cfg.catalog)
-    env = SkuEnv(overrides=OVERRIDES, sku=sku, seed=seed)
-    sim = VectorEnv(catalog.subset(np.array([sku])), cfg.sim, catalog_widths(catalog))
-    grid = ActionGrid.from_config(cfg.policy.actions, cfg.sim.review_days, catalog.subset(np.array([sku])))
+    row = catalog.subset(np.array([sku]))
+    center = GridCenter(np.sort(catalog.sku_id), np.linspace(-0.5, 1.0, len(catalog)), 0.0)
+    env = SkuEnv(overrides=overrides, sku=sku, seed=seed, grid_center=center)
+    sim = VectorEnv(row, cfg.sim, catalog_widths(catalog))
+    grid = ActionGrid.from_config(cfg.policy.actions, cfg.sim.review_days, reward=cfg.sim.reward)
+    grid = grid.with_center(center).bind(row)
+    assert env.action_space.n == grid.n
     obs, _ = env.reset(seed=seed)
     ref = sim.reset(seed, 0)
     np.testing.assert_array_equal(obs, ref.features[0])
     rng = np.random.default_rng(0)
+    ordered = 0.0
     for _ in range(DAYS):
         action = int(rng.integers(grid.n))
         obs, reward, _, truncated, info = env.step(action)
@@ -68,6 +85,8 @@ def test_steps_equal_the_simulator_it_wraps() -> None:
         assert reward == float(res.reward[0]) and truncated == res.done
         assert {k: info[k] for k in METRIC_FIELDS} == {
             k: float(getattr(res.metrics, k)[0]) for k in METRIC_FIELDS}
+        ordered += info["ordered"]
+    assert ordered > 0  # the grid's orders reached the simulator
 
 
 def test_seeded_reset_replays_and_unseeded_reset_moves_on() -> None:
