@@ -170,3 +170,19 @@ def test_more_sub_envs_than_catalog_skus_is_refused() -> None:
         SkuVectorEnv(overrides=OVERRIDES, catalog=envs.sim.env.catalog, num_envs=SKUS + 1)
     with pytest.raises(ValueError, match="one integer"):
         envs.reset(seed=[1, 2])
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_gymnasium_episode_statistics_wrapper_reads_whole_episodes(mode: AutoresetMode) -> None:
+    """Gymnasium's own vector wrappers read the declared autoreset mode: episode returns are
+    the sum of the simulator's rewards over sim.days steps, in both modes."""
+    envs = gymnasium.wrappers.vector.RecordEpisodeStatistics(
+        SkuVectorEnv(overrides=OVERRIDES, seed=1, autoreset_mode=mode, info_metrics=False))
+    envs.reset(seed=1)
+    total = np.zeros(SKUS)
+    for _ in range(DAYS):
+        _, reward, _, _, info = envs.step(np.full(SKUS, 6))
+        total += reward
+    assert info["_episode"].all()
+    np.testing.assert_array_equal(info["episode"]["l"], np.full(SKUS, DAYS))
+    np.testing.assert_allclose(info["episode"]["r"], total, rtol=1e-6)
