@@ -136,3 +136,12 @@ def test_config_object_with_overrides_and_a_given_catalog() -> None:
     assert env.sim.cfg.sim.days == 4 and int(env.sim.env.catalog.sku_id[0]) == int(catalog.sku_id[2])
     with pytest.raises(ConfigError, match=r"policy\.actions\.n"):
         SkuEnv(cfg, ["policy.actions.n=1"], catalog=catalog)
+
+
+def test_a_bad_seed_is_refused_and_forgotten() -> None:
+    env, fresh = SkuEnv(overrides=OVERRIDES, seed=3), SkuEnv(overrides=OVERRIDES, seed=3)
+    env.reset()
+    with pytest.raises(EnvStateError, match="seed = -1"):
+        env.sim.reset(-1)
+    fresh.reset()
+    np.testing.assert_array_equal(env.reset()[0], fresh.reset()[0])  # episode 1 of seed 3

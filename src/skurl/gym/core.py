@@ -73,11 +73,9 @@ class SimDriver:
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Features (a copy) of day 0: episode 0 of `seed`, else the next episode."""
-        if seed is not None:
-            self.seed, self.episode = seed, 0
-        else:
-            self.episode += 1
-        self._obs = self.env.reset(self.seed, self.episode)
+        run, episode = (seed, 0) if seed is not None else (self.seed, self.episode + 1)
+        self._obs = self.env.reset(run, episode)  # checks the seed before it is kept
+        self.seed, self.episode = run, episode
         return self._obs.features.copy()
 
     def step(self, actions: object) -> StepResult:
