@@ -79,6 +79,15 @@ class RpcConfig:
         30.0, "seconds between keepalive pings on a connection (client and server); 0 = off"
     )
     timeout_s: float = opt(120.0, "deadline of each gRPC call in seconds")
+    max_connection_age_s: float = opt(
+        1800.0, "servers close each client connection after about this many seconds (the "
+        "client reconnects, so long-running collectors rebalance across servers behind a load "
+        "balancer); 0 = never"
+    )
+    max_connection_age_grace_s: float = opt(
+        600.0, "seconds the calls in flight on an aged connection (a Collect, a Subscribe "
+        "stream) may still take before the server cuts them; a cut stream resubscribes"
+    )
 
     def __post_init__(self) -> None:
         # gRPC lengths are signed 32-bit: 2 GiB - 1 byte is the hard ceiling.
@@ -87,6 +96,11 @@ class RpcConfig:
         check(self.keepalive_s == 0 or 1 <= self.keepalive_s <= 86_400, "rpc.keepalive_s",
               self.keepalive_s, "0 (off) or seconds in 1..86400")
         check(0 < self.timeout_s <= 86_400, "rpc.timeout_s", self.timeout_s, "seconds in (0, 86400]")
+        check(self.max_connection_age_s == 0 or 0.1 <= self.max_connection_age_s <= 31_536_000,
+              "rpc.max_connection_age_s", self.max_connection_age_s,
+              "0 (never) or seconds in 0.1..31536000")
+        check(0 <= self.max_connection_age_grace_s <= 31_536_000, "rpc.max_connection_age_grace_s",
+              self.max_connection_age_grace_s, "seconds in 0..31536000")
 
 
 @dataclass(frozen=True)
