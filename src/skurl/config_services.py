@@ -153,6 +153,18 @@ class DeployConfig:
         "share of the iteration's SKUs, the iteration trains without them (logged, counted in "
         "collector_shares_lost_total); above it, it waits for replacements to re-collect them"
     )
+    health_interval_s: float = opt(
+        5.0, "--mode decoupled: seconds between the supervisor's grpc.health.v1 checks of each "
+        "running sim server and collector; 0 = only restart processes that exit"
+    )
+    health_timeout_s: float = opt(
+        10.0, "longest wait for one health check's answer, seconds (a busy server still answers: "
+        "checks run on their own handler threads)"
+    )
+    health_failures: int = opt(
+        3, "consecutive failed health checks after which the supervisor kills a process that no "
+        "longer answers and restarts it (counted in deploy.max_restarts)"
+    )
 
     def __post_init__(self) -> None:
         check(1 <= self.sim_servers <= 4096, "deploy.sim_servers", self.sim_servers, "1..4096")
@@ -181,6 +193,12 @@ class DeployConfig:
               "0..100")
         check(0 <= self.max_lost_share <= 1, "deploy.max_lost_share", self.max_lost_share,
               "a share in [0, 1]")
+        check(self.health_interval_s == 0 or 0.1 <= self.health_interval_s <= 86_400,
+              "deploy.health_interval_s", self.health_interval_s, "0 (off) or seconds in 0.1..86400")
+        check(0 < self.health_timeout_s <= 3600, "deploy.health_timeout_s", self.health_timeout_s,
+              "seconds in (0, 3600]")
+        check(1 <= self.health_failures <= 1000, "deploy.health_failures", self.health_failures,
+              "1..1000")
 
 
 @dataclass(frozen=True)

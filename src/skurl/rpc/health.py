@@ -10,6 +10,7 @@ Kubernetes' grpc liveness probes) read the same service.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import grpc
@@ -46,3 +47,34 @@ def probe(address: str, timeout_s: float, service: str = OVERALL) -> bool:
         except grpc.RpcError:
             return False
     return reply.status == SERVING
+
+
+class Liveness:
+    """A supervisor's view of its children: `stopped_answering(name, address)` probes each
+    at most every `interval_s` and says True once `failures` probes in a row failed (then
+    starts counting afresh); `restarted(name, hold_s)` leaves a new process alone while it
+    starts. Probes block the caller up to `timeout_s` each."""
+
+    def __init__(self, timeout_s: float, failures: int, interval_s: float) -> None:
+        self.timeout_s, self.failures, self.interval_s = timeout_s, failures, interval_s
+        self._misses: dict[str, int] = {}
+        self._next: dict[str, float] = {}
+
+    def stopped_answering(self, name: str, address: str) -> bool:
+        now = time.monotonic()
+        if now < self._next.get(name, 0.0):
+            return False
+        self._next[name] = now + self.interval_s
+        if probe(address, self.timeout_s):
+            self._misses[name] = 0
+            return False
+        self._misses[name] = self._misses.get(name, 0) + 1
+        if self._misses[name] < self.failures:
+            return False
+        self._misses[name] = 0
+        return True
+
+    def restarted(self, name: str, hold_s: float) -> None:
+        """No probe of `name` for `hold_s` seconds (its start-up), and no misses carried over."""
+        self._misses[name] = 0
+        self._next[name] = time.monotonic() + hold_s
