@@ -7,15 +7,20 @@ from __future__ import annotations
 import time
 
 import grpc
+import numpy as np
 import pytest
 import torch
 
+from skurl.catalog import load_catalog
 from skurl.config import RpcConfig, load_config
 from skurl.errors import ConfigError
+from skurl.rpc.env_client import RemoteEnv
+from skurl.rpc.env_server import serve_env
 from skurl.rpc.options import channel_options, server_options
 from skurl.rpc.servicer_base import GrpcServer
 from skurl.rpc.weights_client import GrpcWeightPublisher, GrpcWeightSubscriber
 from skurl.rpc.weights_server import WeightSyncServer
+from skurl.sim.env import VectorEnv
 
 AGED = RpcConfig(timeout_s=30.0, max_connection_age_s=0.5, max_connection_age_grace_s=5.0)
 
@@ -95,4 +100,24 @@ def test_a_subscribe_stream_cut_at_max_age_resubscribes(caplog: pytest.LogCaptur
     finally:
         subscriber.close()
         publisher.close()
+        server.stop(0)
+
+
+def test_an_env_session_steps_on_across_connection_ages() -> None:
+    """A collector's RemoteEnv outlives many connections: its session lives on the server,
+    not on the connection, so an episode over several max ages equals the in-process one."""
+    cfg = load_config(None, ["catalog.skus=20", "catalog.seed=2", "sim.days=12", "sim.threads=1"])
+    catalog = load_catalog(cfg.catalog)
+    rpc = RpcConfig(timeout_s=30.0, max_connection_age_s=0.2, max_connection_age_grace_s=5.0)
+    server = serve_env(catalog, cfg.sim, rpc)
+    try:
+        with RemoteEnv(server.address, rpc) as env:
+            local = VectorEnv(catalog, cfg.sim)
+            env.reset(5), local.reset(5)
+            orders = np.full(len(catalog), 3.0)
+            for _ in range(cfg.sim.days):
+                got, want = env.step(orders), local.step(orders)
+                np.testing.assert_array_equal(got.reward, want.reward)
+                time.sleep(0.15)  # the 12-day episode spans ~9 connection ages
+    finally:
         server.stop(0)
