@@ -2,7 +2,8 @@
 scrapes a short `--mode decoupled` training (sim server and collectors as real `skurl`
 processes on deploy.metrics_base_port's ports, the learner here in its role) with
 deploy/prometheus/rules.yml loaded; its HTTP API then answers for the training metrics,
-every process's own families only, every dashboard query, and rules that evaluate."""
+every process's own families only, every dashboard query, rules that evaluate, and the
+down alerts once the run's processes are gone."""
 
 from __future__ import annotations
 
@@ -75,9 +76,9 @@ class Prometheus:
             [binary, f"--config.file={workdir / 'prometheus.yml'}",
              f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.wait(lambda: self._get("/-/ready", raw=True) is not None, "prometheus ready")
+        self.wait(lambda: self.get("/-/ready", raw=True) is not None, "prometheus ready")
 
-    def _get(self, path: str, raw: bool = False) -> Any:
+    def get(self, path: str, raw: bool = False) -> Any:
         try:
             with urllib.request.urlopen(self.url + path, timeout=10) as reply:
                 body = reply.read().decode()
@@ -86,7 +87,7 @@ class Prometheus:
         return body if raw else json.loads(body)
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        reply = self._get("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        reply = self.get("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
         assert reply is not None and reply["status"] == "success", (expr, reply)
         return reply["data"]["result"]
 
@@ -95,7 +96,7 @@ class Prometheus:
         return float(result[0]["value"][1]) if result else None
 
     def rules(self) -> list[dict[str, Any]]:
-        return [r for g in self._get("/api/v1/rules")["data"]["groups"] for r in g["rules"]]
+        return [r for g in self.get("/api/v1/rules")["data"]["groups"] for r in g["rules"]]
 
     def wait(self, ready: Any, what: str) -> None:
         deadline = time.monotonic() + WAIT_S
@@ -185,3 +186,7 @@ def test_the_dashboard_queries_and_the_rules_run_on_the_scraped_data(scraped_run
     prom.wait(lambda: all(r.get("lastEvaluation", "").startswith("2") and r["health"] == "ok"
                           for r in prom.rules()), "every rule evaluated")
     assert len(prom.rules()) == 8
+    # the run is over, its processes gone: the down alerts are on their way (for: 2m)
+    prom.wait(lambda: {"SkurlCollectorDown", "SkurlSimServerDown"} <= {
+        a["labels"]["alertname"] for a in prom.get("/api/v1/alerts")["data"]["alerts"]
+        if a["state"] in ("pending", "firing")}, "down alerts pending")
