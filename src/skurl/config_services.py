@@ -86,7 +86,9 @@ class RpcConfig:
     )
     max_connection_age_grace_s: float = opt(
         600.0, "seconds the calls in flight on an aged connection (a Collect, a Subscribe "
-        "stream) may still take before the server cuts them; a cut stream resubscribes"
+        "stream) may still take before the server cuts them, never less than rpc.timeout_s; "
+        "keep it above a Collect's deadline (sync.timeout_s + rpc.timeout_s); a cut stream "
+        "resubscribes"
     )
 
     def __post_init__(self) -> None:

@@ -22,7 +22,7 @@ from skurl.rpc.weights_client import GrpcWeightPublisher, GrpcWeightSubscriber
 from skurl.rpc.weights_server import WeightSyncServer
 from skurl.sim.env import VectorEnv
 
-AGED = RpcConfig(timeout_s=30.0, max_connection_age_s=0.5, max_connection_age_grace_s=5.0)
+AGED = RpcConfig(timeout_s=3.0, max_connection_age_s=0.5, max_connection_age_grace_s=5.0)
 
 
 def test_age_and_grace_are_server_options_from_config() -> None:
@@ -31,6 +31,9 @@ def test_age_and_grace_are_server_options_from_config() -> None:
     assert opts["grpc.max_connection_age_grace_ms"] == 5000
     assert "grpc.max_connection_age_ms" not in dict(channel_options(AGED))
     assert "grpc.max_connection_age_ms" not in dict(server_options(RpcConfig(max_connection_age_s=0)))
+    # a call inside its deadline is never cut: the grace is at least rpc.timeout_s
+    short = RpcConfig(timeout_s=90.0, max_connection_age_s=60.0, max_connection_age_grace_s=1.0)
+    assert dict(server_options(short))["grpc.max_connection_age_grace_ms"] == 90_000
 
 
 @pytest.mark.parametrize("setting", ["rpc.max_connection_age_s=nan", "rpc.max_connection_age_s=-1",
@@ -82,10 +85,12 @@ def test_a_call_in_flight_at_max_age_finishes_within_the_grace() -> None:
 
 
 def test_a_subscribe_stream_cut_at_max_age_resubscribes(caplog: pytest.LogCaptureFixture) -> None:
-    cfg = RpcConfig(timeout_s=30.0, max_connection_age_s=0.3, max_connection_age_grace_s=0.3)
-    server = WeightSyncServer(cfg)
-    publisher = GrpcWeightPublisher(server.address, cfg)
-    subscriber = GrpcWeightSubscriber(server.address, cfg)
+    # the server cuts a stream 0.3 s + 0.3 s after its connection opened
+    server = WeightSyncServer(RpcConfig(timeout_s=0.3, max_connection_age_s=0.3,
+                                        max_connection_age_grace_s=0.3))
+    clients = RpcConfig(timeout_s=30.0)
+    publisher = GrpcWeightPublisher(server.address, clients)
+    subscriber = GrpcWeightSubscriber(server.address, clients)
     try:
         publisher.publish(1, {"w": torch.zeros(4)})
         assert subscriber.wait_for(1, 30.0)[0] == 1
@@ -108,7 +113,7 @@ def test_an_env_session_steps_on_across_connection_ages() -> None:
     not on the connection, so an episode over several max ages equals the in-process one."""
     cfg = load_config(None, ["catalog.skus=20", "catalog.seed=2", "sim.days=12", "sim.threads=1"])
     catalog = load_catalog(cfg.catalog)
-    rpc = RpcConfig(timeout_s=30.0, max_connection_age_s=0.2, max_connection_age_grace_s=5.0)
+    rpc = RpcConfig(timeout_s=5.0, max_connection_age_s=0.2, max_connection_age_grace_s=5.0)
     server = serve_env(catalog, cfg.sim, rpc)
     try:
         with RemoteEnv(server.address, rpc) as env:

@@ -66,5 +66,10 @@ def server_options(cfg: RpcConfig) -> Options:
                      max(1, int(cfg.keepalive_s * 500))))
     if cfg.max_connection_age_s > 0:
         opts += [("grpc.max_connection_age_ms", int(cfg.max_connection_age_s * 1000)),
-                 ("grpc.max_connection_age_grace_ms", int(cfg.max_connection_age_grace_s * 1000))]
+                 ("grpc.max_connection_age_grace_ms", _grace_ms(cfg))]
     return opts
+
+
+def _grace_ms(cfg: RpcConfig) -> int:
+    """The grace never cuts a call that is still inside its own deadline (rpc.timeout_s)."""
+    return int(max(cfg.max_connection_age_grace_s, cfg.timeout_s) * 1000)
