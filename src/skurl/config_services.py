@@ -79,6 +79,17 @@ class RpcConfig:
         30.0, "seconds between keepalive pings on a connection (client and server); 0 = off"
     )
     timeout_s: float = opt(120.0, "deadline of each gRPC call in seconds")
+    max_connection_age_s: float = opt(
+        1800.0, "servers close each client connection after about this many seconds (the "
+        "client reconnects, so long-running collectors rebalance across servers behind a load "
+        "balancer); 0 = never"
+    )
+    max_connection_age_grace_s: float = opt(
+        600.0, "seconds the calls in flight on an aged connection (a Collect, a Subscribe "
+        "stream) may still take before the server cuts them, never less than rpc.timeout_s; "
+        "keep it above a Collect's deadline (sync.timeout_s + rpc.timeout_s); a cut stream "
+        "resubscribes"
+    )
 
     def __post_init__(self) -> None:
         # gRPC lengths are signed 32-bit: 2 GiB - 1 byte is the hard ceiling.
@@ -87,6 +98,11 @@ class RpcConfig:
         check(self.keepalive_s == 0 or 1 <= self.keepalive_s <= 86_400, "rpc.keepalive_s",
               self.keepalive_s, "0 (off) or seconds in 1..86400")
         check(0 < self.timeout_s <= 86_400, "rpc.timeout_s", self.timeout_s, "seconds in (0, 86400]")
+        check(self.max_connection_age_s == 0 or 0.1 <= self.max_connection_age_s <= 31_536_000,
+              "rpc.max_connection_age_s", self.max_connection_age_s,
+              "0 (never) or seconds in 0.1..31536000")
+        check(0 <= self.max_connection_age_grace_s <= 31_536_000, "rpc.max_connection_age_grace_s",
+              self.max_connection_age_grace_s, "seconds in 0..31536000")
 
 
 @dataclass(frozen=True)
@@ -139,6 +155,18 @@ class DeployConfig:
         "share of the iteration's SKUs, the iteration trains without them (logged, counted in "
         "collector_shares_lost_total); above it, it waits for replacements to re-collect them"
     )
+    health_interval_s: float = opt(
+        5.0, "--mode decoupled: seconds between the supervisor's grpc.health.v1 checks of each "
+        "running sim server and collector; 0 = only restart processes that exit"
+    )
+    health_timeout_s: float = opt(
+        10.0, "longest wait for one health check's answer, seconds (a busy server still answers: "
+        "checks run on their own handler threads)"
+    )
+    health_failures: int = opt(
+        3, "consecutive failed health checks after which the supervisor kills a process that no "
+        "longer answers and restarts it (counted in deploy.max_restarts)"
+    )
 
     def __post_init__(self) -> None:
         check(1 <= self.sim_servers <= 4096, "deploy.sim_servers", self.sim_servers, "1..4096")
@@ -167,6 +195,12 @@ class DeployConfig:
               "0..100")
         check(0 <= self.max_lost_share <= 1, "deploy.max_lost_share", self.max_lost_share,
               "a share in [0, 1]")
+        check(self.health_interval_s == 0 or 0.1 <= self.health_interval_s <= 86_400,
+              "deploy.health_interval_s", self.health_interval_s, "0 (off) or seconds in 0.1..86400")
+        check(0 < self.health_timeout_s <= 3600, "deploy.health_timeout_s", self.health_timeout_s,
+              "seconds in (0, 3600]")
+        check(1 <= self.health_failures <= 1000, "deploy.health_failures", self.health_failures,
+              "1..1000")
 
 
 @dataclass(frozen=True)

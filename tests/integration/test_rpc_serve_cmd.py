@@ -21,6 +21,7 @@ from skurl.cli import main
 from skurl.config import RpcConfig, load_config
 from skurl.rpc.env_client import RemoteEnv
 from skurl.rpc.errors import ServerUnavailableError
+from skurl.rpc.health import probe, service_name
 from skurl.sim.env import VectorEnv
 
 SETTINGS = ["catalog.skus=300", "catalog.seed=4", "sim.days=4", "sim.threads=1"]
@@ -91,6 +92,21 @@ def test_serves_its_shard_and_stops_gracefully_on_sigterm(served: Served) -> Non
     served.proc.send_signal(signal.SIGTERM)
     assert served.proc.wait(timeout=30) == 0
     assert "stopped" in served.next_line(5)
+
+
+def test_probe_tells_a_serving_a_hung_and_a_killed_process_apart(served: Served) -> None:
+    """What the supervisor sees: SERVING, then a SIGSTOPped (hung) process times out, then
+    answers again once continued, then a killed one is refused."""
+    assert probe(served.address, 10.0, service_name("EnvService"))
+    served.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert not probe(served.address, 1.0)
+    finally:
+        served.proc.send_signal(signal.SIGCONT)
+    assert probe(served.address, 10.0)
+    served.proc.kill()
+    served.proc.wait(timeout=30)
+    assert not probe(served.address, 5.0)
 
 
 def test_killed_server_gives_a_clear_error_naming_its_address(served: Served) -> None:

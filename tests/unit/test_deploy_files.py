@@ -198,3 +198,14 @@ def test_cpu_image_exposes_the_ports_the_manifests_use() -> None:
     import json
 
     assert build_parser().parse_args(json.loads(cmd[len("CMD"):])).command == "serve-sim"
+
+
+def test_grpc_servers_are_probed_with_grpc_health_on_their_own_port() -> None:
+    """Kubernetes' grpc probes call grpc.health.v1 (which every skurl server serves) on a
+    port number (named ports are not accepted there): it must be the container's grpc port."""
+    served = [c for _, c in containers() if c["args"][0] in ("serve-sim", "collector")]
+    assert served
+    for c in served:
+        port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert c[kind]["grpc"] == {"port": port}, (c["name"], kind)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from skurl.commands.common import add_config_flags, config_from_args
 from skurl.errors import UserError
+from skurl.telemetry.metrics import as_role
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--metrics-port", type=int, default=None,
                    help="Prometheus /metrics port (default deploy.metrics_base_port; 0 = any free port)")
     c.add_argument("--run", default="skurl", help="run name in the business metrics' labels")
-    c.set_defaults(func=_collector)
+    c.set_defaults(func=as_role("collector", _collector))
 
     learner = sub.add_parser("learner", help="run the learner (decoupled mode) over running "
                              "collectors (deploy.collector_addresses)")
@@ -45,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     learner.add_argument("--metrics-port", type=int, default=None,
                          help="Prometheus /metrics port (default deploy.metrics_base_port; 0 = any free port)")
     learner.add_argument("--no-baseline", action="store_true", help="skip the tuned baseline")
-    learner.set_defaults(func=_learner)
+    learner.set_defaults(func=as_role("learner", _learner))
 
 
 def _log_to_stderr() -> None:

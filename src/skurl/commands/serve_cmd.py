@@ -15,6 +15,7 @@ import sys
 
 from skurl.commands.common import add_config_flags, config_from_args
 from skurl.errors import UserError
+from skurl.telemetry.metrics import as_role
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds calls in flight may take to finish on shutdown")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="also serve Prometheus /metrics on this port (0 = any free port)")
-    p.set_defaults(func=_serve)
+    p.set_defaults(func=as_role("sim", _serve))
 
 
 def _serve(args: argparse.Namespace) -> int:

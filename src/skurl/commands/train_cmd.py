@@ -70,7 +70,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "--resume continues in the run's own mode unless --mode says otherwise")
     p.add_argument("--address", help="--mode ray: Ray cluster address (sets ray.address); "
                    "default: start a local Ray instance")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run_as_role)
+
+
+def run_as_role(args: argparse.Namespace) -> int:
+    """`run` with this process exporting its mode's metrics: the driver of decoupled and
+    ray is the learner; colocated holds the learner and the collector in one."""
+    from skurl.telemetry.metrics import as_role
+
+    mode = getattr(args, "mode", "colocated")
+    return as_role("colocated" if mode == "colocated" else "learner", run)(args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from skurl.learn.ppo_loss import ppo_loss
 from skurl.policy.bf16 import warn_if_emulated
 from skurl.policy.nets import ActorCritic
 from skurl.policy.twin_mlp import twin_forward, twin_outputs
+from skurl.telemetry.metrics import get_metrics
 
 _log = logging.getLogger(__name__)
 # Rows per no-grad forward pass when recomputing behaviour outputs: small enough that a
@@ -218,6 +219,7 @@ class Learner:
             self.adapt_lr(stats["last_epoch_kl"])
         self.iteration += 1
         self.version += 1
+        get_metrics().record_update(stats, self.version)  # every mode's /metrics shows it
         return {**prep_stats, **stats, "lr": lr, "ent_coef": self.ent_coef_at(self.iteration - 1),
                 "transitions": float(batch.actions.numel()), **self.sample_stat(rollout.num_skus)}
 

@@ -32,6 +32,7 @@ from skurl.rpc.codec import encode_into
 from skurl.rpc.errors import NotFoundError, WireError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+from skurl.rpc.health import service_name
 from skurl.rpc.options import max_message_bytes
 from skurl.rpc.servicer_base import GrpcServer, rpc_method
 from skurl.rpc.weights_client import from_message
@@ -191,4 +192,5 @@ class CollectorServer(GrpcServer):
                  port: int = 0) -> None:
         self.servicer = servicer
         super().__init__(lambda s: pb_grpc.add_CollectorServiceServicer_to_server(servicer, s),
-                         cfg, host, port, max_workers=8)
+                         cfg, host, port, max_workers=8,
+                         services=[service_name("CollectorService")])

@@ -43,6 +43,7 @@ from skurl.rpc.errors import CapacityError, WireError
 from skurl.rpc.feature_delta import warm_up as warm_up_delta
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+from skurl.rpc.health import service_name
 from skurl.rpc.servicer_base import GrpcServer, check_reply_size, rpc_method, to_json
 from skurl.sim.api import Env, EnvStateError
 
@@ -273,7 +274,8 @@ class EnvServer(GrpcServer):
                  port: int = 0) -> None:
         self.servicer = servicer
         super().__init__(lambda s: s.add_generic_rpc_handlers((env_service_handler(servicer),)),
-                         cfg, host, port, max_workers=servicer._max_sessions + 4)
+                         cfg, host, port, max_workers=servicer._max_sessions + 4,
+                         services=[service_name("EnvService")])
 
     def stop(self, grace_s: float = 2.0) -> None:
         super().stop(grace_s)

@@ -13,6 +13,12 @@ https://github.com/grpc/grpc/blob/master/doc/keepalive.md :
 - grpc.http2.min_ping_interval_without_data_ms (server): the shortest ping interval the
   server tolerates; it must not exceed the client's period, or the server answers
   GOAWAY "too_many_pings" and drops the connection.
+
+Connection age (server options, same guide and grpc_types.h): after
+grpc.max_connection_age_ms (+-10% jitter) the server sends GOAWAY; the client's channel
+opens a new connection for its next call, which a load balancer may place on another
+server, so collectors that live for days rebalance. Calls in flight get
+grpc.max_connection_age_grace_ms to finish before the connection is closed.
 """
 
 from __future__ import annotations
@@ -58,4 +64,12 @@ def server_options(cfg: RpcConfig) -> Options:
         # Accept client pings as often as our own config sends them (half, for jitter).
         opts.append(("grpc.http2.min_ping_interval_without_data_ms",
                      max(1, int(cfg.keepalive_s * 500))))
+    if cfg.max_connection_age_s > 0:
+        opts += [("grpc.max_connection_age_ms", int(cfg.max_connection_age_s * 1000)),
+                 ("grpc.max_connection_age_grace_ms", _grace_ms(cfg))]
     return opts
+
+
+def _grace_ms(cfg: RpcConfig) -> int:
+    """The grace never cuts a call that is still inside its own deadline (rpc.timeout_s)."""
+    return int(max(cfg.max_connection_age_grace_s, cfg.timeout_s) * 1000)

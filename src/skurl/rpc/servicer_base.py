@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from typing import Any, TypeVar
 
@@ -23,6 +23,7 @@ import numpy as np
 from skurl.config import RpcConfig
 from skurl.errors import UserError
 from skurl.rpc.errors import CapacityError
+from skurl.rpc.health import add_health
 from skurl.rpc.options import max_message_bytes, server_options
 from skurl.sim.api import EnvStateError
 
@@ -85,13 +86,18 @@ def to_json(obj: Any) -> str:
 
 
 class GrpcServer:
-    """A started grpc.server with its bound address; `stop()` is graceful and idempotent."""
+    """A started grpc.server with its bound address; `stop()` is graceful and idempotent.
+
+    It also serves grpc.health.v1 (rpc/health.py): SERVING for "" and `services` (full
+    names, e.g. skurl.v1.EnvService) until `stop()` begins."""
 
     def __init__(self, add_servicers: Callable[[grpc.Server], None], cfg: RpcConfig,
-                 host: str = "127.0.0.1", port: int = 0, max_workers: int = 16) -> None:
+                 host: str = "127.0.0.1", port: int = 0, max_workers: int = 16,
+                 services: Sequence[str] = ()) -> None:
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
                                    options=server_options(cfg))
         add_servicers(self._server)
+        self.health = add_health(self._server, services)
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             bound = self._server.add_insecure_port(target)
@@ -108,6 +114,7 @@ class GrpcServer:
     def stop(self, grace_s: float = 2.0) -> None:
         if not self._stopped:
             self._stopped = True
+            self.health.enter_graceful_shutdown()  # NOT_SERVING while calls drain
             self._server.stop(grace_s).wait()
 
     def wait(self, timeout_s: float | None = None) -> bool:

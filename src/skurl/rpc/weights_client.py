@@ -84,6 +84,7 @@ class GrpcWeightSubscriber:
         self._lock = threading.Lock()  # guards _call against close()
         self._call: grpc.Future | None = None
         self.rejected = 0  # versions dropped for bad bytes
+        self.aged_out = 0  # streams the server closed at rpc.max_connection_age_s (reopened)
         self._thread = threading.Thread(target=self._follow, name=f"weights-{model_key}",
                                         daemon=True)
         self._thread.start()
@@ -145,7 +146,9 @@ class GrpcWeightSubscriber:
             except grpc.RpcError as exc:
                 if self._slot.closed:
                     return
-                if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                if _aged_out(exc):  # expected every max_connection_age_s: reopen at once
+                    self.aged_out += 1
+                elif exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                     failures += 1
                     if failures == 1:
                         log.warning("%s", from_rpc_error(exc, self.address, "Subscribe"))
@@ -165,6 +168,11 @@ class GrpcWeightSubscriber:
             log.error("dropping weights v%d from %s: %s", blob.version, self.address, exc)
             return
         self._slot.offer(blob.version, tensors)
+
+
+def _aged_out(exc: grpc.RpcError) -> bool:
+    """The server closed the connection at its max age (gRPC core's own detail text)."""
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and "max connection age" in (exc.details() or "")
 
 
 Spec = dict[str, tuple[str, tuple[int, ...]]]

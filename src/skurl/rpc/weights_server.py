@@ -23,6 +23,7 @@ from skurl.config import RpcConfig
 from skurl.rpc.errors import NotFoundError, WireError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+from skurl.rpc.health import service_name
 from skurl.rpc.servicer_base import GrpcServer, rpc_method
 from skurl.sim.api import EnvStateError
 from skurl.sync.slot import VersionedSlot
@@ -132,7 +133,8 @@ class WeightSyncServer(GrpcServer):
         # Each open Subscribe stream holds a worker thread; leave room for unary calls.
         super().__init__(
             lambda s: pb_grpc.add_WeightSyncServiceServicer_to_server(self.servicer, s), cfg,
-            host, port, max_workers=max_subscribers + 8)
+            host, port, max_workers=max_subscribers + 8,
+            services=[service_name("WeightSyncService")])
 
     def stop(self, grace_s: float = 2.0) -> None:
         self.servicer.close()

@@ -1,8 +1,12 @@
 """The Prometheus metrics of the whole system, defined once, and the /metrics endpoint.
 
-Every process (learner, collector, sim server) exports the same set; Prometheus adds the
-`instance` label, so the metrics carry labels only where one process holds several
-values (the stage of a timer; the run and policy of a business result).
+Each process exports only its own role's families (ROLE_FAMILIES: a sim server its step
+histogram, a collector its collection figures, ...; `process_role`), so no endpoint
+shows zeros for work it never does; every family still exists as an attribute in every
+role (recording into one the role does not export is harmless). Role "all" (the default,
+for libraries and tests) exports everything. Prometheus adds the `instance` label, so the
+metrics carry labels only where one process holds several values (the stage of a timer;
+the run and policy of a business result).
 
 Use `get_metrics()` at the point of recording, e.g.
 `get_metrics().collector_episodes_total.inc()`; tests swap in a fresh registry with
@@ -13,10 +17,10 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -40,13 +44,36 @@ _SLOW_BUCKETS = (1e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 
 BUSINESS_LABELS = ("run", "policy")
 
+Role = Literal["all", "learner", "collector", "sim", "colocated"]
+_BUSINESS = ("business_fill_rate", "business_lost_units", "business_waste_units",
+             "business_mean_on_hand", "business_cost_per_sku_day")
+_UPDATE = ("learner_gradient_norm", "learner_weight_version", "learner_updates_total",
+           "learner_policy_loss", "learner_value_loss", "learner_entropy", "learner_approx_kl",
+           "learner_clip_fraction")
+# The SkurlMetrics attributes each kind of process records (and so exports).
+ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
+    "sim": ("sim_step_duration_seconds",),
+    "collector": ("stage_seconds", "collector_episodes_total", "collector_steps_per_second",
+                  "collector_episode_duration_seconds", "collector_weight_sync_lag_seconds",
+                  "collector_buffer_size", "barrier_wait_seconds", *_BUSINESS),
+    # the decoupled/ray learner: it also counts the collectors' shares it trained without
+    "learner": ("stage_seconds", *_UPDATE, "learner_training_step_duration_seconds",
+                "learner_gpu_memory_allocated_bytes", "barrier_wait_seconds",
+                "collector_shares_lost_total", "collector_lost_skus_total", *_BUSINESS),
+    "colocated": ("stage_seconds", *_UPDATE),
+}
+
 
 class SkurlMetrics:
-    """All of skurl's metrics on one registry (attribute name = exported name)."""
+    """All of skurl's metrics (attribute name = exported name, but `stage_seconds` is
+    skurl_stage_seconds); `role`'s families are registered on `registry`."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, role: Role = "all") -> None:
+        if role != "all" and role not in ROLE_FAMILIES:
+            raise ValueError(f"metrics role {role!r}: expected all or one of {sorted(ROLE_FAMILIES)}")
         self.registry = registry
-        r = registry
+        self.role = role
+        r = None  # built unregistered; _register_role adds the role's own
         self.stage_seconds = Histogram(
             "skurl_stage_seconds", "Wall seconds spent in a named stage of the loop",
             ["stage"], registry=r, buckets=_SLOW_BUCKETS)
@@ -85,6 +112,20 @@ class SkurlMetrics:
         self.learner_gpu_memory_allocated_bytes = Gauge(
             "learner_gpu_memory_allocated_bytes",
             "Bytes allocated by torch on the learner's GPU (0 on CPU)", registry=r)
+        self.learner_updates_total = Counter(
+            "learner_updates_total", "PPO updates (iterations) done by the learner", registry=r)
+        self.learner_policy_loss = Gauge(
+            "learner_policy_loss", "Clipped surrogate loss of the last update (mean)", registry=r)
+        self.learner_value_loss = Gauge(
+            "learner_value_loss", "Value loss of the last update (mean)", registry=r)
+        self.learner_entropy = Gauge(
+            "learner_entropy", "Policy entropy of the last update (mean, nats)", registry=r)
+        self.learner_approx_kl = Gauge(
+            "learner_approx_kl", "Approximate KL(old || new) of the last update (mean)",
+            registry=r)
+        self.learner_clip_fraction = Gauge(
+            "learner_clip_fraction", "Share of ratios outside the clip range, last update",
+            registry=r)
         # simulator and sync
         self.sim_step_duration_seconds = Histogram(
             "sim_step_duration_seconds", "Wall seconds of one vectorized simulator day",
@@ -105,6 +146,24 @@ class SkurlMetrics:
             registry=r)
         self.business_cost_per_sku_day = Gauge(
             "business_cost_per_sku_day", "Average cost per SKU-day", BUSINESS_LABELS, registry=r)
+        self._register_role()
+
+    def _register_role(self) -> None:
+        names = (ROLE_FAMILIES[self.role] if self.role != "all" else
+                 [n for n, v in vars(self).items() if isinstance(v, (Counter, Gauge, Histogram))])
+        for name in names:
+            self.registry.register(getattr(self, name))
+
+    def record_update(self, stats: Mapping[str, float], version: int) -> None:
+        """The learner's figures of one PPO update (Learner.update's stats keys)."""
+        self.learner_updates_total.inc()
+        self.learner_weight_version.set(version)
+        pairs = (("policy_loss", self.learner_policy_loss), ("value_loss", self.learner_value_loss),
+                 ("entropy", self.learner_entropy), ("approx_kl", self.learner_approx_kl),
+                 ("clip_frac", self.learner_clip_fraction), ("grad_norm", self.learner_gradient_norm))
+        for key, gauge in pairs:
+            if key in stats:
+                gauge.set(float(stats[key]))
 
     def record_business(self, run: str, policy: str, result: Mapping[str, Any]) -> None:
         """Set the business gauges of one policy from an eval result (report.PolicyResult keys).
@@ -139,6 +198,23 @@ class SkurlMetrics:
         return allocated
 
 
+_SAMPLE_SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
+                    "summary": ("", "_sum", "_count", "_created"), "info": ("_info",)}
+
+
+def sample_names(registry: CollectorRegistry) -> set[str]:
+    """Every sample name `registry` can export (a histogram's _bucket/_sum/_count, a
+    counter's _total...), labelled families included before they hold a value: the names
+    a PromQL query over this process may use."""
+    return {family.name + suffix for family in registry.collect()
+            for suffix in _SAMPLE_SUFFIXES.get(family.type, ("",))}
+
+
+def role_sample_names(role: Role) -> set[str]:
+    """sample_names of a process of `role` (its families plus process/platform/GC)."""
+    return sample_names(SkurlMetrics(_default_registry(), role).registry)
+
+
 def _default_registry() -> CollectorRegistry:
     """skurl's own registry (not prometheus_client's global one, so that tests and
     embedding applications can build several), with the process, platform and GC
@@ -159,16 +235,36 @@ def get_metrics() -> SkurlMetrics:
 
 
 @contextmanager
-def use_registry(registry: CollectorRegistry) -> Iterator[SkurlMetrics]:
+def use_registry(registry: CollectorRegistry, role: Role = "all") -> Iterator[SkurlMetrics]:
     """Temporarily record all metrics into a fresh SkurlMetrics built on `registry`."""
     global _current
     with _lock:
-        previous, _current = _current, SkurlMetrics(registry)
+        previous, _current = _current, SkurlMetrics(registry, role)
     try:
         yield _current
     finally:
         with _lock:
             _current = previous
+
+
+def process_role(role: Role) -> Any:
+    """While open, this process records into (and /metrics serves) a fresh default
+    registry with `role`'s families only; enter it before serve_metrics."""
+    return use_registry(_default_registry(), role)
+
+
+R = TypeVar("R")
+
+
+def as_role(role: Role, command: Callable[..., R]) -> Callable[..., R]:
+    """`command` (a CLI handler) run inside process_role(role)."""
+
+    def run(*args: Any, **kwargs: Any) -> R:
+        with process_role(role):
+            return command(*args, **kwargs)
+
+    run.__doc__ = command.__doc__
+    return run
 
 
 @dataclass

@@ -1,0 +1,80 @@
+"""The standard gRPC health service (grpc.health.v1) on every skurl server, and its probe.
+
+Every GrpcServer serves `grpc.health.v1.Health` next to its own service: SERVING for the
+whole server ("") and for each service it hosts while it is up, NOT_SERVING from the
+moment it starts to shut down. The Check handler runs on the server's own thread pool,
+so a server whose handlers are all stuck does not answer it: `probe` then times out and
+says False, the same as for a server that is gone. Standard tools (grpc_health_probe,
+Kubernetes' grpc liveness probes) read the same service.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from skurl.rpc.gen import skurl_pb2 as pb
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+OVERALL = ""  # the service name that stands for the whole server
+
+
+def service_name(short: str) -> str:
+    """The full name a health check asks about, e.g. EnvService -> skurl.v1.EnvService."""
+    return pb.DESCRIPTOR.services_by_name[short].full_name
+
+
+def add_health(server: grpc.Server, services: Iterable[str] = ()) -> health.HealthServicer:
+    """Add the health service to `server` (before it starts); SERVING for "" and `services`."""
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    for name in (OVERALL, *services):
+        servicer.set(name, SERVING)
+    return servicer
+
+
+def probe(address: str, timeout_s: float, service: str = OVERALL) -> bool:
+    """One Check call to the server at host:port: True only if it answers SERVING within
+    `timeout_s` (False when it refuses the connection, is shutting down, or hangs)."""
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+    return reply.status == SERVING
+
+
+class Liveness:
+    """A supervisor's view of its children: `stopped_answering(name, address)` probes each
+    at most every `interval_s` and says True once `failures` probes in a row failed (then
+    starts counting afresh); `restarted(name, hold_s)` leaves a new process alone while it
+    starts. Probes block the caller up to `timeout_s` each."""
+
+    def __init__(self, timeout_s: float, failures: int, interval_s: float) -> None:
+        self.timeout_s, self.failures, self.interval_s = timeout_s, failures, interval_s
+        self._misses: dict[str, int] = {}
+        self._next: dict[str, float] = {}
+
+    def stopped_answering(self, name: str, address: str) -> bool:
+        now = time.monotonic()
+        if now < self._next.get(name, 0.0):
+            return False
+        self._next[name] = now + self.interval_s
+        if probe(address, self.timeout_s):
+            self._misses[name] = 0
+            return False
+        self._misses[name] = self._misses.get(name, 0) + 1
+        if self._misses[name] < self.failures:
+            return False
+        self._misses[name] = 0
+        return True
+
+    def restarted(self, name: str, hold_s: float) -> None:
+        """No probe of `name` for `hold_s` seconds (its start-up), and no misses carried over."""
+        self._misses[name] = 0
+        self._next[name] = time.monotonic() + hold_s
