@@ -64,3 +64,31 @@ def test_killed_collector_and_sim_server_are_restarted_and_training_is_unchanged
         ready = [x for x in lines if x.startswith(("serving shard", "skurl-ready"))]
         assert len(ready) == 2 and ready[0] == ready[1], lines  # same address after the restart
     assert_same_training(reference, run_dir)
+
+
+def test_a_hung_sim_server_is_killed_and_restarted_by_its_health_checks(tmp_path: Path) -> None:
+    """SIGSTOP leaves the process alive but deaf: the supervisor's grpc.health.v1 probes
+    miss deploy.health_failures times, it kills the process and starts it on its port."""
+    from skurl.deploy.decoupled import HostedWeights, LocalCluster
+    from skurl.rpc.health import probe
+
+    cfg = tiny("sync.backend=grpc", "deploy.collectors=1", "deploy.health_interval_s=0.5",
+               "deploy.health_timeout_s=1", "deploy.health_failures=2")
+    weights = HostedWeights(cfg)
+    cluster = LocalCluster(cfg, tmp_path / "run", weights_address=weights.address)
+    try:
+        cluster.start()
+        sim = cluster.sims[0]
+        assert sim.proc is not None and probe(sim.info["address"], 10)
+        stopped = sim.proc
+        os.kill(stopped.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 120
+        while sim.restarts == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sim.restarts == 1 and stopped.poll() is not None  # killed, then started anew
+        while not probe(sim.info["address"], 2) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert probe(sim.info["address"], 10)  # the new process serves on the same address
+    finally:
+        cluster.stop()
+        weights.close()

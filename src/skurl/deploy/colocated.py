@@ -398,11 +398,9 @@ class ColocatedRun:
 
 
 def record_learner(stats: dict[str, float], seconds: float, device: Any) -> None:
-    """The update's Prometheus figures (every mode: the learner is the same)."""
+    """The update's time and memory (Learner.update records its losses and version)."""
     m = get_metrics()
     m.learner_training_step_duration_seconds.observe(seconds)
-    if "grad_norm" in stats:
-        m.learner_gradient_norm.set(stats["grad_norm"])
     m.record_gpu_memory(device)
 
 

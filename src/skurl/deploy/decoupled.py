@@ -36,6 +36,7 @@ from skurl.deploy.roles import READY, check_decoupled
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
+from skurl.rpc.health import Liveness
 
 log = logging.getLogger("skurl.deploy")
 CLUSTER_DIR = "decoupled"
@@ -121,6 +122,8 @@ class LocalCluster:
         self.failed: str | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        d = cfg.deploy
+        self._liveness = Liveness(d.health_timeout_s, d.health_failures, d.health_interval_s)
 
     @property
     def collector_addresses(self) -> list[str]:
@@ -235,11 +238,18 @@ class LocalCluster:
             time.sleep(_POLL_S)
 
     def _supervise(self) -> None:
-        """Restart a dead child on its own port, up to deploy.max_restarts times."""
+        """Restart a dead child on its own port, up to deploy.max_restarts times; a live one
+        that stops answering its grpc.health.v1 checks is killed first (rpc/health.py)."""
         while not self._stopping.wait(_POLL_S):
             for c in (*self.sims, *self.collectors):
-                if c.proc is None or c.proc.poll() is None or self._stopping.is_set():
+                if c.proc is None or self._stopping.is_set():
                     continue
+                if c.proc.poll() is None:
+                    if not self._hung(c):
+                        continue
+                    log.warning("%s stopped answering grpc.health.v1 checks; killing it", c.name)
+                    c.proc.kill()
+                    c.proc.wait()
                 if c.restarts >= self.cfg.deploy.max_restarts:
                     if self.failed is None:
                         self.failed = (f"{c.name} died {c.restarts + 1} times (code "
@@ -250,6 +260,13 @@ class LocalCluster:
                 log.warning("%s exited with code %s; restarting it on port %d (restart %d of %d)",
                             c.name, c.proc.returncode, c.port, c.restarts, self.cfg.deploy.max_restarts)
                 self._spawn(c)
+                self._liveness.restarted(c.name, hold_s=self.cfg.deploy.start_timeout_s)
+
+    def _hung(self, child: Child) -> bool:
+        """deploy.health_interval_s > 0: the child failed deploy.health_failures checks in a row."""
+        address = child.info.get("address")
+        return bool(self.cfg.deploy.health_interval_s and address
+                    and self._liveness.stopped_answering(child.name, address))
 
 
 def _terminate(procs: list[subprocess.Popen[bytes]], grace_s: float = 10.0) -> None:

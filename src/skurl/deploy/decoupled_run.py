@@ -73,7 +73,6 @@ class WirePublisher:
         self.publish_unix[wire] = time.time()
         self.backend.publish(wire, tensors)
         self.published = (version, wire)
-        get_metrics().learner_weight_version.set(version)
         return wire
 
     def wire_of(self, version: int) -> int:
