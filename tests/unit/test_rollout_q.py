@@ -4,6 +4,7 @@ own future, and the sequential halving's bookkeeping."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -129,3 +130,22 @@ def test_bad_inputs_are_refused() -> None:
         estimate_q(env, np.arange(2), np.zeros(2), policy, RolloutSpec(horizon=2, budget=2))
     with pytest.raises(ValueError, match="horizon"):
         RolloutSpec(horizon=0, budget=2)
+
+
+@pytest.mark.parametrize("policy", ["capped-base-stock", "network"])
+def test_bench_rollouts_prints_one_json_object(policy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from skurl.cli import main
+
+    rc = main(["bench", "rollouts", "--states", "30", "--budget", "8", "--horizon", "3", "--policy", policy,
+               "--json", "--set", "catalog.kind=uniform", "--set", "sim.threads=1", "--set", "policy.hidden=[16]"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["states"] == 30 and out["horizon"] == 3 and out["policy"] == policy
+    assert out["rollout_sku_days"] == out["rollouts"] * 3 and out["rollout_sku_days_per_s"] > 0
+
+
+def test_bench_rollouts_bad_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from skurl.cli import main
+
+    assert main(["bench", "rollouts", "--horizon", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--horizon" in err and err.count("\n") == 1
