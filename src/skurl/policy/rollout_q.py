@@ -31,6 +31,7 @@ from skurl.sim.env import VectorEnv
 if TYPE_CHECKING:
     from skurl.policy.learned import LearnedPolicy
 
+_UNPAIRED_STRIDE = 1 << 32  # RolloutSpec.common=False: action a replays episodes from (a + 1) << 32
 RolloutPolicy = Callable[[np.ndarray], Policy]
 """Given the source rows of the clone rows (int64 [M]), a Policy over those M rows."""
 
@@ -44,6 +45,7 @@ class RolloutSpec:
     episode_base: int = 0  # replication j replays episode episode_base + j of each SKU
     seed: int | None = None  # run seed of the replications (default: the env's)
     gamma: float = 1.0  # discount per day within a rollout
+    common: bool = True  # False: every action gets futures of its own (an ablation of the pairing)
 
     def __post_init__(self) -> None:
         if self.horizon < 1 or self.budget < 1 or self.episode_base < 0 or not 0.0 < self.gamma <= 1.0:
@@ -56,7 +58,10 @@ class QEstimate:
     """Estimates for S states x A candidate actions (actions dropped by the halving keep the
     mean of the replications they had, all shared with the survivors)."""
 
-    q: np.ndarray  # float64 [S, A]: mean discounted H-day reward
+    q: np.ndarray  # float64 [S, A]: mean discounted H-day reward over the action's replications
+    q_first: np.ndarray  # float64 [S, A]: the same over the first round's replications, which
+    # every action shares (paired across all actions; q pairs an action only with those that
+    # lasted as long)
     se: np.ndarray  # float64 [S, A]: its standard error (nan with one replication)
     reps: np.ndarray  # int64 [S, A]: replications of each action
     best: np.ndarray  # int64 [S]: the action left after the last round
@@ -130,17 +135,22 @@ def estimate_q(env: VectorEnv, rows: np.ndarray, first_orders: np.ndarray, polic
         shape = (states, survivors, reps)
         src = np.broadcast_to(rows[:, None, None], shape).ravel()
         first = np.broadcast_to(np.take_along_axis(first_orders, alive, axis=1)[:, :, None], shape).ravel()
-        episodes = np.broadcast_to(spec.episode_base + done + np.arange(reps), shape).ravel()
+        episodes = spec.episode_base + done + np.arange(reps)[None, None, :]
+        if not spec.common:  # disjoint blocks of episodes per action
+            episodes = episodes + (alive[:, :, None] + 1) * _UNPAIRED_STRIDE
+        episodes = np.broadcast_to(episodes, shape).ravel()
         returns = rollout_returns(env, src, first, episodes, policy, spec).reshape(shape)
         moments.add(alive, returns)
         done += reps
         sku_days += src.shape[0] * spec.horizon
         mean, _ = moments.estimate()
+        if done == reps:
+            q_first = mean.copy()
         # Stable: among equal means the lower index (the earlier candidate) stays ahead.
         order = np.argsort(-np.take_along_axis(mean, alive, axis=1), axis=1, kind="stable")
         alive = np.take_along_axis(alive, order, axis=1)
     mean, se = moments.estimate()
-    return QEstimate(mean, se, moments.n, alive[:, 0].copy(), sku_days)
+    return QEstimate(mean, q_first, se, moments.n, alive[:, 0].copy(), sku_days)
 
 
 def baseline_rollout(policy: Policy) -> RolloutPolicy:

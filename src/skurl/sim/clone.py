@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from skurl.sim.rng import run_key, sku_keys
+from skurl.sim.rng import run_key, sku_key
 from skurl.sim.state import P_GROUPED, P_SLOTS, S_KEY, S_SLOT_OFF, Outputs, Params, State
 
 
@@ -60,15 +60,20 @@ def copy_rows(src_p: Params, src_s: State, src_out: Outputs, rows: np.ndarray, k
                dst_out.features)
 
 
+@njit(cache=True, parallel=True)
+def _keys_of(run_keys: np.ndarray, which: np.ndarray, sku_ids: np.ndarray) -> np.ndarray:
+    out = np.empty(sku_ids.shape[0], np.int64)
+    for j in prange(sku_ids.shape[0]):
+        out[j] = np.int64(sku_key(run_keys[which[j]], sku_ids[j]))
+    return out
+
+
 def clone_keys(src_keys: np.ndarray, sku_ids: np.ndarray, seed: int,
                episodes: np.ndarray | None) -> np.ndarray:
     """int64 keys (as stored in S_KEY) of the clone rows: the source rows' own keys
-    `src_keys` where `episodes` is None, else the key of (seed, episodes[j], sku_ids[j])
-    (one sku_keys pass per distinct episode: replications are few)."""
+    `src_keys` where `episodes` is None, else the key of (seed, episodes[j], sku_ids[j])."""
     if episodes is None:
         return np.ascontiguousarray(src_keys, dtype=np.int64)
-    keys = np.empty(sku_ids.shape[0], np.int64)
-    for episode in np.unique(episodes):
-        mask = episodes == episode
-        keys[mask] = sku_keys(run_key(seed, int(episode)), sku_ids[mask]).view(np.int64)
-    return keys
+    unique, which = np.unique(episodes, return_inverse=True)
+    run_keys = np.array([run_key(seed, int(e)) for e in unique], dtype=np.uint64)
+    return _keys_of(run_keys, which.astype(np.int64).ravel(), np.ascontiguousarray(sku_ids, dtype=np.int64))
