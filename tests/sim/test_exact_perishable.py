@@ -5,28 +5,13 @@ the benchmark's optimal policy."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
+from benchmark_module import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(path.stem, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load(ROOT / "benchmarks" / "perishable_optimal.py")
+bench = load_benchmark("perishable_optimal")
 
 
 def _matrices(inst) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:

@@ -5,13 +5,10 @@ good) in states the optimal policy visits."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
+from benchmark_module import load_benchmark
 
 from skurl.catalog import load_catalog
 from skurl.config import load_config
@@ -19,20 +16,8 @@ from skurl.policy.rollout_q import RolloutSpec, estimate_q
 from skurl.sim import VectorEnv
 from skurl.sim.api import Obs
 
-ROOT = Path(__file__).resolve().parents[2]
 MEAN, HOLDING, PENALTY, LEAD, CANDIDATES = 5.0, 1.0, 9.0, 2, 11
-
-
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(path.stem, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-rvi = load(ROOT / "benchmarks" / "lost_sales_optimal.py")
+rvi = load_benchmark("lost_sales_optimal")
 
 
 @dataclass
