@@ -36,22 +36,24 @@ def instance_config(lead: int, penalty: float, seed: int, threads: int = 0):
     ])
 
 
-def run_instance(lead: int, penalty: float, args: argparse.Namespace) -> dict:
+def run_instance(lead: int, penalty: float, args: argparse.Namespace, policy: str = "base-stock") -> dict:
+    """Tune baseline `policy` on the instance, then score it on the evaluation seeds."""
     cfg = instance_config(lead, penalty, args.seed, args.threads)
     start = time.perf_counter()
     catalog = load_catalog(cfg.catalog, skus=args.eval_skus)
-    tuned = tune("base-stock", catalog, cfg.sim, eval_seed=cfg.eval.seed, days=args.days,
+    tuned = tune(policy, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=args.days,
                  warmup=args.warmup, uniform_skus=args.skus, max_uniform_skus=args.max_skus)
     tune_s = time.perf_counter() - start
-    policy = make_policy("base-stock", catalog, cfg.sim, tuned.params)
-    result = evaluate(catalog, cfg.sim, policy, days=args.eval_days, warmup=args.warmup, seed=cfg.eval.seed)
-    row = {"lead_time": lead, "penalty": penalty, "level": int(tuned.params["S"][0]),
+    result = evaluate(catalog, cfg.sim, make_policy(policy, catalog, cfg.sim, tuned.params),
+                      days=args.eval_days, warmup=args.warmup, seed=cfg.eval.seed)
+    row = {"lead_time": lead, "penalty": penalty, "policy": policy, "level": int(tuned.params["S"][0]),
+           **({"cap": int(tuned.params["r"][0])} if "r" in tuned.params else {}),
            "tuning_cost": round(tuned.objective, 4), "eval_cost": round(result.avg_cost_per_sku_day, 4),
            "eval_se": round(result.cost_se, 4), "fill_rate": round(result.fill_rate, 4),
            "tuning_runs": tuned.runs, "tuning_sku_days": tuned.sku_days,
            "runner_up": tuned.details.get("runner_up"), "tune_seconds": round(tune_s, 1),
            "seconds": round(time.perf_counter() - start, 1)}
-    if args.exact:
+    if getattr(args, "exact", False):
         sys.path.insert(0, str(Path(__file__).parent))
         from lost_sales_optimal import best_base_stock
 
@@ -60,9 +62,10 @@ def run_instance(lead: int, penalty: float, args: argparse.Namespace) -> dict:
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--lead", type=int, nargs="+", default=list(LEADS))
+def instance_parser(description: str, leads: tuple[int, ...]) -> argparse.ArgumentParser:
+    """The flags of a table of tuned instances (shared with lost_sales_long_lead.py)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--lead", type=int, nargs="+", default=list(leads))
     ap.add_argument("--penalty", type=float, nargs="+", default=list(PENALTIES))
     ap.add_argument("--skus", type=int, default=1000, help="SKUs per tuning batch")
     ap.add_argument("--max-skus", type=int, default=16_000, help="most SKUs for close contenders")
@@ -72,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-days", type=int, default=500)
     ap.add_argument("--seed", type=int, default=10_000, help="first evaluation seed")
     ap.add_argument("--threads", type=int, default=0, help="sim.threads (0 = all cores)")
-    ap.add_argument("--exact", action="store_true", help="add the exact Markov-chain optimum")
     ap.add_argument("--json", help="write the rows to this JSON file")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = instance_parser(__doc__.split("\n")[0], LEADS)
+    ap.add_argument("--exact", action="store_true", help="add the exact Markov-chain optimum")
     args = ap.parse_args(argv)
     rows = []
     print(f"{'L':>2} {'p':>4} {'S':>3} {'eval cost':>16} {'exact S':>7} {'exact':>7} {'runs':>4} {'s':>6}")

@@ -18,6 +18,7 @@ env cannot see the rest of the catalog; catalog.partition guarantees it).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numba
@@ -35,6 +36,7 @@ from skurl.sim.api import (
     RawState,
     StepResult,
 )
+from skurl.sim.clone import clone_keys, copy_rows
 from skurl.sim.kernel import first_bad_order, reset_kernel, step_kernel
 from skurl.sim.layout import Layout, layout_for
 from skurl.sim.rng import MAX_DAY, run_key
@@ -43,6 +45,7 @@ from skurl.sim.state import (
     METRIC_FIELDS,
     S_BACKLOG,
     S_FAIL,
+    S_KEY,
     S_ON_HAND,
     S_PIPE,
     T0,
@@ -147,6 +150,12 @@ class VectorEnv:
         raw = RawState(on_hand, pipeline, backlog, forecast, self._day)
         return Obs(self._features_view, raw, self.layout.schema)
 
+    def observe(self) -> Obs:
+        """Today's observation, as the last reset/step returned it (views)."""
+        if self._day < 0:
+            raise EnvStateError("observe: call reset() first")
+        return self._obs()
+
     def reset(self, seed: int, episode: int = 0) -> Obs:
         """Day 0 of episode `episode` under run seed `seed` (ints >= 0)."""
         for name, v in (("seed", seed), ("episode", episode)):
@@ -192,6 +201,33 @@ class VectorEnv:
                     cfg.issuing == "lifo", cfg.reward == "cost")
         self._day += 1
         return StepResult(self._obs(), self._out.reward, self.done, self._metrics, self._failed_view)
+
+    def clone(self, rows: np.ndarray, episodes: np.ndarray | None = None, seed: int | None = None,
+              days: int | None = None) -> VectorEnv:
+        """A new env whose row j is a copy of row rows[j] today (sim/clone.py): it replays
+        that row's future when `episodes` is None, else the future of episode episodes[j]
+        under run seed `seed` (default this env's). It runs until day `days` (default
+        sim.days); its totals start at zero; clones are simulated without substitution."""
+        if self._day < 0:
+            raise EnvStateError("clone: call reset() first")
+        idx = np.ascontiguousarray(rows, dtype=np.int64)
+        if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= self.num_skus:
+            raise ValueError(f"clone: rows must be a non-empty 1-d array of rows in [0, {self.num_skus})")
+        last = self.cfg.days if days is None else int(days)
+        if last <= self._day:
+            raise EnvStateError(f"clone: days = {last}, expected more than today ({self._day})")
+        if episodes is not None:
+            episodes = np.asarray(episodes, dtype=np.int64)
+            if episodes.shape != idx.shape or episodes.min() < 0:
+                raise ValueError(f"clone: episodes must be {idx.shape[0]} integers >= 0 (one per row)")
+        run_seed = self._seed if seed is None else int(seed)
+        cfg = dataclasses.replace(self.cfg, days=last, substitution=False)
+        env = VectorEnv(self.catalog.subset(idx), cfg, (self.layout.expiring, self.layout.pipeline))
+        keys = clone_keys(self._state.st[idx, S_KEY], self.catalog.sku_id[idx], run_seed, episodes)
+        numba.set_num_threads(self.threads)
+        copy_rows(self._params, self._state, self._out, idx, keys, env._params, env._state, env._out)
+        env._day, env._seed, env._episode = self._day, run_seed, self._episode
+        return env
 
     def totals(self) -> dict[str, np.ndarray]:
         """Per-SKU float64 sums of every DayMetrics field (and reward) since reset or

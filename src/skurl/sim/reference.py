@@ -14,6 +14,8 @@ Formulas, in the order both implementations evaluate them (float64, cast at the 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -47,6 +49,12 @@ class _Sku:
     sales: list = field(default_factory=list)  # sales of days 0..t-1
     lost_yday: int = 0
     arrived_today: int = 0
+    known_forecasts: dict = field(default_factory=dict)  # day -> forecast made before a re-key
+
+    def forecast(self, day: int) -> float:
+        if day in self.known_forecasts:
+            return self.known_forecasts[day]
+        return _forecast(self.p, self.key, day)
 
     def on_hand(self) -> int:
         return sum(u for _, u in self.batches)
@@ -105,8 +113,10 @@ class ReferenceSim:
                 if self.skus[i].p["group"] >= 0:
                     self.groups.setdefault(self.skus[i].p["group"], []).append(i)
         self.day = 0
+        self.seed = 0
 
     def reset(self, seed: int, episode: int = 0) -> Obs:
+        self.seed = seed
         key = run_key(seed, episode)
         for sku in self.skus:
             p = sku.p
@@ -119,6 +129,24 @@ class ReferenceSim:
             sku.lost_yday = sku.arrived_today = 0
         self.day = 0
         return self._obs()
+
+    def clone(self, rows: list[int], episodes: list[int] | None = None, seed: int | None = None,
+              days: int | None = None) -> ReferenceSim:
+        """VectorEnv.clone: SKU j of the result is a deep copy of SKU rows[j], keeping its
+        key, or taking the key of (seed, episodes[j], its sku_id); no substitution. The
+        forecasts already made (days t..t+H-1) are part of the state and kept."""
+        out = copy.copy(self)
+        out.cfg = dataclasses.replace(self.cfg, days=self.cfg.days if days is None else days,
+                                      substitution=False)
+        out.skus = [copy.deepcopy(self.skus[r]) for r in rows]
+        out.groups = {}
+        out.seed = self.seed if seed is None else seed
+        if episodes is not None:
+            for sku, episode in zip(out.skus, episodes, strict=True):
+                window = range(self.day, self.day + self.layout.horizon)
+                sku.known_forecasts = {d: sku.forecast(d) for d in window}
+                sku.key = np.uint64(sku_key(run_key(out.seed, int(episode)), sku.p["sku_id"]))
+        return out
 
     def step(self, orders: np.ndarray) -> tuple[Obs, np.ndarray, bool, dict[str, np.ndarray]]:
         t, cfg = self.day, self.cfg
@@ -219,7 +247,7 @@ class ReferenceSim:
             for k in range(1, lay.pipeline + 1):
                 raw.pipeline[i, k - 1] = sku.pipeline.get(t + k, 0)
             for d in range(lay.horizon):
-                raw.forecast[i, d] = _forecast(sku.p, sku.key, t + d)
+                raw.forecast[i, d] = sku.forecast(t + d)
             feats[i] = self._features(sku, raw, i, t)
         return Obs(feats, raw, lay.schema)
 

@@ -1,0 +1,107 @@
+"""`skurl bench rollouts`: throughput of the common-random-number rollout operator.
+
+    skurl bench rollouts --states 2000 --budget 64 --horizon 20 [--policy network] [--json]
+
+Samples `--states` SKU states after `--warmup` days of the untuned capped base-stock, takes
+the config's action grid as the candidate first orders (a cover grid centred on tuned
+factors falls back to the newsvendor centre: no tuning here) and estimates Q by
+policy/rollout_q.estimate_q, following the capped base-stock or, with --policy network, a
+freshly initialised network of the config's size (its inference cost is what counts).
+Prints rollout SKU-days per second. Registered by skurl.commands.bench_cmd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from skurl.commands.common import add_config_flags, config_from_args, print_json
+from skurl.errors import UserError
+
+
+def register_bench(sub: argparse._SubParsersAction) -> None:
+    """Add `rollouts` to the `skurl bench` subcommands."""
+    p = sub.add_parser("rollouts", help="CRN rollout operator throughput in rollout SKU-days per second")
+    add_config_flags(p)
+    p.add_argument("--states", type=int, default=2000, help="sampled SKU states (one per catalog SKU)")
+    p.add_argument("--budget", type=int, default=64, help="rollouts per state, over the halving rounds")
+    p.add_argument("--horizon", type=int, default=20, help="days per rollout (H)")
+    p.add_argument("--warmup", type=int, default=10, help="days of capped base-stock before the states are taken")
+    p.add_argument("--policy", choices=("capped-base-stock", "network"), default="capped-base-stock",
+                   help="rollout policy after the first day")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_rollouts)
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("states", "budget", "horizon"):
+        if getattr(args, name) < 1:
+            raise UserError(f"bench rollouts: --{name} {getattr(args, name)}, expected an integer >= 1")
+    if args.warmup < 0:
+        raise UserError(f"bench rollouts: --warmup {args.warmup}, expected an integer >= 0")
+
+
+def _rollout_policy(args: argparse.Namespace, cfg: Any, grid: Any, env: Any, base: Any) -> Any:
+    from skurl.policy.rollout_q import baseline_rollout, learned_rollout
+
+    if args.policy == "capped-base-stock":
+        return baseline_rollout(base)
+    import torch
+
+    from skurl.policy.learned import LearnedPolicy
+    from skurl.policy.nets import ActorCritic
+
+    torch.manual_seed(0)
+    threads = cfg.train.torch_threads
+    if threads:
+        torch.set_num_threads(threads)
+    model = ActorCritic(env.layout.dim, grid.n, cfg.policy.hidden)
+    return learned_rollout(LearnedPolicy(model, grid, name="network"))
+
+
+def run_rollouts(args: argparse.Namespace) -> int:
+    from skurl.catalog import load_catalog
+    from skurl.policy.baselines import make_policy
+    from skurl.policy.learned import grid_for
+    from skurl.policy.rollout_q import RolloutSpec, candidate_orders, estimate_q
+    from skurl.sim import VectorEnv
+
+    _check(args)
+    cfg = config_from_args(args, [f"sim.days={args.warmup + 1}"])
+    catalog = load_catalog(cfg.catalog, args.states)
+    actions = cfg.policy.actions
+    if actions.kind == "cover" and actions.z_center == "tuned":
+        actions = dataclasses.replace(actions, z_center="newsvendor")
+    grid = grid_for(dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, actions=actions)), catalog)
+    env = VectorEnv(catalog, cfg.sim)
+    base = make_policy("capped-base-stock", catalog, cfg.sim)
+    obs = env.reset(seed=0)
+    for _ in range(args.warmup):
+        obs = env.step(base.orders(obs)).obs
+    policy = _rollout_policy(args, cfg, grid, env, base)
+    rows = np.arange(env.num_skus)
+    first = candidate_orders(grid, env, rows)
+    spec = RolloutSpec(horizon=args.horizon, budget=args.budget, episode_base=1)
+    t0 = time.perf_counter()
+    estimate_q(env, rows[:8], first[:8], policy, dataclasses.replace(spec, budget=2))  # compile, untimed
+    warm_s = time.perf_counter() - t0
+    t0, c0 = time.perf_counter(), time.process_time()
+    est = estimate_q(env, rows, first, policy, spec)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = {"states": env.num_skus, "actions": grid.n, "budget": args.budget, "horizon": args.horizon,
+           "policy": args.policy, "rollouts": int(est.reps.sum()), "rollout_sku_days": est.sku_days,
+           "seconds": wall, "rollout_sku_days_per_s": est.sku_days / max(wall, 1e-9),
+           "rollout_sku_days_per_cpu_s": est.sku_days / max(cpu, 1e-9), "warm_up_s": warm_s,
+           "threads": env.threads}
+    if args.json:
+        print_json(out)
+    else:
+        print(f"bench rollouts: {out['states']} states x {out['actions']} actions, budget {args.budget}, "
+              f"H {args.horizon}, {args.policy}: {out['rollouts']} rollouts, {est.sku_days} SKU-days in "
+              f"{wall:.2f} s = {out['rollout_sku_days_per_s'] / 1e6:.3f}M rollout SKU-days/s "
+              f"({out['rollout_sku_days_per_cpu_s'] / 1e6:.3f}M per CPU-second, {env.threads} sim threads)")
+    return 0

@@ -1,0 +1,79 @@
+"""State cloning: copy chosen SKU rows of an env into a new env, to replay their futures.
+
+A clone row holds a copy of its source row's state (stock by age, pipeline, backlog, sales
+history, forecast window, features) and keeps the source SKU's random-stream key: the key
+of (seed, episode, sku_id) in state column S_KEY, from which every draw of that SKU's
+future is taken (rng.py). So a clone stepped with the source's orders replays the source's
+trajectory bit for bit, clones of one row under different orders see the same demand
+(common random numbers), and a clone given another (seed, episode) key sees an
+independent future of the same SKU from the same state (a replication). The clone's row,
+not its sku_id, is what makes it a separate SKU of the new env; nothing here depends on
+the shard or the other rows, so clones are shard-invariant like the env itself.
+
+Clones are simulated alone: a member of a substitution group is cloned without its group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from skurl.sim.rng import run_key, sku_key
+from skurl.sim.state import P_GROUPED, P_SLOTS, S_KEY, S_SLOT_OFF, Outputs, Params, State
+
+
+@njit(cache=True, parallel=True)
+def _copy_rows(rows: np.ndarray, keys: np.ndarray, src_par: np.ndarray, src_st: np.ndarray,
+               src_stock: np.ndarray, src_forecast: np.ndarray, src_failed: np.ndarray,
+               src_features: np.ndarray, dst_par: np.ndarray, dst_st: np.ndarray,
+               dst_stock: np.ndarray, dst_forecast: np.ndarray, dst_failed: np.ndarray,
+               dst_features: np.ndarray) -> None:
+    for j in prange(rows.shape[0]):
+        i = rows[j]
+        for k in range(src_par.shape[1]):
+            dst_par[j, k] = src_par[i, k]
+        dst_par[j, P_GROUPED] = 0.0
+        base = dst_st[j, S_SLOT_OFF]
+        src_base = src_st[i, S_SLOT_OFF]
+        for k in range(np.int64(src_par[i, P_SLOTS])):
+            dst_stock[base + k] = src_stock[src_base + k]
+        for k in range(src_st.shape[1]):
+            dst_st[j, k] = src_st[i, k]
+        dst_st[j, S_SLOT_OFF] = base
+        dst_st[j, S_KEY] = keys[j]
+        for k in range(src_forecast.shape[1]):
+            dst_forecast[j, k] = src_forecast[i, k]
+        dst_failed[j] = src_failed[i]
+        for k in range(src_features.shape[1]):
+            dst_features[j, k] = src_features[i, k]
+
+
+def copy_rows(src_p: Params, src_s: State, src_out: Outputs, rows: np.ndarray, keys: np.ndarray,
+              dst_p: Params, dst_s: State, dst_out: Outputs) -> None:
+    """Row j of dst := row rows[j] of src (parameters, state, stock slots, forecasts,
+    features), with random-stream key keys[j]. dst is a fresh env of rows' catalog rows
+    with src's widths (its slot offsets, zero metrics and totals are kept)."""
+    if dst_s.st.shape[1] != src_s.st.shape[1] or dst_out.features.shape[1] != src_out.features.shape[1]:
+        raise ValueError("copy_rows: the two envs' layouts differ (expected the source's widths)")
+    _copy_rows(rows, keys, src_p.par, src_s.st, src_s.stock, src_s.forecast, src_s.failed,
+               src_out.features, dst_p.par, dst_s.st, dst_s.stock, dst_s.forecast, dst_s.failed,
+               dst_out.features)
+
+
+@njit(cache=True, parallel=True)
+def _keys_of(run_keys: np.ndarray, which: np.ndarray, sku_ids: np.ndarray) -> np.ndarray:
+    out = np.empty(sku_ids.shape[0], np.int64)
+    for j in prange(sku_ids.shape[0]):
+        out[j] = np.int64(sku_key(run_keys[which[j]], sku_ids[j]))
+    return out
+
+
+def clone_keys(src_keys: np.ndarray, sku_ids: np.ndarray, seed: int,
+               episodes: np.ndarray | None) -> np.ndarray:
+    """int64 keys (as stored in S_KEY) of the clone rows: the source rows' own keys
+    `src_keys` where `episodes` is None, else the key of (seed, episodes[j], sku_ids[j])."""
+    if episodes is None:
+        return np.ascontiguousarray(src_keys, dtype=np.int64)
+    unique, which = np.unique(episodes, return_inverse=True)
+    run_keys = np.array([run_key(seed, int(e)) for e in unique], dtype=np.uint64)
+    return _keys_of(run_keys, which.astype(np.int64).ravel(), np.ascontiguousarray(sku_ids, dtype=np.int64))
