@@ -97,7 +97,7 @@ class MlflowRun:
             return
         try:
             self.log_metrics(scalars, step=iteration)
-        except Exception as exc:  # noqa: BLE001 (any client or transport error)
+        except Exception as exc:
             self._failed = True
             log.warning("MLflow run %s: logging stopped at iteration %d (%s)", self.run_id, iteration,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -150,7 +150,7 @@ def open_run(cfg: TrackingConfig, run_dir: Path, *, name: str, parent: MlflowRun
         try:
             mlflow_client.update_run(record["run_id"], status="RUNNING")
             return MlflowRun(mlflow_client, record["run_id"])
-        except Exception:  # noqa: BLE001 (deleted run, other server: start a new one)
+        except Exception:
             log.warning("MLflow run %s of %s not found on %s: starting a new one", record["run_id"], run_dir, uri)
     tags = {PARENT_TAG: parent.run_id} if parent is not None else {}
     tags["skurl.run_dir"] = str(run_dir.resolve())
