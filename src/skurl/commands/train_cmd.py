@@ -78,14 +78,14 @@ def run(args: argparse.Namespace) -> int:
     from skurl.commands import train_tracked
     from skurl.deploy import colocated
 
-    extra = _prepare(args)
     repeats = getattr(args, "repeats", 1)
     if repeats < 1:
         raise UserError(f"skurl train: --repeats {repeats}, expected an integer >= 1")
+    if repeats > 1 and args.resume:
+        raise UserError("skurl train: --repeats K trains K new runs; drop --resume "
+                        "(to continue one repeat: --resume RUN_DIR/repeat_k)")
+    extra = _prepare(args)
     if repeats > 1:
-        if args.resume:
-            raise UserError("skurl train: --repeats K trains K new runs; drop --resume "
-                            "(to continue one repeat: --resume RUN_DIR/repeat_k)")
         return train_tracked.train_repeats(args, extra, repeats, train_once)
     run_dir = Path(args.resume or args.run_dir)
     result = train_tracked.tracked(train_tracked.resolved_config(args, extra), run_dir,

@@ -47,6 +47,7 @@ def tracking_uri(cfg: TrackingConfig) -> str:
 def client(cfg: TrackingConfig) -> Any:
     """An MlflowClient on tracking.uri (one-line error when mlflow is not installed)."""
     try:
+        import mlflow
         from mlflow.tracking import MlflowClient
     except ModuleNotFoundError:
         raise UserError("tracking.mlflow: the mlflow package is not installed; expected "
@@ -54,6 +55,10 @@ def client(cfg: TrackingConfig) -> Any:
     uri = tracking_uri(cfg)
     if uri.startswith("file:"):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    # MLflow's own helpers (model flavours, artifact downloads) read the process-wide URIs;
+    # left unset they open ./mlflow.db (MLflow 3's default), so point them here too.
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
