@@ -28,9 +28,8 @@ class Collect:
 
 def test_run_logger_sends_its_tensorboard_scalars_to_active_sinks(tmp_path: Path) -> None:
     sink = Collect()
-    with metric_sink(sink):
-        with RunLogger(tmp_path, tensorboard=False) as logger:
-            logger.log(0, {"reward_mean": 1.5, "policy_loss": 0.25, "eval_cost": math.nan, "lr": None})
+    with metric_sink(sink), RunLogger(tmp_path, tensorboard=False) as logger:
+        logger.log(0, {"reward_mean": 1.5, "policy_loss": 0.25, "eval_cost": math.nan, "lr": None})
     assert sink.calls == [(0, {"reward/reward_mean": 1.5, "ppo/policy_loss": 0.25})]
     assert active_sinks() == ()
     with RunLogger(tmp_path, tensorboard=False) as logger:  # opened outside: no sink
@@ -49,7 +48,7 @@ def test_tracking_config_is_off_by_default_and_checked(tmp_path: Path) -> None:
     assert tracking_uri(cfg.tracking) == Path("mlruns").resolve().as_uri()
     for uri in ("http://127.0.0.1:5000", "sqlite:///x.db", str(tmp_path)):
         assert load_config(None, [f"tracking.uri={uri}"]).tracking.uri == uri
-    with pytest.raises(ConfigError, match="tracking.uri"):
+    with pytest.raises(ConfigError, match=r"tracking\.uri"):
         load_config(None, ["tracking.uri=ftp://host/x"])
 
 
