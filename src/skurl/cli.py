@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "skurl.commands.train_cmd",
     "skurl.commands.serve_cmd",
     "skurl.commands.roles_cmd",
+    "skurl.commands.ab_cmd",
+    "skurl.commands.register_cmd",
 )
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from skurl.config_loader import apply_overrides, build, check, opt, read_yaml, section, to_dict
 from skurl.config_services import DeployConfig, RayConfig, RpcConfig, StoreConfig, SyncConfig
+from skurl.config_tracking import TrackingConfig
 
 __all__ = [
     "ActionsConfig",
@@ -31,6 +32,7 @@ __all__ = [
     "StoreConfig",
     "SyncConfig",
     "SyntheticConfig",
+    "TrackingConfig",
     "TrainConfig",
     "config_to_dict",
     "load_config",
@@ -355,6 +357,7 @@ class Config:
     rpc: RpcConfig = section(RpcConfig, "gRPC transport: message limits, keepalive, deadlines")
     deploy: DeployConfig = section(DeployConfig, "decoupled deployment: servers, collectors, addresses")
     ray: RayConfig = section(RayConfig, "--mode ray: simulator and collector actors, resources")
+    tracking: TrackingConfig = section(TrackingConfig, "experiment tracking and model registry (MLflow)")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:

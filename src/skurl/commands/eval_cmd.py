@@ -120,13 +120,7 @@ def run(args: argparse.Namespace) -> int:
     full = load_catalog(cfg.catalog)
     catalog = eval_subset(full, cfg.eval.skus)
     policy, tuning = resolve_policy(args, cfg, catalog)
-    widths = catalog_widths(full)
-    if getattr(args, "run", None):  # a run whose catalog changed keeps its network's widths
-        from skurl.deploy.catalog_change import CatalogChange
-
-        change = CatalogChange.load(Path(args.run))
-        if change is not None:
-            widths = (max(widths[0], change.widths[0]), max(widths[1], change.widths[1]))
+    widths = feature_widths(full, getattr(args, "run", None))
     env = make_env(catalog, dataclasses.replace(cfg.sim, days=cfg.eval.warmup + cfg.eval.days), widths)
     start = time.perf_counter()
     result = evaluate(catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
@@ -137,6 +131,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(result, tuning, seconds, backorders=cfg.sim.backorders)
     return 0
+
+
+def feature_widths(full: Catalog, run: str | None) -> tuple[int, int]:
+    """The feature widths a policy is scored with: the whole catalog's (a subset alone may need
+    fewer pipeline or age columns); a run whose catalog changed keeps its network's widths."""
+    widths = catalog_widths(full)
+    if run:
+        from skurl.deploy.catalog_change import CatalogChange
+
+        change = CatalogChange.load(Path(run))
+        if change is not None:
+            widths = (max(widths[0], change.widths[0]), max(widths[1], change.widths[1]))
+    return widths
 
 
 def _fmt(value: Any) -> str:

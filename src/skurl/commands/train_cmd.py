@@ -70,6 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "--resume continues in the run's own mode unless --mode says otherwise")
     p.add_argument("--address", help="--mode ray: Ray cluster address (sets ray.address); "
                    "default: start a local Ray instance")
+    p.add_argument("--repeats", type=int, default=1, metavar="K",
+                   help="train K seeds (train.seed, +1, ...) in RUN_DIR/repeat_k; RUN_DIR/report.md shows "
+                   "their mean and spread (with tracking.mlflow: child runs of one parent run)")
     p.set_defaults(func=run_as_role)
 
 
@@ -78,13 +81,32 @@ def run_as_role(args: argparse.Namespace) -> int:
     ray is the learner; colocated holds the learner and the collector in one."""
     from skurl.telemetry.metrics import as_role
 
-    mode = getattr(args, "mode", "colocated")
+    mode = args.mode = _mode(args)
     return as_role("colocated" if mode == "colocated" else "learner", run)(args)
 
 
 def run(args: argparse.Namespace) -> int:
+    from skurl.commands import train_tracked
     from skurl.deploy import colocated
 
+    repeats = getattr(args, "repeats", 1)
+    if repeats < 1:
+        raise UserError(f"skurl train: --repeats {repeats}, expected an integer >= 1")
+    if repeats > 1 and args.resume:
+        raise UserError("skurl train: --repeats K trains K new runs; drop --resume "
+                        "(to continue one repeat: --resume RUN_DIR/repeat_k)")
+    extra = _prepare(args)
+    if repeats > 1:
+        return train_tracked.train_repeats(args, extra, repeats, train_once)
+    run_dir = Path(args.resume or args.run_dir)
+    result = train_tracked.tracked(train_tracked.resolved_config(args, extra), run_dir,
+                                   lambda: train_once(args, extra))
+    return _finish(args, result, colocated.BASELINE)
+
+
+def _prepare(args: argparse.Namespace) -> list[str]:
+    """Check the flags, add the embedded defaults, pick the run dir; the overrides that
+    other flags imply."""
     if not args.config and not args.resume:
         args.overrides = [*EMBEDDED, *EMBEDDED_GRID, *args.overrides]
     extra = []
@@ -95,18 +117,28 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and (args.config or args.run_dir):
         raise UserError("skurl train: --resume RUN_DIR takes the run's own config and directory; "
                         "drop --config/--run-dir (use --set to change keys)")
-    if args.run_dir:
+    if not args.resume:
+        args.run_dir = args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}"
         _check_run_dir(Path(args.run_dir))
-    mode = args.mode = _mode(args)
+    if getattr(args, "mode", None) is None:
+        args.mode = _mode(args)
     catalog = getattr(args, "catalog", None)
     if catalog and not args.resume:
         extra += ["catalog.kind=file", f"catalog.path={catalog}"]
+    return extra
+
+
+def train_once(args: argparse.Namespace, extra: list[str]) -> Any:
+    """One training (fresh or resumed) in the mode asked for; its TrainResult."""
+    from skurl.deploy import colocated
+
+    mode = getattr(args, "mode", "colocated")
+    catalog = getattr(args, "catalog", None)
     if args.resume and _changes_catalog(args.resume, catalog, list(args.overrides)):
         from skurl.deploy import catalog_change
 
-        result = catalog_change.resume(args.resume, catalog, list(args.overrides) + extra, mode=mode,
-                                       address=getattr(args, "address", None), baseline=not args.no_baseline)
-        return _finish(args, result, colocated.BASELINE)
+        return catalog_change.resume(args.resume, catalog, list(args.overrides) + extra, mode=mode,
+                                     address=getattr(args, "address", None), baseline=not args.no_baseline)
     if mode == "decoupled":
         from skurl.deploy import decoupled as runner
     else:
@@ -114,14 +146,10 @@ def run(args: argparse.Namespace) -> int:
     if mode == "ray":
         from skurl.deploy import ray_mode
 
-        result = ray_mode.run(None if args.resume else config_from_args(args, extra), args)
-    elif args.resume:
-        result = runner.resume(args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
-    else:
-        cfg = config_from_args(args, extra)
-        run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-        result = runner.train(cfg, run_dir, baseline=not args.no_baseline)
-    return _finish(args, result, colocated.BASELINE)
+        return ray_mode.run(None if args.resume else config_from_args(args, extra), args)
+    if args.resume:
+        return runner.resume(args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
+    return runner.train(config_from_args(args, extra), Path(args.run_dir), baseline=not args.no_baseline)
 
 
 def _mode(args: argparse.Namespace) -> str:

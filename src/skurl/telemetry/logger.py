@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from skurl import atomic
+from skurl.telemetry.sinks import active_sinks
 
 METRICS_FILE = "metrics.jsonl"
 TB_DIR = "tb"
@@ -94,6 +95,7 @@ class RunLogger:
         self._writer: Any = None
         _cut_torn_tail(self.path)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (held open)
+        self._sinks = active_sinks()  # e.g. an MLflow run (telemetry/sinks.py)
         if tensorboard:
             self._open_writer(purge_step=None)
 
@@ -118,6 +120,10 @@ class RunLogger:
             for key, value in scalars.items():
                 if value is not None:
                     self._writer.add_scalar(tb_tag(key), float(value), int(iteration))
+        if self._sinks:  # the TensorBoard scalars, finite ones only
+            tagged = {tb_tag(k): float(v) for k, v in record.items() if k != "iteration" and v is not None}
+            for sink in self._sinks:
+                sink.log_scalars(int(iteration), tagged)
 
     def log_histogram(
         self, iteration: int, name: str, values: Any, max_values: int = 1_000_000

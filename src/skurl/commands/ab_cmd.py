@@ -1,0 +1,236 @@
+"""`skurl ab`: stratified A/B tests of replenishment policies on SKUs.
+
+    skurl ab assign --catalog CAT.parquet --share 0.5 --strata category,velocity --seed 7 --out groups.parquet
+    skurl ab simulate --groups groups.parquet --policy-a forecast-base-stock --run-b runs/R --days 28 --out outcomes.parquet
+    skurl ab report --groups groups.parquet --outcomes outcomes.parquet
+
+Group A is the control (the policy in use), group B the treatment; --share is B's share.
+The split, the KPIs and the interval are described in serve/ab.py and serve/ab_stats.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+from typing import Any
+
+import numpy as np
+
+from skurl.commands.common import add_config_flags, config_from_args, print_json
+from skurl.errors import UserError
+from skurl.serve import ab
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ab", help="A/B tests on SKUs: stratified split, simulated rehearsal, KPI report")
+    ab_sub = p.add_subparsers(dest="ab_command", required=True, parser_class=type(p))
+    _assign_parser(ab_sub)
+    _simulate_parser(ab_sub)
+    _report_parser(ab_sub)
+
+
+def _assign_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("assign", help="split a catalog's SKUs into groups A and B within strata")
+    add_config_flags(p)
+    p.add_argument("--catalog", metavar="FILE", help="Parquet/CSV catalog (default: the config's catalog)")
+    p.add_argument("--share", type=float, default=0.5, help="share of SKUs in group B, in (0, 1)")
+    p.add_argument("--strata", default="category,velocity",
+                   help=f"comma-separated: {ab.VELOCITY} (demand-rate tercile) or integer catalog columns "
+                   f"({', '.join(ab.STRATA_COLUMNS)}); '' = none")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split")
+    p.add_argument("--out", required=True, metavar="GROUPS.parquet", help="sku_id, group, stratum")
+    p.set_defaults(func=run_assign)
+
+
+def _simulate_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="rehearse a test: simulate both groups with common random numbers")
+    add_config_flags(p)
+    p.add_argument("--groups", required=True, metavar="GROUPS.parquet")
+    p.add_argument("--policy-a", default="forecast-base-stock", metavar="NAME", help="group A's baseline policy")
+    p.add_argument("--run-a", metavar="RUN_DIR", help="group A's trained policy instead of --policy-a")
+    b = p.add_mutually_exclusive_group(required=True)
+    b.add_argument("--run-b", metavar="RUN_DIR", help="group B's trained policy (RUN_DIR of `skurl train`)")
+    b.add_argument("--policy-b", metavar="NAME", help="group B's baseline policy")
+    p.add_argument("--no-tune", action="store_true",
+                   help="use baselines with their default parameters (default: tuned as `skurl eval --tune`)")
+    p.add_argument("--days", type=int, help="days counted (default eval.days)")
+    p.add_argument("--warmup", type=int, help="days simulated before counting (default eval.warmup)")
+    p.add_argument("--seed", type=int, help="first seed (default eval.seed)")
+    p.add_argument("--episodes", type=int, default=1, help="episodes (seeds seed, seed+1, ...)")
+    p.add_argument("--out", required=True, metavar="OUTCOMES.parquet", help="per-SKU outcomes")
+    p.set_defaults(func=run_simulate)
+
+
+def _report_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="compare the groups' KPIs: stratified B - A with bootstrap intervals")
+    p.add_argument("--groups", required=True, metavar="GROUPS.parquet")
+    p.add_argument("--outcomes", required=True, metavar="OUTCOMES.parquet",
+                   help=f"one row per SKU: sku_id, {', '.join(ab_stats_columns())}")
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_report)
+
+
+def ab_stats_columns() -> tuple[str, ...]:
+    from skurl.serve.ab_stats import OUTCOME_COLUMNS
+
+    return OUTCOME_COLUMNS
+
+
+def run_assign(args: argparse.Namespace) -> int:
+    ab.check_share(args.share)
+    strata = ab.parse_strata(args.strata)
+    if args.catalog:
+        from skurl.catalog.io import read_catalog
+
+        catalog = read_catalog(args.catalog)
+    else:
+        from skurl.catalog import load_catalog
+
+        catalog = load_catalog(config_from_args(args).catalog)
+    groups = ab.assign(catalog, share=args.share, strata=strata, seed=args.seed)
+    ab.write_table(groups.table(), args.out)
+    n_b = int(groups.is_b.sum())
+    strata_n = np.unique(groups.stratum.astype(str)).size
+    print(f"{args.out}: {len(catalog)} SKUs, A {len(catalog) - n_b}, B {n_b} ({n_b / len(catalog):.1%}), "
+          f"{strata_n} strata")
+    return 0
+
+
+def _side_policy(args: argparse.Namespace, cfg: Any, catalog: Any, run: str | None, name: str | None) -> Any:
+    """One group's policy through `skurl eval`'s resolve_policy (tuned like `eval --tune`)."""
+    from skurl.commands.eval_cmd import resolve_policy
+
+    flags = types.SimpleNamespace(run=run, policy=name, tune=not args.no_tune)
+    return resolve_policy(flags, cfg, catalog)[0]
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from skurl.catalog import load_catalog
+    from skurl.commands.eval_cmd import _check_run_overrides, feature_widths
+    from skurl.policy.baselines import check_policy_name
+    from skurl.policy.learned import run_config_file
+    from skurl.serve.ab_sim import SplitPolicy, simulate
+
+    for value, flag in ((args.days, "--days"), (args.episodes, "--episodes")):
+        if value is not None and value < 1:
+            raise UserError(f"skurl ab simulate: {flag} {value}, expected an integer >= 1")
+    for name in (args.policy_a if not args.run_a else None, args.policy_b):
+        if name is not None:
+            check_policy_name(name)
+    run = args.run_b or args.run_a
+    if run:
+        run_config = run_config_file(run, "--run-b" if args.run_b else "--run-a")
+        _check_run_overrides(args.overrides)
+        args.config = args.config or str(run_config)
+    groups = ab.read_groups(args.groups)
+    extra = [f"eval.{k}={v}" for k, v in (("days", args.days), ("warmup", args.warmup), ("seed", args.seed))
+             if v is not None]
+    cfg = config_from_args(args, extra)
+    full = load_catalog(cfg.catalog)
+    catalog, is_b = _split_catalog(full, groups, args.groups)
+    policy = SplitPolicy(_side_policy(args, cfg, catalog, args.run_a, args.policy_a),
+                         _side_policy(args, cfg, catalog, args.run_b, args.policy_b), is_b)
+    table, failed = simulate(catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
+                             seed=cfg.eval.seed, episodes=args.episodes, widths=feature_widths(full, run))
+    if failed.any():
+        print(f"skurl ab simulate: {int(failed.sum())} SKUs failed in the simulator and are left out",
+              file=sys.stderr)
+        table = table.filter(~failed)
+    ab.write_table(table, args.out)
+    print(f"{args.out}: {table.num_rows} SKUs x {cfg.eval.days * args.episodes} days ({policy.name})")
+    return 0
+
+
+def _split_catalog(full: Any, groups: ab.Groups, path: str) -> tuple[Any, np.ndarray]:
+    """The catalog rows of the grouped SKUs (catalog order) and their B mask."""
+    present = np.isin(groups.sku_id, full.sku_id)
+    if not present.all():
+        raise UserError(f"--groups {path}: SKU {groups.sku_id[~present][0]} is not in the catalog "
+                        f"({int((~present).sum())} such SKUs); expected SKUs of the simulated catalog")
+    index = np.flatnonzero(np.isin(full.sku_id, groups.sku_id))
+    catalog = full.subset(index)
+    order = np.argsort(groups.sku_id)
+    pos = order[np.searchsorted(groups.sku_id, catalog.sku_id, sorter=order)]
+    return catalog, groups.is_b[pos]
+
+
+def _read_outcomes(path: str, groups: ab.Groups) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """OUTCOMES.parquet checked and aligned with the groups: (columns, row of each group SKU)."""
+    import pyarrow as pa
+
+    from skurl.serve.ab_stats import OUTCOME_COLUMNS
+
+    required = {"sku_id": "integer SKU ids", **{c: "numbers (per-SKU totals)" for c in OUTCOME_COLUMNS}}
+    table = ab.read_parquet(path, "--outcomes", required)
+    cols = {}
+    for name in required:
+        column = table.column(name)
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+            raise UserError(f"--outcomes {path}: column '{name}' is {column.type}; expected {required[name]}")
+        cols[name] = column.to_numpy().astype(np.int64 if name == "sku_id" else np.float64)
+    sku = cols["sku_id"]
+    for name in OUTCOME_COLUMNS:
+        bad = ~np.isfinite(cols[name]) | ((cols[name] < 0) if name != "profit" else False)
+        if name == "sku_days":
+            bad |= cols[name] <= 0
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise UserError(f"--outcomes {path}: SKU {sku[i]}: {name} {cols[name][i]}; expected a finite number"
+                            + (" > 0" if name == "sku_days" else "" if name == "profit" else " >= 0"))
+    unique, counts = np.unique(sku, return_counts=True)
+    if (counts > 1).any():
+        raise UserError(f"--outcomes {path}: SKU {unique[counts > 1][0]} appears more than once; expected one row per SKU")
+    for ids, other, what in ((groups.sku_id, sku, "has no outcome"), (sku, groups.sku_id, "is in no group")):
+        missing = ~np.isin(ids, other)
+        if missing.any():
+            raise UserError(f"--outcomes {path}: SKU {ids[missing][0]} {what} ({int(missing.sum())} such SKUs); "
+                            "expected the groups file's SKUs exactly")
+    order = np.argsort(sku)
+    return cols, order[np.searchsorted(sku, groups.sku_id, sorter=order)]
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from skurl.serve.ab_stats import compare
+
+    if args.resamples < 100:
+        raise UserError(f"skurl ab report: --resamples {args.resamples}, expected an integer >= 100")
+    if not 0.5 <= args.level < 1.0:
+        raise UserError(f"skurl ab report: --level {args.level}, expected a number in [0.5, 1)")
+    groups = ab.read_groups(args.groups)
+    cols, rows = _read_outcomes(args.outcomes, groups)
+    aligned = {k: v[rows] for k, v in cols.items()}
+    try:
+        result = compare(aligned, groups.is_b, groups.stratum, resamples=args.resamples, level=args.level,
+                         seed=args.seed)
+    except ValueError as exc:
+        raise UserError(f"--groups {args.groups}: {exc}; expected groups A and B in at least one stratum") from None
+    if args.json:
+        print_json({**result, "kpis": {k: v.to_json() for k, v in result["kpis"].items()}})
+    else:
+        print_report(result)
+    return 0
+
+
+def print_report(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    level = f"{result['level']:.0%}"
+    table = Table(title=f"skurl ab report: A {result['skus']['A']} SKUs, B {result['skus']['B']} SKUs, "
+                        f"{result['strata_compared']} of {result['strata']} strata")
+    for col in ("KPI", "A", "B", "B - A", f"{level} interval", "relative"):
+        table.add_column(col)
+    for name, kpi in result["kpis"].items():
+        rel = kpi.to_json()["relative"]
+        table.add_row(name, f"{kpi.a:.4f}", f"{kpi.b:.4f}", f"{kpi.diff:+.4f}", f"[{kpi.low:+.4f}, {kpi.high:+.4f}]",
+                      "n/a" if rel is None else f"{rel:+.2%}")
+    console = Console(width=120)  # the interval column stays on one line in logs too
+    console.print(table)
+    if result["skus_left_out"]:
+        console.print(f"{result['skus_left_out']} SKUs in strata without both groups are left out")
+    console.print(f"stratified difference in means (ratio estimates), percentile bootstrap of "
+                  f"{result['resamples']} resamples within strata")

@@ -1,0 +1,169 @@
+"""A/B tests of replenishment policies on SKUs: the stratified split and its groups file.
+
+`assign` splits a catalog's SKUs into group A (control: the policy in use) and group B
+(treatment: the new one) within strata, so each stratum holds the share of B SKUs asked
+for, up to one SKU: in a stratum of n SKUs, floor(share x n + v) go to B, v uniform in
+[0, 1) drawn from the stratum's name and the seed (so small strata do not all round the
+same way), and the B SKUs are those with the smallest hash of (seed, sku_id). The split is a
+pure function of (catalog, strata, share, seed): the same SKU lands in the same group
+whatever the catalog's row order.
+
+Strata are catalog columns with integer values (category, group, lead_time, shelf_life,
+promo_period, ...) and `velocity`: the tercile of the base demand rate (demand_mean) over
+the catalog, low (at most the 1/3 quantile), mid (at most the 2/3 quantile) or high.
+
+The groups file (Parquet), shared with `skurl recommend --ab`: sku_id int64, group string
+('A' or 'B'), stratum string (`category=3|velocity=high`; `all` without strata).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from skurl import atomic
+from skurl.catalog.schema import COLUMNS, Catalog
+from skurl.errors import UserError
+
+VELOCITY = "velocity"
+VELOCITY_LABELS = np.array(["low", "mid", "high"])
+GROUPS_SCHEMA = pa.schema([("sku_id", pa.int64()), ("group", pa.string()), ("stratum", pa.string())])
+STRATA_COLUMNS = tuple(c.name for c in COLUMNS if np.issubdtype(c.dtype, np.integer) and c.name != "sku_id")
+_SALT = 0x5EED_AB  # keeps the split's hashes apart from the simulator's draws
+
+
+@dataclass(frozen=True)
+class Groups:
+    """A split: per SKU its group (True = B) and stratum label."""
+
+    sku_id: np.ndarray  # int64 [N]
+    is_b: np.ndarray  # bool [N]
+    stratum: np.ndarray  # str [N]
+
+    def table(self) -> pa.Table:
+        group = np.where(self.is_b, "B", "A")
+        return pa.table([pa.array(self.sku_id, pa.int64()), pa.array(group, pa.string()),
+                         pa.array(self.stratum.astype(str), pa.string())], schema=GROUPS_SCHEMA)
+
+
+def parse_strata(text: str) -> list[str]:
+    """--strata "category,velocity" -> ["category", "velocity"]; one line for a bad name."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name != VELOCITY and name not in STRATA_COLUMNS:
+            raise UserError(f"--strata: unknown strata column '{name}'; expected a comma-separated list of "
+                            f"{VELOCITY}, {', '.join(STRATA_COLUMNS)}")
+    if len(set(names)) != len(names):
+        raise UserError(f"--strata {text!r}: a column is named twice; expected each once")
+    return names
+
+
+def check_share(share: float) -> float:
+    if not 0.0 < share < 1.0:  # also false for NaN
+        raise UserError(f"--share {share}: expected the share of SKUs in group B, a number in (0, 1)")
+    return float(share)
+
+
+def velocity(demand_mean: np.ndarray) -> np.ndarray:
+    """low / mid / high: the tercile of each SKU's base demand rate within the catalog."""
+    rate = np.asarray(demand_mean, dtype=np.float64)
+    cuts = np.quantile(rate, [1 / 3, 2 / 3]) if rate.size else np.zeros(2)
+    return VELOCITY_LABELS[np.searchsorted(cuts, rate, side="left")]
+
+
+def strata_labels(catalog: Catalog, names: list[str]) -> np.ndarray:
+    """The stratum label of every SKU ("all" without strata); one string per stratum is
+    built, then spread to its SKUs."""
+    if not names:
+        return np.full(len(catalog), "all", dtype=object)
+    parts = [velocity(catalog.demand_mean) if n == VELOCITY else np.asarray(getattr(catalog, n)).astype(str)
+             for n in names]
+    keys = np.stack(parts, axis=1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    labels = np.array(["|".join(f"{n}={v}" for n, v in zip(names, row, strict=True)) for row in unique],
+                      dtype=object)
+    return labels[inverse.ravel()]
+
+
+def sku_hash(sku_id: np.ndarray, seed: int) -> np.ndarray:
+    """A uniform number in (0, 1) per SKU from (seed, sku_id): the counter-based generator
+    the simulator uses (sim/rng.py), keyed apart from its draws."""
+    from skurl.sim.rng import run_key, sku_keys
+
+    keys = sku_keys(run_key(int(seed), _SALT), np.ascontiguousarray(sku_id, dtype=np.int64))
+    return ((keys >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
+
+
+def _stratum_offset(label: str, seed: int) -> float:
+    digest = hashlib.sha256(f"{seed}\x00{label}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") / 2.0**64
+
+
+def assign(catalog: Catalog, *, share: float, strata: list[str], seed: int) -> Groups:
+    """The stratified split (module docstring): vectorized over SKUs, a loop over strata only."""
+    check_share(share)
+    if len(catalog) == 0:
+        raise UserError("skurl ab assign: the catalog has no SKUs; expected at least one")
+    labels = strata_labels(catalog, strata)
+    names, code, counts = np.unique(labels.astype(str), return_inverse=True, return_counts=True)
+    code = code.ravel()
+    offsets = np.array([_stratum_offset(str(n), seed) for n in names])
+    k_b = np.floor(share * counts + offsets).astype(np.int64)
+    order = np.lexsort((sku_hash(catalog.sku_id, seed), code))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.empty(len(catalog), dtype=np.int64)
+    rank[order] = np.arange(len(catalog)) - starts[code[order]]
+    return Groups(sku_id=np.asarray(catalog.sku_id, dtype=np.int64), is_b=rank < k_b[code], stratum=labels)
+
+
+def write_table(table: pa.Table, path: str | Path) -> Path:
+    """A Parquet file written whole or not at all (temp file, then rename)."""
+    path = Path(path)
+    if path.parent and not path.parent.is_dir():
+        raise UserError(f"--out {path}: directory {path.parent} does not exist; expected an existing directory")
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    atomic.write_bytes(path, sink.getvalue().to_pybytes())
+    return path
+
+
+def read_parquet(path: str | Path, flag: str, required: dict[str, str]) -> pa.Table:
+    """A Parquet table with `required` columns {name: what is expected}; one line otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{flag} {path}: no such file; expected a Parquet file")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise UserError(f"{flag} {path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    for name, what in required.items():
+        if name not in table.column_names:
+            raise UserError(f"{flag} {path}: missing column '{name}'; expected {what}")
+        if table.column(name).null_count:
+            raise UserError(f"{flag} {path}: column '{name}' has empty values; expected {what} in every row")
+    return table
+
+
+def read_groups(path: str | Path) -> Groups:
+    """GROUPS.parquet back as Groups, checked: sku_id integer and unique, group 'A' or 'B'."""
+    table = read_parquet(path, "--groups", {"sku_id": "integer SKU ids", "group": "'A' or 'B'",
+                                            "stratum": "stratum labels (strings)"})
+    sku = table.column("sku_id")
+    if not pa.types.is_integer(sku.type):
+        raise UserError(f"--groups {path}: column 'sku_id' is {sku.type}; expected integer SKU ids")
+    sku_id = sku.to_numpy().astype(np.int64)
+    group = table.column("group").to_numpy(zero_copy_only=False).astype(object)
+    bad = ~np.isin(group, ["A", "B"])
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise UserError(f"--groups {path}: SKU {sku_id[i]}: group {group[i]!r}; expected 'A' or 'B'")
+    unique, counts = np.unique(sku_id, return_counts=True)
+    if (counts > 1).any():
+        raise UserError(f"--groups {path}: SKU {unique[counts > 1][0]} appears more than once; expected one row per SKU")
+    stratum = table.column("stratum").to_numpy(zero_copy_only=False).astype(str).astype(object)
+    return Groups(sku_id=sku_id, is_b=group == "B", stratum=stratum)

@@ -1,0 +1,112 @@
+"""The A/B comparison: business KPIs per group, stratified difference B - A, bootstrap CIs.
+
+Outcomes (Parquet, one row per SKU; what `skurl ab simulate` writes, or a real test's
+figures): sku_id, sku_days (days observed), demand, lost, waste (units), inventory_cost and
+profit (money), totals over the test.
+
+Each KPI is a ratio of per-SKU totals: fill rate = (demand - lost) / demand; lost units,
+waste units, inventory cost and profit per SKU-day = total / sku_days. A group's value is
+the stratified ratio estimate sum_s W_s mean_gs(numerator) / sum_s W_s mean_gs(denominator),
+W_s the stratum's share of all SKUs (so both groups are weighted to the whole catalog, as
+`skurl eval` weights it), and the effect is B - A. Strata lacking one of the groups carry no
+comparison and are left out (counted in the result). The interval is the percentile
+bootstrap: SKUs are resampled with replacement within each (stratum, group) cell, all KPIs
+from the same resample, in blocks of replicates so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# KPI name -> (numerator, denominator, higher is better); "served" = demand - lost.
+KPIS: dict[str, tuple[str, str, bool]] = {
+    "fill_rate": ("served", "demand", True),
+    "lost_units_per_sku_day": ("lost", "sku_days", False),
+    "waste_units_per_sku_day": ("waste", "sku_days", False),
+    "inventory_cost_per_sku_day": ("inventory_cost", "sku_days", False),
+    "profit_per_sku_day": ("profit", "sku_days", True),
+}
+OUTCOME_COLUMNS = ("sku_days", "demand", "lost", "waste", "inventory_cost", "profit")
+_BLOCK_ELEMENTS = 4_000_000  # resampled values held at once per cell
+
+
+@dataclass(frozen=True)
+class KpiResult:
+    name: str
+    a: float
+    b: float
+    diff: float
+    low: float
+    high: float
+    se: float
+    higher_is_better: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "diff": self.diff, "ci": [self.low, self.high], "se": self.se,
+                "relative": self.diff / abs(self.a) if self.a else None,
+                "higher_is_better": self.higher_is_better}
+
+
+def _values(outcomes: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
+    cols = [*OUTCOME_COLUMNS, "served"]
+    served = outcomes["demand"] - outcomes["lost"]
+    values = np.stack([*(np.asarray(outcomes[c], np.float64) for c in OUTCOME_COLUMNS), served], axis=1)
+    return values, cols
+
+
+def _ratios(cell_means: np.ndarray, weights: np.ndarray, cols: list[str]) -> np.ndarray:
+    """KPIs from per-stratum means [..., S, C] with stratum weights [S]: [..., K]."""
+    totals = np.einsum("s,...sc->...c", weights, cell_means)
+    out = []
+    for num, den, _ in KPIS.values():
+        d = totals[..., cols.index(den)]
+        out.append(np.divide(totals[..., cols.index(num)], d, out=np.full_like(d, np.nan), where=d != 0))
+    return np.stack(out, axis=-1)
+
+
+def compare(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: np.ndarray, *,
+            resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+    """KPIs of A and B, B - A and its bootstrap interval; `outcomes` columns aligned with
+    `is_b` and `stratum` (one entry per SKU)."""
+    values, cols = _values(outcomes)
+    names, code = np.unique(np.asarray(stratum).astype(str), return_inverse=True)
+    code = code.ravel()
+    n_s = np.bincount(code, minlength=names.size)
+    n_b = np.bincount(code, weights=is_b, minlength=names.size).astype(np.int64)
+    both = (n_b > 0) & (n_b < n_s)
+    if not both.any():
+        raise ValueError("no stratum holds SKUs of both groups")
+    weights = n_s[both] / n_s[both].sum()
+    kept = np.flatnonzero(both)
+    rng = np.random.default_rng(seed)
+    point = {}
+    boot = {}
+    for label, mask in (("A", ~is_b), ("B", is_b)):
+        cells = [values[mask & (code == s)] for s in kept]
+        point[label] = _ratios(np.stack([c.mean(axis=0) for c in cells]), weights, cols)
+        boot[label] = _ratios(np.stack([_resampled_means(c, resamples, rng) for c in cells], axis=1), weights, cols)
+    diff_boot = boot["B"] - boot["A"]
+    alpha = (1.0 - level) / 2.0
+    low, high = np.nanquantile(diff_boot, [alpha, 1.0 - alpha], axis=0)
+    se = np.nanstd(diff_boot, axis=0, ddof=1)
+    kpis = {name: KpiResult(name, float(point["A"][k]), float(point["B"][k]), float(point["B"][k] - point["A"][k]),
+                            float(low[k]), float(high[k]), float(se[k]), hib)
+            for k, (name, (_, _, hib)) in enumerate(KPIS.items())}
+    return {"kpis": kpis, "skus": {"A": int((~is_b).sum()), "B": int(is_b.sum())},
+            "strata": int(names.size), "strata_compared": int(kept.size),
+            "skus_left_out": int(n_s[~both].sum()), "resamples": int(resamples), "level": level, "seed": seed}
+
+
+def _resampled_means(cell: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Means [R, C] of `resamples` bootstrap resamples of the rows of `cell` [n, C]."""
+    n, c = cell.shape
+    block = max(1, _BLOCK_ELEMENTS // max(n * c, 1))
+    out = np.empty((resamples, c))
+    for start in range(0, resamples, block):
+        stop = min(resamples, start + block)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        out[start:stop] = cell[idx].mean(axis=1)
+    return out
