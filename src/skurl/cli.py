@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "skurl.commands.train_cmd",
     "skurl.commands.serve_cmd",
     "skurl.commands.roles_cmd",
+    "skurl.commands.serve_cmds",
 )
 
 

@@ -1,0 +1,1 @@
+"""Serving: inventory snapshots, ONNX export, recommend, A/B tests."""
