@@ -59,14 +59,11 @@ class Decision(nn.Module):
         return (*OUTPUTS, "probabilities") if self.probabilities else OUTPUTS
 
     def forward(self, obs: torch.Tensor, *decode: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        x = ((obs - self.mean) * self.inv_std).clamp(-self.clip, self.clip)
-        logits = self.policy(x)
-        probs = torch.softmax(logits.double(), dim=-1)
-        if self.kind == "units":
+        logits, probs, table = self.tables(obs, *decode)
+        if table is None:
             action = logits.argmax(dim=-1)
             units = self.values[action]
         else:
-            table = self._multiplier_table(*decode) if self.kind == "multiplier" else self._cover_table(*decode)
             same = (table.unsqueeze(-1) == table.unsqueeze(-2)).to(torch.float64)  # [B, A, A]
             mass = (same * probs.unsqueeze(-2)).sum(-1)
             action = mass.argmax(dim=-1)
@@ -75,6 +72,17 @@ class Decision(nn.Module):
         probability = probs.gather(1, action.unsqueeze(-1)).squeeze(-1).to(torch.float32)
         out = (units, action, probability)
         return (*out, probs.to(torch.float32)) if self.probabilities else out
+
+    def tables(self, obs: torch.Tensor, *decode: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(logits [B, A], float64 probabilities [B, A], units of every action [B, A] or None on
+        the units grid, whose greedy choice is the logits' argmax)."""
+        x = ((obs - self.mean) * self.inv_std).clamp(-self.clip, self.clip)
+        logits = self.policy(x)
+        probs = torch.softmax(logits.double(), dim=-1)
+        if self.kind == "units":
+            return logits, probs, None
+        table = self._multiplier_table(*decode) if self.kind == "multiplier" else self._cover_table(*decode)
+        return logits, probs, table
 
     def _multiplier_table(self, forecast: torch.Tensor) -> torch.Tensor:
         base = torch.clamp(forecast[:, 0].double() * float(self.review_days), min=1.0)

@@ -24,11 +24,13 @@ import torch
 
 import skurl
 from skurl.errors import UserError
-from skurl.policy.grid_center import center_bytes, load_center
+from skurl.policy.actions import ActionGrid
+from skurl.policy.grid_center import GridCenter, center_bytes, load_center
 from skurl.policy.learned import LearnedPolicy, run_config_file
+from skurl.policy.nets import ActorCritic
 from skurl.serve.decision import Decision
 from skurl.serve.snapshot import Widths
-from skurl.sim.layout import layout_for
+from skurl.sim.layout import Layout, layout_for
 
 log = logging.getLogger("skurl.serve")
 PREFIX = "skurl."
@@ -53,19 +55,22 @@ def load_run_model(run_dir: Path, probabilities: bool = False) -> RunModel:
     cfg_path = run_config_file(run_dir, "--run")
     cfg = load_config(cfg_path)
     policy = LearnedPolicy.from_run(run_dir)
-    catalog = load_catalog(cfg.catalog)
-    layout = layout_for(catalog, cfg.sim.review_days)
+    layout = layout_for(load_catalog(cfg.catalog), cfg.sim.review_days)
     if layout.dim != policy.nets_dim:
         raise UserError(f"--run {run_dir}: its catalog's observation has {layout.dim} features, the network "
                         f"{policy.nets_dim} (model schema mismatch; was catalog.* changed after training?)")
+    return build_run_model(policy.model, policy.grid, layout, cfg_path.read_text(), Path(run_dir).resolve().name,
+                           str(policy.info["version"]), str(policy.info["checkpoint"]), probabilities)
+
+
+def build_run_model(model: ActorCritic, grid: ActionGrid, layout: Layout, config_text: str, run_id: str,
+                    version: str, checkpoint: str, probabilities: bool = False) -> RunModel:
     widths = Widths(layout.expiring, layout.pipeline, layout.horizon)
-    decision = Decision(policy.model, policy.grid, layout.horizon, probabilities).eval()
-    text = cfg_path.read_text()
-    grid = policy.grid
+    decision = Decision(model, grid, layout.horizon, probabilities).eval()
     meta = {
-        "run_id": Path(run_dir).resolve().name,
-        "policy_version": str(policy.info["version"]),
-        "checkpoint": str(policy.info["checkpoint"]),
+        "run_id": run_id,
+        "policy_version": version,
+        "checkpoint": checkpoint,
         "obs_schema": json.dumps(layout.schema.names()),
         "obs_fields": json.dumps([[n, w] for n, w in layout.schema.fields]),
         "widths": json.dumps([widths.expiring, widths.pipeline, widths.horizon]),
@@ -73,9 +78,9 @@ def load_run_model(run_dir: Path, probabilities: bool = False) -> RunModel:
                             "review_days": grid.review_days, "z_center": grid.z_center}),
         "inputs": json.dumps(list(decision.input_names)),
         "skurl_version": skurl.__version__,
-        "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "config_sha256": hashlib.sha256(config_text.encode()).hexdigest(),
     }
-    return RunModel(decision, widths, meta, text)
+    return RunModel(decision, widths, meta, config_text)
 
 
 def example_inputs(decision: Decision, widths: Widths, batch: int = 4) -> tuple[torch.Tensor, ...]:
@@ -93,7 +98,9 @@ def to_onnx(decision: Decision, widths: Widths) -> Any:
     """The decision as an onnx.ModelProto, its batch axis dynamic."""
     args = example_inputs(decision, widths)
     batch = torch.export.Dim("batch", min=1)
-    shapes = ({0: batch}, tuple({0: batch} for _ in args[1:]))  # forward(obs, *decode)
+    shapes: tuple[Any, ...] = ({0: batch},)  # forward(obs, *decode): obs, then the decode tuple if any
+    if len(args) > 1:
+        shapes = ({0: batch}, tuple({0: batch} for _ in args[1:]))
     program = torch.onnx.export(decision, args, input_names=list(decision.input_names),
                                 output_names=list(decision.output_names), dynamic_shapes=shapes,
                                 opset_version=OPSET, dynamo=True, verbose=False)
@@ -102,15 +109,21 @@ def to_onnx(decision: Decision, widths: Widths) -> Any:
 
 def export_run(run_dir: Path, out: Path, *, probabilities: bool = False) -> Path:
     """Write RUN_DIR's policy as one ONNX decision graph to `out` (atomically); returns `out`."""
+    run_dir, out = Path(run_dir), Path(out)
+    rm = load_run_model(run_dir, probabilities)
+    write_onnx(rm, load_center(run_dir), out)
+    log.info("exported %s (policy version %s) to %s", run_dir, rm.meta["policy_version"], out)
+    return out
+
+
+def write_onnx(rm: RunModel, center: GridCenter | None, out: Path) -> Path:
+    """The decision graph with its metadata (and the tuned centre, when given), checked, to `out`."""
     import onnx
 
     from skurl import atomic
 
-    run_dir, out = Path(run_dir), Path(out)
-    rm = load_run_model(run_dir, probabilities)
     model = to_onnx(rm.decision, rm.widths)
     extra = {"config": rm.config_text}
-    center = load_center(run_dir)
     if center is not None:  # the graph's z_center input comes from it; recommend --model reads it here
         extra["grid_center"] = base64.b64encode(center_bytes(center)).decode()
     for key, value in {**rm.meta, **extra}.items():
@@ -120,7 +133,6 @@ def export_run(run_dir: Path, out: Path, *, probabilities: bool = False) -> Path
     onnx.checker.check_model(model, full_check=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_bytes(out, model.SerializeToString())
-    log.info("exported %s (policy version %s) to %s", run_dir, rm.meta["policy_version"], out)
     return out
 
 

@@ -31,7 +31,7 @@ def _column(table: pa.Table, name: str, dtype: pa.DataType, ids: np.ndarray) -> 
         bad = ~np.isfinite(values)
         if bad.any():
             i = int(np.argmax(bad))
-            raise SnapshotError(f"snapshot {_sku(ids, i)} column '{name}' = {values[i]!r}, expected a finite number")
+            raise SnapshotError(f"snapshot {_sku(ids, i)} column '{name}' = {float(values[i])}, expected a finite number")
     try:
         return col.cast(dtype, safe=True).to_numpy()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
@@ -101,7 +101,8 @@ def _check_values(s: Snapshot) -> None:
     if neg is not None:
         i, name, v = neg
         what = "stock" if name in ("on_hand", "backlog") or name.startswith(("expiring_", "due_")) else "a count"
-        raise SnapshotError(f"snapshot {_sku(s.sku_id, i)} column '{name}' = {v!r}: negative, expected {what} >= 0")
+        shown = int(v) if float(v).is_integer() else float(v)
+        raise SnapshotError(f"snapshot {_sku(s.sku_id, i)} column '{name}' = {shown}: negative, expected {what} >= 0")
     for name, (lo, hi) in RANGES.items():
         col = getattr(s, name)
         bad = (col < lo) | (col > hi)
