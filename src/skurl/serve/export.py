@@ -16,6 +16,7 @@ import base64
 import hashlib
 import json
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,9 +102,17 @@ def to_onnx(decision: Decision, widths: Widths) -> Any:
     shapes: tuple[Any, ...] = ({0: batch},)  # forward(obs, *decode): obs, then the decode tuple if any
     if len(args) > 1:
         shapes = ({0: batch}, tuple({0: batch} for _ in args[1:]))
-    program = torch.onnx.export(decision, args, input_names=list(decision.input_names),
-                                output_names=list(decision.output_names), dynamic_shapes=shapes,
-                                opset_version=OPSET, dynamo=True, verbose=False)
+    quiet = logging.getLogger("torch.onnx")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its notes on optional torchvision ops and axis names are noise here
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(decision, args, input_names=list(decision.input_names),
+                                        output_names=list(decision.output_names), dynamic_shapes=shapes,
+                                        opset_version=OPSET, dynamo=True, verbose=False)
+    finally:
+        quiet.setLevel(level)
     return program.model_proto
 
 
