@@ -116,3 +116,11 @@ def test_model_of_another_layout(state: pa.Table, lost_sales_onnx: Path, tmp_pat
     assert main(["recommend", "--model", str(lost_sales_onnx), "--state", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model's observation schema" in err and not out.exists(), err
+
+
+def test_snapshot_day_out_of_range(synthetic_run: Path, tmp_path: Path, capsys) -> None:  # noqa: F811
+    out = tmp_path / "s.parquet"
+    for day in ("100", "-1"):
+        assert main(["snapshot", "--run", str(synthetic_run), "--day", day, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--day {day}" in err and not out.exists(), err
