@@ -94,7 +94,7 @@ def child(tmp: str, threads: int) -> None:
     write_orders(orders, base / "orders.parquet")
     timings.add("write", t3)
     stages = {"load_model": t1 - t0, "read_catalog_and_warm_up": t2 - t1, **timings.stages}
-    print(json.dumps({"stages_s": stages, "skus": int(orders.sku_id.shape[0]),
+    print(json.dumps({"stages_s": stages, "cpu_s": timings.cpu, "skus": int(orders.sku_id.shape[0]),
                       "units": float(orders.order_units.sum())}))
 
 
@@ -115,16 +115,19 @@ def run_bench(args: argparse.Namespace) -> int:
             raise UserError(f"bench recommend: the timed job failed: {res.stderr.strip().splitlines()[-1:]}")
         job = json.loads(res.stdout.strip().splitlines()[-1])
     stages = job["stages_s"]
-    out = {"skus": job["skus"], **prep, "prepare_s": prep_s, "stages_s": stages,
-           "job_s": sum(stages[k] for k in ("read", "features", "inference", "write")),
+    job_stages = ("read", "features", "inference", "write")
+    out = {"skus": job["skus"], **prep, "prepare_s": prep_s, "stages_s": stages, "cpu_s": job["cpu_s"],
+           "job_s": sum(stages[k] for k in job_stages), "job_cpu_s": sum(job["cpu_s"][k] for k in job_stages),
            "process_wall_s": wall, "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0,
            "load_average": max(load_before, os.getloadavg()[0]), "cpus": os.cpu_count()}
     if args.json:
         print_json(out)
     else:
         parts = ", ".join(f"{k} {v:.2f} s" for k, v in stages.items())
+        cpus = ", ".join(f"{k} {v:.2f}" for k, v in job["cpu_s"].items())
         print(f"bench recommend: {out['skus']} SKUs, obs_dim {out['obs_dim']}, net {out['hidden']}, "
               f"{out['actions']} actions: read+features+inference+write {out['job_s']:.2f} s ({parts}); "
+              f"{out['job_cpu_s']:.2f} CPU-s ({cpus}); "
               f"process {wall:.2f} s wall incl. imports; peak RSS {out['peak_rss_mb']:.0f} MB "
               f"(load average {out['load_average']:.1f}, {out['cpus']} CPUs)")
     return 0

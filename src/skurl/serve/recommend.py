@@ -23,7 +23,7 @@ from skurl.errors import UserError
 from skurl.policy.actions import CoverParams
 from skurl.serve.features import observations
 from skurl.serve.models import ModelInfo, OnnxModel, TorchModel
-from skurl.serve.snapshot import Snapshot, SnapshotError
+from skurl.serve.snapshot import Snapshot, SnapshotError, write_parquet
 from skurl.serve.validate import catalog_rows, snapshot_from_table
 from skurl.sim.layout import schema_for
 
@@ -45,11 +45,18 @@ class Orders:
 
 @dataclass
 class Timings:
+    """Wall seconds per stage, and CPU seconds (all threads) since the previous stage ended:
+    on a shared machine the CPU figure is the one other load does not inflate."""
+
     stages: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    _cpu_mark: float = field(default_factory=time.process_time)
 
     def add(self, name: str, since: float) -> float:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.process_time()
         self.stages[name] = self.stages.get(name, 0.0) + now - since
+        self.cpu[name] = self.cpu.get(name, 0.0) + cpu - self._cpu_mark
+        self._cpu_mark = cpu
         return now
 
 
@@ -158,15 +165,7 @@ def write_orders(orders: Orders, path: Path) -> Path:
             "policy_version": pa.array(orders.policy_version.astype(str), pa.string())}
     if orders.group is not None:
         cols["group"] = pa.array(orders.group.astype(str), pa.string())
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        pq.write_table(pa.table(cols), tmp)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return write_parquet(pa.table(cols), path)
 
 
 def read_validated(state: Path, info: ModelInfo, timings: Timings) -> Snapshot:

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from skurl import atomic
 from skurl.errors import UserError
 
 COUNT_COLUMNS = ("on_hand", "backlog", "sales_yesterday", "sales_last_7d", "lost_yesterday")
@@ -100,17 +101,17 @@ def to_table(s: Snapshot) -> pa.Table:
     return pa.table({k: pa.array(np.ascontiguousarray(v)) for k, v in cols.items()})
 
 
+def write_parquet(table: pa.Table, path: str | Path) -> Path:
+    """`table` as Parquet at `path`, atomically (skurl.atomic: a temporary file renamed over it)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    atomic.write_bytes(path, sink.getvalue().to_pybytes())
+    return Path(path)
+
+
 def write_snapshot(s: Snapshot, path: str | Path) -> Path:
-    """Write `s` as Parquet, atomically (a temporary file renamed over `path`)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        pq.write_table(to_table(s), tmp)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    """Write `s` as Parquet, atomically."""
+    return write_parquet(to_table(s), path)
 
 
 def read_table(path: str | Path) -> pa.Table:

@@ -13,7 +13,6 @@ import pyarrow as pa
 from skurl.catalog.schema import Catalog
 from skurl.serve.snapshot import Snapshot, SnapshotError, Widths, column_names, widths_of
 
-NONNEGATIVE = ("on_hand", "backlog", "sales_yesterday", "sales_last_7d", "lost_yesterday", "day")
 RANGES = {"day_of_week": (0, 6), "history_days": (0, 7)}
 
 
@@ -22,21 +21,32 @@ def _sku(ids: np.ndarray, i: int) -> str:
 
 
 def _column(table: pa.Table, name: str, dtype: pa.DataType, ids: np.ndarray) -> np.ndarray:
+    """Column `name` as a numpy array of `dtype`: no nulls, finite, and >= 0 where it is stock
+    or a count (every numeric column but sku_id). Checked while the column is contiguous."""
     col = table.column(name)
     if col.null_count:
         i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
         raise SnapshotError(f"snapshot {_sku(ids, i)} column '{name}': missing value (null), expected a number")
     if pa.types.is_floating(col.type) or pa.types.is_floating(dtype):
-        values = col.to_numpy().astype(np.float64)
+        values = col.to_numpy()
         bad = ~np.isfinite(values)
         if bad.any():
             i = int(np.argmax(bad))
             raise SnapshotError(f"snapshot {_sku(ids, i)} column '{name}' = {float(values[i])}, expected a finite number")
     try:
-        return col.cast(dtype, safe=True).to_numpy()
+        out = (col if col.type == dtype else col.cast(dtype, safe=True)).to_numpy()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise SnapshotError(f"snapshot column '{name}': type {col.type}, expected {dtype} "
                             f"({str(e).splitlines()[0]})") from e
+    if name != "sku_id" and out.dtype.kind in "if":
+        bad = out < 0
+        if bad.any():
+            i = int(np.argmax(bad))
+            what = "stock" if name in ("on_hand", "backlog") or name.startswith(("expiring_", "due_")) else "a count"
+            v = out[i]
+            shown = int(v) if float(v).is_integer() else float(v)
+            raise SnapshotError(f"snapshot {_sku(ids, i)} column '{name}' = {shown}: negative, expected {what} >= 0")
+    return out
 
 
 def _check_widths(table: pa.Table, w: Widths) -> None:
@@ -83,26 +93,7 @@ def snapshot_from_table(table: pa.Table, w: Widths) -> Snapshot:
     return s
 
 
-def _first_negative(s: Snapshot) -> tuple[int, str, float] | None:
-    checks = [(name, getattr(s, name)[:, None]) for name in NONNEGATIVE]
-    checks += [(f"expiring_{k}", s.expiring[:, k:k + 1]) for k in range(s.expiring.shape[1])]
-    checks += [(f"due_{k + 1}", s.pipeline[:, k:k + 1]) for k in range(s.pipeline.shape[1])]
-    checks += [(f"forecast_{k}", s.forecast[:, k:k + 1]) for k in range(s.forecast.shape[1])]
-    for name, col in checks:
-        bad = col[:, 0] < 0
-        if bad.any():
-            i = int(np.argmax(bad))
-            return i, name, col[i, 0]
-    return None
-
-
 def _check_values(s: Snapshot) -> None:
-    neg = _first_negative(s)
-    if neg is not None:
-        i, name, v = neg
-        what = "stock" if name in ("on_hand", "backlog") or name.startswith(("expiring_", "due_")) else "a count"
-        shown = int(v) if float(v).is_integer() else float(v)
-        raise SnapshotError(f"snapshot {_sku(s.sku_id, i)} column '{name}' = {shown}: negative, expected {what} >= 0")
     for name, (lo, hi) in RANGES.items():
         col = getattr(s, name)
         bad = (col < lo) | (col > hi)
