@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "skurl.commands.roles_cmd",
     "skurl.commands.ab_cmd",
     "skurl.commands.register_cmd",
+    "skurl.commands.serve_cmds",
 )
 
 

@@ -56,6 +56,7 @@ class LearnedPolicy:
             raise ValueError("LearnedPolicy(sample=True) needs the sku_ids of the rows it will see")
         self.name = name
         self.grid = grid
+        self.model = model  # the ActorCritic itself (serve/export.py exports it)
         self.nets = InferenceNets(model, dtype)
         self.chunk = int(chunk)
         self.sample = sample

@@ -54,6 +54,7 @@ from skurl.sim.state import (
     make_params,
     make_state,
 )
+from skurl.sim.state_snapshot import N_COUNTS, snapshot_state
 
 MAX_ORDER = 1e9  # units per SKU per day; larger orders are surely a unit/scale bug
 # Work items (chunks of ~512 rows, sim/chunks.py) a thread takes at a time. numba's default
@@ -228,6 +229,20 @@ class VectorEnv:
         copy_rows(self._params, self._state, self._out, idx, keys, env._params, env._state, env._out)
         env._day, env._seed, env._episode = self._day, run_seed, self._episode
         return env
+
+    def state_snapshot(self) -> dict[str, np.ndarray]:
+        """Today's state as inventory-snapshot arrays (new arrays; serve/snapshot.py names
+        them): expiring [N, A], pipeline [N, P], forecast [N, H], counts [N, 5]
+        (state_snapshot.N_COUNTS), promo [N, 2] bool."""
+        if self._day < 0:
+            raise EnvStateError("state_snapshot: call reset() first")
+        n, lay = self.num_skus, self.layout
+        out = {"expiring": np.zeros((n, lay.expiring), np.int64), "pipeline": np.zeros((n, lay.pipeline), np.int64),
+               "counts": np.zeros((n, N_COUNTS), np.int64), "promo": np.zeros((n, 2), np.bool_)}
+        snapshot_state(self._params.par, self._state.st, self._state.stock, np.int64(self._day),
+                       out["expiring"], out["pipeline"], out["counts"], out["promo"])
+        out["forecast"] = self._state.forecast.copy()
+        return out
 
     def totals(self) -> dict[str, np.ndarray]:
         """Per-SKU float64 sums of every DayMetrics field (and reward) since reset or

@@ -13,6 +13,7 @@ from numba import njit
 
 from skurl.sim.api import STREAM_DELAY, STREAM_FORECAST
 from skurl.sim.demand import daily_mean, is_promo_day, normal
+from skurl.sim.features import N_FIXED_FEATURES, feature_row
 from skurl.sim.jit import sku_jit
 from skurl.sim.rng import uniform
 from skurl.sim.state import (
@@ -47,7 +48,6 @@ from skurl.sim.state import (
 # it keeps every count, with a day's demand and a backlog, far below 2^63.
 MAX_MEAN = 2.0**50
 F32_MAX = 3.4028234663852886e38
-N_FIXED_FEATURES = 25  # feature columns besides the expiring (A) and pipeline (P) blocks
 
 
 @njit(cache=True, inline="always")
@@ -182,21 +182,11 @@ def promo_within(par: np.ndarray, i: np.int64, first: np.int64, days: np.int64) 
 
 
 @njit(cache=True, inline="always")
-def put_scaled(row: np.ndarray, start: np.int64, src: np.ndarray, n: np.int64, inv: float) -> None:
-    """row[start + k] = src[k] * inv for k < n. Unsigned indices: numba wraps negative
-    signed indices per element, which turns this loop into slow scatter stores."""
-    at = np.uint64(start)
-    for k in range(np.uint64(n)):
-        row[at + k] = src[k] * inv
-
-
-@njit(cache=True, inline="always")
 def write_features(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.ndarray,
                    feats: np.ndarray, npipe: np.int64, i: np.int64, day: np.int64,
                    full: bool) -> None:
-    """Row i of the feature matrix for the start of `day` (after its arrivals); column order
-    of layout.schema_for. Quantities are multiplied by 1 / scale_i, scale_i =
-    max(demand_mean_i, 0.1) (days of demand).
+    """Row i of the feature matrix for the start of `day` (after its arrivals), by the one
+    feature function (features.feature_row) from this SKU's state.
 
     `full` writes every column (reset). Otherwise (the daily update of a row written the day
     before) only the columns that can change: expiring columns beyond the SKU's shelf life
@@ -208,46 +198,23 @@ def write_features(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast:
     s = st[i]
     nexp = row.shape[0] - N_FIXED_FEATURES - npipe
     inv = 1.0 / max(np.float64(par[i, P_DEMAND_MEAN]), 0.1)
-    row[0] = s[S_ON_HAND] * inv
-    if full:
-        for k in range(np.uint64(nexp)):
-            row[k + np.uint64(1)] = 0.0
     life = ipar(par, i, P_SHELF)
+    base = s[S_SLOT_OFF]
+    first = np.int64(0)
+    head = np.int64(0)
+    n = np.int64(0)
     if life > 0:
         # Units expiring at the end of day + k arrived on day + k + 1 - life, so sit in slot
         # (day + k + 1) % life: the slots from (day + 1) % life on, wrapping once.
-        base = s[S_SLOT_OFF]
         first = (day + 1) % life
         n = min(life, nexp)
         head = min(life - first, n)
-        put_scaled(row, np.int64(1), stock[base + first:base + first + head], head, inv)
-        put_scaled(row, 1 + head, stock[base:base + n - head], n - head, inv)
-    c = 1 + nexp
-    row[c] = s[S_BACKLOG] * inv
     lead = ipar(par, i, P_LEAD)
     used = npipe if full else min(lead + ipar(par, i, P_DELAY_MAX), npipe)
-    put_scaled(row, c + 1, s[S_PIPE:S_PIPE + used], used, inv)
-    c += 1 + npipe
-    row[c] = np.float64(forecast[i, 0]) * inv
-    protection = 0.0
-    for k in range(lead + 1):
-        protection += np.float64(forecast[i, k])
-    row[c + 1] = protection * inv
-    row[c + 2] = s[S_SALES_YDAY] * inv
-    row[c + 3] = s[S_SALES_WEEK] / max(min(day, 7), 1) * inv
-    row[c + 4] = s[S_LOST_YDAY] * inv
-    row[c + 7] = 1.0 if promo_on(par, i, day) else 0.0
-    row[c + 8] = 1.0 if promo_within(par, i, day + 1, lead) else 0.0
-    dow = c + 9
-    if full:
-        row[c + 5] = par[i, P_STATIC]  # lead_time
-        row[c + 6] = par[i, P_STATIC + 1]  # shelf_life
-        for k in range(7):
-            row[dow + k] = 0.0
-        put_scaled(row, dow + 7, par[i, P_STATIC + 2:P_STATIC + 9], np.int64(7), 1.0)
-    else:
-        row[dow + (day + 6) % 7] = 0.0  # yesterday's column (day >= 1 here)
-    row[dow + day % 7] = 1.0
+    feature_row(row, npipe, inv, full, s[S_ON_HAND], stock, base + first, head, base, n - head,
+                s[S_BACKLOG], s, np.int64(S_PIPE), used, forecast[i], lead, s[S_SALES_YDAY],
+                s[S_SALES_WEEK], max(min(day, 7), 1), s[S_LOST_YDAY], promo_on(par, i, day),
+                promo_within(par, i, day + 1, lead), day % 7, par[i], np.int64(P_STATIC))
 
 
 @njit(cache=True, inline="always")

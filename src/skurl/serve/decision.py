@@ -1,0 +1,129 @@
+"""The whole decision as one torch module: raw observation -> order units, action, probability.
+
+`Decision` is what `skurl export` turns into ONNX and what `skurl recommend --run` runs in
+torch: observation normalization (the checkpoint's running statistics), the policy network,
+the greedy choice and the action grid's decoding to units. The greedy choice is
+LearnedPolicy's (policy/learned.py): the index of the most probable order *quantity*
+(actions that order the same units pool their probability; first index on ties), plain
+argmax of the logits on the units grid. Decoding follows ActionGrid (policy/actions.py) op
+for op in float64, so the graph's orders are the simulator policy's to the bit wherever the
+network's logits are; clipping into [0, MAX_ORDER] as there (NaN orders nothing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from skurl.policy.actions import SKIP, ActionGrid
+from skurl.policy.nets import ActorCritic
+from skurl.sim.demand import DIST_GEOMETRIC, DIST_NEGBIN
+from skurl.sim.env import MAX_ORDER
+
+# Graph inputs per grid kind, in this order (names are the ONNX input names).
+INPUTS = {
+    "units": ("obs",),
+    "multiplier": ("obs", "forecast"),
+    "cover": ("obs", "forecast", "on_hand", "pipeline", "backlog", "day", "cover_days", "demand_dist",
+              "dispersion", "z_center"),
+}
+OUTPUTS = ("order_units", "action", "probability")
+
+
+class Decision(nn.Module):
+    """One model's decision for a batch of SKUs (see the module docstring)."""
+
+    def __init__(self, model: ActorCritic, grid: ActionGrid, horizon: int, probabilities: bool = False) -> None:
+        super().__init__()
+        if grid.kind not in INPUTS:
+            raise ValueError(f"action grid kind {grid.kind!r}, expected one of {sorted(INPUTS)}")
+        norm = model.obs_norm
+        with torch.no_grad():
+            self.register_buffer("mean", norm.mean.to(torch.float32).clone())
+            self.register_buffer("inv_std", torch.rsqrt(norm.var + norm.eps).to(torch.float32))
+            self.register_buffer("values", torch.as_tensor(np.asarray(grid.values, np.float64)))
+        self.clip = float(norm.clip)
+        self.policy = _frozen(model.policy)
+        self.kind = grid.kind
+        self.review_days = int(grid.review_days)
+        self.horizon = int(horizon)
+        self.probabilities = probabilities
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return INPUTS[self.kind]
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return (*OUTPUTS, "probabilities") if self.probabilities else OUTPUTS
+
+    def forward(self, obs: torch.Tensor, *decode: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logits, probs, table = self.tables(obs, *decode)
+        if table is None:
+            action = logits.argmax(dim=-1)
+            units = self.values[action]
+        else:
+            same = (table.unsqueeze(-1) == table.unsqueeze(-2)).to(torch.float64)  # [B, A, A]
+            mass = (same * probs.unsqueeze(-2)).sum(-1)
+            action = mass.argmax(dim=-1)
+            units = table.gather(1, action.unsqueeze(-1)).squeeze(-1)
+        units = _clip(units)
+        probability = probs.gather(1, action.unsqueeze(-1)).squeeze(-1).to(torch.float32)
+        out = (units, action, probability)
+        return (*out, probs.to(torch.float32)) if self.probabilities else out
+
+    def tables(self, obs: torch.Tensor, *decode: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(logits [B, A], float64 probabilities [B, A], units of every action [B, A] or None on
+        the units grid, whose greedy choice is the logits' argmax)."""
+        x = ((obs - self.mean) * self.inv_std).clamp(-self.clip, self.clip)
+        logits = self.policy(x)
+        probs = torch.softmax(logits.double(), dim=-1)
+        if self.kind == "units":
+            return logits, probs, None
+        table = self._multiplier_table(*decode) if self.kind == "multiplier" else self._cover_table(*decode)
+        return logits, probs, table
+
+    def _multiplier_table(self, forecast: torch.Tensor) -> torch.Tensor:
+        base = torch.clamp(forecast[:, 0].double() * float(self.review_days), min=1.0)
+        return torch.floor(self.values.unsqueeze(0) * base.unsqueeze(-1) + 0.5)
+
+    def _cover_table(self, forecast: torch.Tensor, on_hand: torch.Tensor, pipeline: torch.Tensor,
+                     backlog: torch.Tensor, day: torch.Tensor, cover_days: torch.Tensor, dist: torch.Tensor,
+                     dispersion: torch.Tensor, z_center: torch.Tensor) -> torch.Tensor:
+        """Orders [B, A] of every action (ActionGrid.unit_table): order up to
+        ceil(mean + z sigma - 1e-9) over lead + review days, minus the inventory position."""
+        mean = torch.zeros_like(dispersion)
+        var = torch.zeros_like(dispersion)
+        for d in range(self.horizon):  # day order, as protection.cover_moments sums
+            m = forecast[:, d].double()
+            day_var = torch.where(dist == DIST_GEOMETRIC, m + m * m,
+                                  torch.where(dist == DIST_NEGBIN, m + m * m / dispersion, m))
+            inside = cover_days > d
+            mean = torch.where(inside, mean + m, mean)
+            var = torch.where(inside, var + day_var, var)
+        zz = self.values.unsqueeze(0) + z_center.unsqueeze(-1)
+        level = torch.clamp(torch.ceil(mean.unsqueeze(-1) + zz * torch.sqrt(var).unsqueeze(-1) - 1e-9), min=0.0)
+        position = on_hand.double() + pipeline.sum(dim=1).double() - backlog.double()
+        units = torch.clamp(level - position.unsqueeze(-1), min=0.0)
+        units = torch.where(zz == SKIP, torch.zeros_like(units), units)
+        if self.review_days > 1:
+            off = (day % self.review_days) != 0
+            units = torch.where(off.unsqueeze(-1), torch.zeros_like(units), units)
+        return units
+
+
+def _clip(units: torch.Tensor) -> torch.Tensor:
+    """actions._clip_orders: beyond MAX_ORDER -> MAX_ORDER; NaN or negative -> 0."""
+    ok = (units >= 0.0) & (units <= MAX_ORDER)
+    return torch.where(ok, units, torch.where(units > MAX_ORDER, torch.full_like(units, MAX_ORDER),
+                                              torch.zeros_like(units)))
+
+
+def _frozen(net: nn.Module) -> nn.Module:
+    import copy
+
+    out = copy.deepcopy(net).to(torch.float32)
+    out.requires_grad_(False)
+    out.eval()
+    return out

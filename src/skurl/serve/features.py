@@ -1,0 +1,28 @@
+"""Snapshot + catalog rows -> the observation matrix, by the simulator's own feature function
+(sim/features.feature_row, one parallel numba pass), so serving sees what training saw."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from skurl.catalog.schema import Catalog
+from skurl.serve.snapshot import Snapshot
+from skurl.sim.features import N_FIXED_FEATURES, snapshot_features
+from skurl.sim.layout import static_features
+
+
+def observations(s: Snapshot, rows: Catalog) -> np.ndarray:
+    """float32 [N, D] observations of snapshot `s` (rows: its SKUs' catalog rows, same order);
+    D = 25 + A + P of the snapshot's widths (layout.schema_for)."""
+    w = s.widths
+    out = np.empty((len(s), N_FIXED_FEATURES + w.expiring + w.pipeline), np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        statics = static_features(rows)
+    c = np.ascontiguousarray
+    snapshot_features(out, np.int64(w.pipeline), c(rows.demand_mean, np.float32), c(rows.lead_time, np.int64),
+                      c(rows.shelf_life, np.int64), c(statics), c(s.on_hand, np.int64), c(s.expiring, np.int64),
+                      c(s.backlog, np.int64), c(s.pipeline, np.int64), c(s.forecast, np.float32),
+                      c(s.sales_yesterday, np.int64), c(s.sales_last_7d, np.int64), c(s.history_days, np.int64),
+                      c(s.lost_yesterday, np.int64), c(s.promo_today, np.bool_), c(s.promo_ahead, np.bool_),
+                      c(s.day_of_week, np.int64))
+    return out

@@ -1,0 +1,58 @@
+"""Tiny trained runs for the serving tests, trained once per session (cached under the
+session's base temp dir, so every test module that asks reuses them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from skurl.cli import main
+
+COMMON = ["policy.hidden=[32,32]", "ppo.epochs=1", "ppo.minibatch=512", "train.iterations=1", "train.eval_every=1",
+          "train.torch_threads=1", "eval.days=8", "eval.warmup=2", "train.keep_best=false", "sim.days=100"]
+# The embedded defaults' grid: order-up-to offsets around the per-SKU tuned centre.
+SYNTHETIC = ["catalog.skus=200", "ppo.sample_skus=200", "policy.actions.kind=cover", "policy.actions.z_center=tuned",
+             "policy.actions.n=21", "policy.actions.z_min=-1.5", "policy.actions.z_max=1.5",
+             "train.warm_start=forecast-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=50"]
+# The classic lost-sales family (configs/lost_sales.yaml): identical SKUs, units grid.
+LOST_SALES = ["catalog.skus=200", "train.warm_start=none"]
+LOST_SALES_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lost_sales.yaml"
+
+
+def sets(items: list[str]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def trained(factory: pytest.TempPathFactory, name: str, args: list[str]) -> Path:
+    run = factory.getbasetemp() / "serve_runs" / name
+    if not (run / "checkpoints").is_dir():
+        run.parent.mkdir(parents=True, exist_ok=True)
+        assert main(["train", "--run-dir", str(run), *args]) == 0
+    return run
+
+
+@pytest.fixture(scope="session")
+def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return trained(tmp_path_factory, "synthetic", sets(COMMON + SYNTHETIC))
+
+
+@pytest.fixture(scope="session")
+def lost_sales_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return trained(tmp_path_factory, "lost_sales", ["--config", str(LOST_SALES_CONFIG), *sets(COMMON + LOST_SALES)])
+
+
+@pytest.fixture(scope="session")
+def synthetic_onnx(synthetic_run: Path) -> Path:
+    from skurl.serve.export import export_run
+
+    out = synthetic_run / "policy.onnx"
+    return out if out.is_file() else export_run(synthetic_run, out)
+
+
+@pytest.fixture(scope="session")
+def lost_sales_onnx(lost_sales_run: Path) -> Path:
+    from skurl.serve.export import export_run
+
+    out = lost_sales_run / "policy.onnx"
+    return out if out.is_file() else export_run(lost_sales_run, out)
