@@ -96,7 +96,7 @@ def check_tracked_run(mlflow_client: mlflow.MlflowClient, run_dir: Path) -> None
         json.loads((run_dir / "eval.json").read_text())["policies"]["ppo"]["avg_cost_per_sku_day"])
     assert "final/baseline_avg_cost_per_sku_day" in run.data.metrics
     files = {f.path for f in mlflow_client.list_artifacts(run.info.run_id)}
-    assert {"report.md", "config.yaml", "eval.json", "plots"} <= files
+    assert {"report.md", "config.yaml", "eval.json", "plots", "model.onnx"} <= files  # skurl export of the run
     assert mlflow_client.list_artifacts(run.info.run_id, "plots")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from skurl.commands.common import config_from_args, print_json
 from skurl.config import Config, config_to_dict, load_config
 from skurl.telemetry import tracking
 from skurl.telemetry.sinks import metric_sink
+
+log = logging.getLogger("skurl.tracking")
 
 REPEATS_FILE = "repeats.json"
 REPEAT_DIR = "repeat_{k}"
@@ -50,11 +53,25 @@ def tracked(cfg: Config, run_dir: Path, train: Callable[[], Any], *,
         with metric_sink(run):
             result = train()
         run.log_metrics(tracking.final_metrics(result.eval, result.baseline), step=result.iterations)
+        _export_model(Path(result.run_dir))
         run.log_run_files(Path(result.run_dir))
         ok = True
         return result
     finally:
         run.end(ok)
+
+
+def _export_model(run_dir: Path) -> None:
+    """RUN_DIR/model.onnx (skurl export) for the run's MLflow artifacts; a missing onnx
+    extra or a failed export is one warning, never a lost training."""
+    try:
+        from skurl.serve.export import export_run
+
+        export_run(run_dir, run_dir / "model.onnx")
+    except ImportError as exc:
+        log.warning("tracking: no model.onnx artifact (%s; install the onnx extra)", exc)
+    except Exception as exc:  # the training itself is done and saved
+        log.warning("tracking: no model.onnx artifact: export failed (%s)", exc)
 
 
 def train_repeats(args: argparse.Namespace, extra: list[str], repeats: int,
