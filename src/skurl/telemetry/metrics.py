@@ -70,6 +70,10 @@ class SkurlMetrics:
             "collector_shares_lost_total",
             "Collectors' shares an iteration trained without: they died and their SKUs were at "
             "most deploy.max_lost_share of it", registry=r)
+        self.collector_reward_out_of_range_total = Counter(
+            "collector_reward_out_of_range_total",
+            "Collected SKU-day rewards outside their SKU's plausible range (the shard is refused)",
+            registry=r)
         self.collector_lost_skus_total = Counter(
             "collector_lost_skus_total", "SKUs of the shares in collector_shares_lost_total",
             registry=r)
@@ -96,8 +100,11 @@ class SkurlMetrics:
         self.business_fill_rate = Gauge(
             "business_fill_rate", "Units sold / units demanded", BUSINESS_LABELS, registry=r)
         self.business_lost_units = Gauge(
-            "business_lost_units", "Units of demand lost (or backordered)", BUSINESS_LABELS,
+            "business_lost_units", "Units of demand lost (0 under backorders)", BUSINESS_LABELS,
             registry=r)
+        self.business_backordered_units = Gauge(
+            "business_backordered_units", "Units of demand backordered (sim.backorders)",
+            BUSINESS_LABELS, registry=r)
         self.business_waste_units = Gauge(
             "business_waste_units", "Units expired", BUSINESS_LABELS, registry=r)
         self.business_mean_on_hand = Gauge(
@@ -114,6 +121,7 @@ class SkurlMetrics:
         pairs = (
             ("fill_rate", self.business_fill_rate),
             ("lost_units", self.business_lost_units),
+            ("backordered_units", self.business_backordered_units),
             ("waste_units", self.business_waste_units),
             ("mean_on_hand", self.business_mean_on_hand),
             ("avg_cost_per_sku_day", self.business_cost_per_sku_day),
