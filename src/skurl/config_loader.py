@@ -9,6 +9,7 @@ that does not fit fails with one line naming the key, the value and what was exp
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from pathlib import Path
@@ -38,6 +39,13 @@ def opt(default: Any, help: str) -> Any:
 def section(cls: type, help: str) -> Any:
     """A nested config section with its own defaults."""
     return dataclasses.field(default_factory=cls, metadata={"help": help})
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """Resolved field types of a config dataclass (typing.get_type_hints re-evaluates the
+    annotations on every call: most of the time of a --set)."""
+    return get_type_hints(cls)
 
 
 def _expected(tp: Any) -> str:
@@ -134,7 +142,7 @@ def build(cls: type[T], data: dict[str, Any] | None, prefix: str = "") -> T:
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"config key '{prefix.rstrip('.') or '<root>'}': expected a mapping, got {data!r}")
-    hints = get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -185,7 +193,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type) -> di
                 raise ConfigError(
                     f"unknown config key '{where}' (expected one of: {', '.join(sorted(names))})"
                 )
-            tp = get_type_hints(section_cls)[part]
+            tp = _hints(section_cls)[part]
             if i == len(parts) - 1:
                 if dataclasses.is_dataclass(tp):
                     raise ConfigError(f"--set '{key}': is a section, set one of its keys")

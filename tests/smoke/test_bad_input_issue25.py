@@ -35,6 +35,11 @@ def fails(capsys: pytest.CaptureFixture[str], args: list[str], *expected: str) -
     return captured.out
 
 
+def test_control_characters_in_a_key_stay_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the hypothesis sweep: a key holding a record separator split the error in two."""
+    fails(capsys, ["config", "show", "--set", "0\x1e0=1"], "unknown config key '0\\x1e0'")
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["config", "show", "--set", "policy.hidden=[256,256"], ("config key 'policy.hidden'", "'[256,256'")),
     (["bench", "sync", "--interval", "nan"], ("--interval", "'nan'", "finite")),
@@ -131,13 +136,11 @@ def test_backordered_units_are_not_lost(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_backorder_report_column() -> None:
-    from skurl.telemetry.report_md import _summary
+    from skurl.telemetry.report_md import ReportData, _summary
 
-    class Data:
-        policies = {"a": {"avg_cost_per_sku_day": 1.0, "lost_units": 0.0, "backordered_units": 7.5}}
-        baselines, trained, best_baseline = ["a"], None, "a"
-
-    text = "\n".join(_summary(Data()))  # type: ignore[arg-type]
+    data = ReportData(records=[], evaluation=None, eval_error=None, baselines=["a"],
+                      policies={"a": {"avg_cost_per_sku_day": 1.0, "lost_units": 0.0, "backordered_units": 7.5}})
+    text = "\n".join(_summary(data))
     assert "Backordered units" in text and "7.5" in text and "Lost units" not in text
 
 
