@@ -124,6 +124,33 @@ class CatalogConfig:
             check(v >= 0 and v == v, f"catalog.{key}", v, "a number >= 0")
         check(0 <= self.supplier_delay_prob <= 1, "catalog.supplier_delay_prob", self.supplier_delay_prob, "[0, 1]")
         check(self.supplier_delay_max >= 0, "catalog.supplier_delay_max", self.supplier_delay_max, ">= 0")
+        check(self.path is None or self.kind == "file", "catalog.path", self.path,
+              f"null with catalog.kind={self.kind} (it is read only with catalog.kind=file)")
+        check_uniform_bounds(self)
+
+
+# The uniform keys and the catalog column each fills (catalog/uniform.py): a value outside
+# the column's bounds would fail as a row error naming the column, not the key.
+UNIFORM_COLUMNS = {
+    "demand.mean": "demand_mean", "demand.dispersion": "dispersion", "lead_time": "lead_time",
+    "shelf_life": "shelf_life", "holding_cost": "holding_cost", "lost_sale_cost": "lost_sale_cost",
+    "order_cost": "order_cost", "unit_cost": "unit_cost", "waste_cost": "waste_cost", "price": "price",
+    "supplier_delay_prob": "delay_prob", "supplier_delay_max": "delay_max",
+}
+
+
+def check_uniform_bounds(cfg: CatalogConfig) -> None:
+    """Every uniform key within its catalog column's bounds (catalog/schema.py COLUMNS)."""
+    from skurl.catalog.schema import COLUMNS  # lazily: skurl.catalog imports this module
+
+    bounds = {c.name: c for c in COLUMNS}
+    for key, column in UNIFORM_COLUMNS.items():
+        col = bounds[column]
+        node: Any = cfg
+        for part in key.split("."):
+            node = getattr(node, part)
+        kind = "an integer" if np.dtype(col.dtype).kind == "i" else "a number"
+        check(col.lo <= node <= col.hi, f"catalog.{key}", node, f"{kind} in [{col.lo:g}, {col.hi:g}] ({col.help})")
 
 
 @dataclass(frozen=True)
@@ -319,6 +346,7 @@ class TrainConfig:
         check(DEVICE_PATTERN.fullmatch(self.device) is not None, "train.device", self.device,
               "auto, cpu, cuda or cuda:N")
         check(self.chunk >= 1, "train.chunk", self.chunk, "an integer >= 1")
+        check(self.collect_skus >= 0, "train.collect_skus", self.collect_skus, "an integer >= 0 (0 = the whole catalog)")
         check(self.checkpoint_every >= 1, "train.checkpoint_every", self.checkpoint_every, ">= 1")
         check(self.eval_every >= 0, "train.eval_every", self.eval_every, "an integer >= 0 (0 = only at the end)")
         check(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints, "an integer >= 1")
@@ -341,6 +369,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         check(self.days >= 1, "eval.days", self.days, "an integer >= 1")
         check(self.warmup >= 0, "eval.warmup", self.warmup, "an integer >= 0")
+        check(self.skus >= 0, "eval.skus", self.skus, "an integer >= 0 (0 = the whole catalog)")
         check_seed(self.seed, "eval.seed")
 
 

@@ -16,6 +16,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_from_args(args: argparse.Namespace, extra: list[str] | None = None) -> Config:
-    """Config from --config/--set, then `extra` overrides derived from other flags."""
-    return load_config(args.config, list(args.overrides) + list(extra or []))
+def config_from_args(args: argparse.Namespace, extra: list[str] | None = None, *,
+                     base: list[str] | tuple[str, ...] = ()) -> Config:
+    """Config from --config/--set, then `extra` overrides derived from other flags;
+    `base` overrides go first (defaults that --set may change)."""
+    return load_config(args.config, [*base, *args.overrides, *(extra or [])])

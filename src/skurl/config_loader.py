@@ -9,6 +9,7 @@ that does not fit fails with one line naming the key, the value and what was exp
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from pathlib import Path
@@ -38,6 +39,13 @@ def opt(default: Any, help: str) -> Any:
 def section(cls: type, help: str) -> Any:
     """A nested config section with its own defaults."""
     return dataclasses.field(default_factory=cls, metadata={"help": help})
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """Resolved field types of a config dataclass (typing.get_type_hints re-evaluates the
+    annotations on every call: most of the time of a --set)."""
+    return get_type_hints(cls)
 
 
 def _expected(tp: Any) -> str:
@@ -78,7 +86,10 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     if origin is list:
         (item_tp,) = get_args(tp)
         if isinstance(value, str):
-            value = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
+            try:
+                value = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
+            except yaml.YAMLError:  # e.g. an unclosed list: '[256,256'
+                raise bad from None
         if not isinstance(value, (list, tuple)):
             raise bad
         return tuple(_coerce(f"{key}[{i}]", v, item_tp) for i, v in enumerate(value))
@@ -131,7 +142,7 @@ def build(cls: type[T], data: dict[str, Any] | None, prefix: str = "") -> T:
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"config key '{prefix.rstrip('.') or '<root>'}': expected a mapping, got {data!r}")
-    hints = get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -182,7 +193,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type) -> di
                 raise ConfigError(
                     f"unknown config key '{where}' (expected one of: {', '.join(sorted(names))})"
                 )
-            tp = get_type_hints(section_cls)[part]
+            tp = _hints(section_cls)[part]
             if i == len(parts) - 1:
                 if dataclasses.is_dataclass(tp):
                     raise ConfigError(f"--set '{key}': is a section, set one of its keys")
@@ -214,8 +225,15 @@ class _DuplicateKey(Exception):
         self.key, self.line = key, line
 
 
+class _BadKey(Exception):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(key)
+        self.key, self.line = key, line
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping with a repeated key (PyYAML keeps the last one)."""
+    """SafeLoader that refuses a mapping with a repeated key (PyYAML keeps the last one)
+    or with a key that is not a scalar (`? [a, b]`: a list or mapping cannot name a key)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -223,7 +241,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
                 continue
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str | int | float | bool) and key in seen:
+            if not isinstance(key, str | int | float | bool | None):
+                raise _BadKey(key, key_node.start_mark.line + 1)
+            if key in seen:
                 raise _DuplicateKey(key, key_node.start_mark.line + 1)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
@@ -244,6 +264,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except _DuplicateKey as exc:
         raise ConfigError(f"config file '{p}' line {exc.line}: key '{exc.key}' appears twice "
                           "(the second would silently win); expected each key once") from None
+    except _BadKey as exc:
+        raise ConfigError(f"config file '{p}' line {exc.line}: a key is a {type(exc.key).__name__}; "
+                          "expected a plain name such as 'sim'") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

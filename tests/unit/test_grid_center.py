@@ -155,8 +155,9 @@ def test_a_damaged_centre_file_is_one_clear_line(tmp_path: Path, tensors: dict |
 
 
 def test_config_show_rejects_a_tuned_grid_without_offset_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["config", "show"] + [a for kv in ("policy.actions.kind=cover", "policy.actions.z_center=tuned")
-                                 for a in ("--set", kv)]
-    assert main(args) == 2  # the default z_min..z_max (-1..4 in 20 steps) misses 0
+    grid = ("policy.actions.kind=cover", "policy.actions.z_center=tuned", "policy.actions.z_min=-1",
+            "policy.actions.z_max=4", "policy.actions.n=20")
+    args = ["config", "show"] + [a for kv in grid for a in ("--set", kv)]
+    assert main(args) == 2  # the key defaults' z_min..z_max (-1..4 in 20 steps) miss 0
     err = capsys.readouterr().err.strip()
     assert "policy.actions.z_min" in err and "offset 0" in err and len(err.splitlines()) == 1

@@ -142,3 +142,14 @@ def test_histogram_of_many_values_is_subsampled(tmp_path: Path) -> None:
         log.log_histogram(0, "big", values, max_values=1000)
     (histo,) = [v.histo for e in _events(tmp_path) for v in e.summary.value if v.HasField("histo")]
     assert histo.num == 1000 and histo.min == 0.0 and histo.max == 9990.0
+
+
+def test_non_finite_scalars_stay_out_of_tensorboard(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """tensorboardX warns "NaN or Inf found in input tensor." for each (the stray line of a
+    decoupled resume, issue 25); metrics.jsonl keeps them as null."""
+    with RunLogger(tmp_path) as log:
+        log.log(0, {"explained_variance": float("nan"), "kl": float("inf"), "reward_mean": -1.0})
+    assert "NaN or Inf" not in caplog.text
+    assert _scalars(tmp_path) == {"reward/reward_mean": {0: -1.0}}
+    assert json.loads(_lines(tmp_path)[0]) == {"iteration": 0, "explained_variance": None, "kl": None,
+                                               "reward_mean": -1.0}

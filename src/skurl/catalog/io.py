@@ -218,8 +218,21 @@ def _load(path: Path, fmt: str) -> Catalog:
     return _table_to_catalog(path, _read_table(path, fmt))
 
 
+def _column_names(path: Path, table: pa.Table) -> list[str]:
+    """The table's column names; a name that is not UTF-8 (Arrow decodes names lazily) is
+    one line naming its position, not a UnicodeDecodeError."""
+    names = []
+    for i in range(table.num_columns):
+        try:
+            names.append(table.schema.field(i).name)
+        except UnicodeDecodeError:
+            raise CatalogError(f"catalog file '{path}': the name of column {i + 1} is not UTF-8 text; "
+                               f"expected names such as {', '.join(REQUIRED)}") from None
+    return names
+
+
 def _table_to_catalog(path: Path, table: pa.Table) -> Catalog:
-    _check_names(path, table.column_names)
+    _check_names(path, _column_names(path, table))
     return _catalog_from_table(path, table)
 
 

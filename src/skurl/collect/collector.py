@@ -22,6 +22,7 @@ from numba import njit, prange
 
 from skurl.buffer.rollout import Rollout
 from skurl.catalog.schema import Catalog
+from skurl.collect.reward_range import check_rewards, reward_bounds
 from skurl.errors import UserError
 from skurl.policy.actions import ActionGrid, bind_to_env, report_clipped
 from skurl.policy.bf16 import cpu_has_bf16, warn_if_emulated
@@ -139,6 +140,14 @@ class Collector:
         self.version = 0
         self.nets = InferenceNets(model, self.dtype)
         self.stats = CollectStats()
+        self._reward_bound = self._bounds(catalog if catalog is not None else getattr(env, "catalog", None))
+
+    def _bounds(self, catalog: Catalog | None) -> np.ndarray:
+        """Per-SKU reward range (collect/reward_range.py); only finiteness is checked for
+        an env whose catalog rows are not known here."""
+        if catalog is None or len(catalog) != self.env.num_skus:
+            return np.full(self.env.num_skus, np.inf)
+        return reward_bounds(catalog, self.days, self._unbound)
 
     def use_center(self, center: GridCenter) -> None:
         """Centre the cover grid on the run's tuned factors (policy.actions.z_center=tuned)."""
@@ -197,6 +206,7 @@ class Collector:
             self.stats.reward_sum += float(result.reward.sum(dtype=np.float64))
             self.stats.days += 1
             if rollout is not None:
+                check_rewards(result.reward, self._reward_bound, self.sku_ids, day)
                 rollout.rewards[day] = result.reward
                 rollout.dones[day] = result.done
             obs = result.obs

@@ -19,7 +19,8 @@ Accounting (sums over SKUs and counted days, failed SKUs excluded):
   the SKU that had the stock, a customer's demand and loss at the SKU they came for, and
   `lost` net of what substitutes served; so under lost sales this equals units sold /
   units demanded over the catalog. Under backorders `lost` is the newly backordered
-  units, so fill_rate is the same-day (ready) rate.
+  units, so fill_rate is the same-day (ready) rate; nothing is lost then: lost_units is 0
+  and backordered_units counts them.
 - item_fill_rate = 1 - (lost + substituted) / demand: served by the very item wanted.
 - cost_se: standard error of avg_cost_per_sku_day, treating the per-SKU(-episode) averages
   as independent draws (exact for a uniform catalog without substitution).
@@ -116,7 +117,7 @@ class EvalResult:
     item_fill_rate: float
     demand_units: float
     sales_units: float
-    lost_units: float
+    lost_units: float  # demand lost for good (0 under backorders)
     waste_units: float
     mean_on_hand: float
     breakdown: dict[str, float]  # per SKU-day: holding, penalty, purchase, order, waste, revenue
@@ -125,6 +126,7 @@ class EvalResult:
     per_sku_cost: np.ndarray = field(repr=False)  # float64 [N] average cost per day
     per_sku_profit: np.ndarray = field(repr=False)
     per_sku_inventory_cost: np.ndarray = field(repr=False)
+    backordered_units: float = 0.0  # demand not served the day it came, owed (sim.backorders)
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items()
@@ -190,7 +192,9 @@ def _aggregate(policy: Policy, sums: dict[str, np.ndarray], failed: np.ndarray, 
         cost_se=se,
         fill_rate=1.0 - total["lost"] / demand if demand > 0 else 1.0,
         item_fill_rate=1.0 - (total["lost"] + total["substituted"]) / demand if demand > 0 else 1.0,
-        demand_units=demand, sales_units=total["sales"], lost_units=total["lost"],
+        demand_units=demand, sales_units=total["sales"],
+        lost_units=0.0 if sim_cfg.backorders else total["lost"],
+        backordered_units=total["lost"] if sim_cfg.backorders else 0.0,
         waste_units=total["waste"], mean_on_hand=total["on_hand_end"] / sku_days,
         breakdown=breakdown, failed_skus=int(failed.sum()),
         avg_inventory_cost_per_sku_day=float(inventory_sku[ok].sum() / count),

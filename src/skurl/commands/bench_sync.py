@@ -32,7 +32,7 @@ from typing import IO, Any
 import numpy as np
 import yaml
 
-from skurl.commands.common import add_config_flags, config_from_args, print_json
+from skurl.commands.common import add_config_flags, config_from_args, print_json, seconds
 from skurl.errors import UserError
 
 
@@ -43,7 +43,7 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
                    help="weight sync backend (default: sync.backend when it is redis or grpc, else grpc)")
     p.add_argument("--subscribers", type=int, default=2, help="subscriber processes (collectors)")
     p.add_argument("--publishes", type=int, default=100, help="versions published (timed)")
-    p.add_argument("--interval", type=float, default=0.1, help="seconds between publishes")
+    p.add_argument("--interval", type=seconds, default=0.1, help="seconds between publishes")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_sync)
 

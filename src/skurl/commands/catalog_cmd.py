@@ -11,6 +11,7 @@ import numpy as np
 
 from skurl.catalog.schema import DIST_NAMES, Catalog
 from skurl.commands.common import add_config_flags, config_from_args, print_json
+from skurl.errors import UserError
 
 SLOW_RATE = 0.1  # units/day: "a few units a month"
 FAST_RATE = 100.0
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     synth.add_argument("--skus", type=int, help="number of SKUs (default: catalog.skus)")
     synth.add_argument("--out", required=True, help="output file: .parquet, .pq or .csv")
     synth.add_argument("--seed", type=int, help="generator seed (default: catalog.seed)")
+    synth.add_argument("--force", action="store_true", help="replace --out if it exists")
     add_config_flags(synth)
     synth.set_defaults(func=_synth)
 
@@ -96,6 +98,9 @@ def _synth(args: argparse.Namespace) -> int:
     extra = [f"catalog.seed={args.seed}"] if args.seed is not None else []
     extra += [f"catalog.skus={args.skus}"] if args.skus is not None else []
     cfg = config_from_args(args, extra)
+    if Path(args.out).exists() and not args.force:
+        raise UserError(f"skurl catalog synth: --out '{args.out}' exists; expected a new path "
+                        "(or --force to replace it)")
     start = time.perf_counter()
     catalog = synthetic_catalog(cfg.catalog)
     path = write_catalog(catalog, args.out)
@@ -116,9 +121,15 @@ def _describe(args: argparse.Namespace) -> int:
     from skurl.catalog.io import read_catalog
 
     if args.file:
+        if args.config or args.overrides:
+            # FILE is the catalog: --config/--set would be ignored (catalog.* keys describe
+            # another catalog; the others do not change a file's rows).
+            raise UserError(f"skurl catalog describe: FILE '{args.file}' and --config/--set both "
+                            "name a catalog; expected one of them (e.g. --set catalog.kind=file "
+                            "--set catalog.path=FILE)")
         catalog, source = read_catalog(args.file), str(Path(args.file))
     else:
-        cfg = config_from_args(args)
+        cfg = config_from_args(args, embedded=True)  # without --config: the catalog of a bare `skurl train`
         catalog, source = load_catalog(cfg.catalog), f"{cfg.catalog.kind} catalog from the config"
     s = summarize(catalog)
     if args.json:

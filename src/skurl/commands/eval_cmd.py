@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from skurl.policy.api import Policy
 from skurl.policy.baselines import POLICY_NAMES, check_policy_name, make_policy
 from skurl.policy.learned import run_config_file
 from skurl.sim.layout import catalog_widths
+from skurl.telemetry.progress import throttled_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,19 +50,6 @@ def _eval_overrides(args: argparse.Namespace) -> list[str]:
     return [f"eval.{k}={v}" for k, v in flags.items() if v is not None]
 
 
-def _log(args: argparse.Namespace) -> Any:
-    """Progress lines on stderr, at most one every two seconds (stdout stays clean)."""
-    last = [0.0]
-
-    def log(msg: str) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 2.0:
-            last[0] = now
-            print(msg, file=sys.stderr, flush=True)
-
-    return log
-
-
 def resolve_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog,
                    ) -> tuple[Policy, dict[str, Any] | None]:
     """The policy the flags ask for, and its tuning summary (None when not tuned)."""
@@ -79,7 +66,7 @@ def resolve_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog,
 
     start = time.perf_counter()
     result = tune(name, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
-                  warmup=cfg.eval.warmup, progress=_log(args))
+                  warmup=cfg.eval.warmup, progress=throttled_lines(2.0))
     summary = {**result.summary(), "seconds": round(time.perf_counter() - start, 3)}
     return make_policy(name, catalog, cfg.sim, result.params), summary
 
@@ -113,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         _check_run_overrides(args.overrides)
         if not args.config:  # a run is scored on its own catalog
             args.config = str(run_config)
-    cfg = config_from_args(args, _eval_overrides(args))
+    # Without --config (or --run) on the embedded defaults: the catalog a bare `skurl train` trains on.
+    cfg = config_from_args(args, _eval_overrides(args), embedded=True)
     # The first eval.skus SKUs of the configured catalog, as the in-training evaluation
     # scores them; features as wide as the whole catalog's, the width a network trained
     # on it expects (a subset alone may need fewer pipeline or age columns).
@@ -177,9 +165,11 @@ def print_table(result: EvalResult, tuning: dict[str, Any] | None, seconds: floa
                                          "(holding, penalty, ordering, waste)"),
         ("fill rate (customers)", f"{result.fill_rate:.4%}"),
         ("fill rate (own item)", f"{result.item_fill_rate:.4%}"),
-        # with backorders the unmet units are owed, not lost (the JSON keeps lost_units)
-        ("units backordered" if backorders else "lost units",
-         f"{result.lost_units:,.0f} ({result.lost_units / max(sku_days, 1):.4g} / SKU-day)"),
+        # with backorders the unmet units are owed, not lost (lost_units is 0 then)
+        ("units backordered", f"{result.backordered_units:,.0f} "
+                              f"({result.backordered_units / max(sku_days, 1):.4g} / SKU-day)")
+        if backorders else
+        ("lost units", f"{result.lost_units:,.0f} ({result.lost_units / max(sku_days, 1):.4g} / SKU-day)"),
         ("waste units", f"{result.waste_units:,.0f} ({result.waste_units / max(sku_days, 1):.4g} / SKU-day)"),
         ("mean on hand / SKU", f"{result.mean_on_hand:.4g}"),
         ("cost breakdown / SKU-day", _fmt(result.breakdown)),

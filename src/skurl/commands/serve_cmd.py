@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from skurl.commands.common import add_config_flags, config_from_args
+from skurl.commands.common import add_config_flags, config_from_args, seconds
 from skurl.errors import UserError
 from skurl.telemetry.metrics import as_role
 
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="interface to listen on (0.0.0.0 for other machines; default loopback)")
     p.add_argument("--max-sessions", type=int, default=8,
                    help="most env sessions (collectors, evaluators) served at once")
-    p.add_argument("--grace", type=float, default=5.0,
+    p.add_argument("--grace", type=seconds, default=5.0,
                    help="seconds calls in flight may take to finish on shutdown")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="also serve Prometheus /metrics on this port (0 = any free port)")

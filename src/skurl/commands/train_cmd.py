@@ -122,6 +122,10 @@ def _prepare(args: argparse.Namespace) -> list[str]:
         _check_run_dir(Path(args.run_dir))
     if getattr(args, "mode", None) is None:
         args.mode = _mode(args)
+    mode = args.mode
+    _check_mode_flags(mode, getattr(args, "address", None))
+    if args.resume:
+        _check_resume_network(Path(args.resume), list(args.overrides))
     catalog = getattr(args, "catalog", None)
     if catalog and not args.resume:
         extra += ["catalog.kind=file", f"catalog.path={catalog}"]
@@ -164,6 +168,51 @@ def _mode(args: argparse.Namespace) -> str:
             print(f"skurl train: resuming {args.resume} in --mode {mode}, the mode it was started in",
                   file=sys.stderr)
     return mode or "colocated"
+
+
+def _check_mode_flags(mode: str, address: str | None) -> None:
+    """Flags of --mode ray, before any work: --address means nothing elsewhere, and a
+    missing ray package would fail only after the catalog is built and the baseline tuned."""
+    if address and mode != "ray":
+        raise UserError(f"skurl train: --address {address} is the Ray cluster of --mode ray; "
+                        f"expected --mode ray with it (got --mode {mode})")
+    if mode == "ray":
+        try:
+            import ray  # noqa: F401
+        except ModuleNotFoundError as exc:
+            if exc.name != "ray":
+                raise
+            raise UserError("skurl train --mode ray: the ray package is not installed; expected "
+                            "pip install 'skurl[ray]' (or --mode colocated | decoupled)") from None
+
+
+# Keys that set the shapes of a run's networks: its checkpoints cannot load into others.
+NETWORK_KEYS = ("policy.hidden", "policy.actions.n")
+
+
+def _check_resume_network(run_dir: Path, overrides: list[str]) -> None:
+    """--resume with --set of a network key: name the key before any work, not a torch
+    size mismatch after the catalog is built."""
+    from skurl.config import load_config
+
+    own = run_dir / "config.yaml"
+    touched = [o for o in overrides if o.split("=", 1)[0].strip() in NETWORK_KEYS]
+    if not touched or not own.is_file():
+        return  # nothing to compare (a missing run dir is reported by the resume itself)
+    before, after = load_config(own), load_config(own, overrides)
+    for item in touched:
+        key = item.split("=", 1)[0].strip()
+        old, new = _get(before, key), _get(after, key)
+        if old != new:
+            raise UserError(f"skurl train --resume: --set {item} changes the network of the run "
+                            f"({key}={list(old) if isinstance(old, tuple) else old} in {own}); expected "
+                            "that value (start a new run to change it)")
+
+
+def _get(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
 
 
 def _check_run_dir(run_dir: Path) -> None:

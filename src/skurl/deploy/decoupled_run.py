@@ -315,7 +315,7 @@ class GrpcCollectors:
                 totals[k] = totals.get(k, 0.0) + float(v)
             sku_days += int(meta.get("sku_days", 0))
         if sku_days:
-            m.record_business(self.run_name, "collect", business_from_totals(totals, sku_days))
+            m.record_business(self.run_name, "collect", business_from_totals(totals, sku_days, self.cfg.sim.backorders))
 
 
 class DecoupledRun(ColocatedRun):

@@ -55,6 +55,7 @@ class RoleCollectorServicer(CollectorServicer):
         # One rollout kept for GetBuffer (debugging): the learner reads the store.
         super().__init__(collector_id, collector, cfg.rpc, store=store, keep_iterations=1)
         self._env = env  # CatalogSchemaEnv: business totals of the last episode
+        self._backorders = cfg.sim.backorders
         self._shard_envs = list(shard_envs or [])  # ReplayingRemoteEnvs: recoveries
         self._run_name = run_name
         self._received: dict[int, float] = {}  # version -> unix time it was offered
@@ -95,7 +96,7 @@ class RoleCollectorServicer(CollectorServicer):
         from skurl.telemetry.metrics import get_metrics
 
         stats = self._collector.stats
-        business = self._env.business()
+        business = self._env.business(self._backorders)
         meta = {"policy_version": int(rollout.policy_version), "sku_count": rollout.num_skus,
                 "rows": rollout.transitions, "seed": rollout.seed, "episode": rollout.episode,
                 "barrier_wait_s": self._barrier_wait,

@@ -211,12 +211,14 @@ def column_map(inner: ObsSchema, outer: ObsSchema) -> list[tuple[int, int, int]]
 BUSINESS_SUMS = ("demand", "sales", "lost", "waste", "on_hand_end")
 
 
-def business_from_totals(totals: dict[str, float], sku_days: int) -> dict[str, float]:
-    """Fill rate, lost and waste units, mean on-hand per SKU-day from summed day metrics
-    (the keys of report.PolicyResult that telemetry.metrics.record_business reads)."""
-    demand = totals.get("demand", 0.0)
+def business_from_totals(totals: dict[str, float], sku_days: int, backorders: bool = False) -> dict[str, float]:
+    """Fill rate, lost (or, under sim.backorders, backordered) and waste units, mean on-hand
+    per SKU-day from summed day metrics (report.PolicyResult's keys, as record_business
+    reads them; the day metric `lost` is the newly backordered units under backorders)."""
+    demand, unmet = totals.get("demand", 0.0), totals.get("lost", 0.0)
     return {"fill_rate": totals.get("sales", 0.0) / demand if demand > 0 else 1.0,
-            "lost_units": totals.get("lost", 0.0), "waste_units": totals.get("waste", 0.0),
+            "lost_units": 0.0 if backorders else unmet, "backordered_units": unmet if backorders else 0.0,
+            "waste_units": totals.get("waste", 0.0),
             "mean_on_hand": totals.get("on_hand_end", 0.0) / max(sku_days, 1)}
 
 
@@ -263,9 +265,9 @@ class CatalogSchemaEnv:
         return StepResult(obs=self._widen(result.obs), reward=result.reward, done=result.done,
                           metrics=result.metrics, failed=result.failed)
 
-    def business(self) -> dict[str, float]:
+    def business(self, backorders: bool = False) -> dict[str, float]:
         """The episode so far as report.PolicyResult-like keys (record_business)."""
-        return business_from_totals(self.totals, self.num_skus * self.days)
+        return business_from_totals(self.totals, self.num_skus * self.days, backorders)
 
     def info(self) -> dict[str, Any]:
         return dict(self.env.info(), obs_dim=self._schema.dim)

@@ -183,7 +183,20 @@ def restore_learner(learner: Any, path: str | Path, restore_rng: bool = True) ->
     return _restore(learner, tensors, meta, restore_rng)
 
 
+def check_shapes(saved: dict[str, torch.Tensor], model: torch.nn.Module) -> None:
+    """One line naming the first weight whose shape differs from the model's (a resumed run
+    whose policy.hidden, policy.actions.n or observation width changed), not torch's
+    multi-line size-mismatch RuntimeError."""
+    for name, want in model.state_dict().items():
+        got = saved.get(name)
+        if got is not None and tuple(got.shape) != tuple(want.shape):
+            raise CheckpointError(
+                f"checkpoint weight '{name}' has shape {list(got.shape)}, this config builds {list(want.shape)}; "
+                "expected the run's own policy.hidden, policy.actions.n and catalog features")
+
+
 def _restore(learner: Any, tensors: dict[str, torch.Tensor], meta: dict[str, Any], restore_rng: bool) -> dict[str, Any]:
+    check_shapes(_strip(tensors, "model/"), learner.model)
     learner.model.load_state_dict(_strip(tensors, "model/"))
     learner.reward_scaler.load_state_dict(_strip(tensors, "reward_scaler/"))
     learner.optimizer.load_state_dict(_optimizer_state(tensors, meta["optimizer_param_groups"]))

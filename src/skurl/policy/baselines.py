@@ -146,11 +146,27 @@ def order_up_to_level(mean: np.ndarray, sigma: np.ndarray, z: np.ndarray | float
     return np.maximum(0.0, np.ceil(mean + z * sigma - 1e-9))
 
 
+def reorder_point(level: np.ndarray) -> np.ndarray:
+    """(s, S)'s s for an order-up-to level: level - 1, so it orders once the position is
+    below the level; -1 (never order: the position of a SKU nobody buys stays >= 0) where
+    the level is 0, e.g. a SKU without demand."""
+    return np.maximum(level - 1.0, -1.0)
+
+
 def eoq(catalog: Catalog) -> np.ndarray:
     """Economic order quantity sqrt(2 K m / h) in whole units >= 1 (Harris 1913)."""
     m = long_run_mean(catalog)
     h = np.maximum(catalog.holding_cost.astype(np.float64), 1e-9)
     return np.maximum(1.0, np.round(np.sqrt(2.0 * catalog.order_cost * m / h)))
+
+
+def within_limit(units: np.ndarray) -> np.ndarray:
+    """Orders capped at the simulator's per-day limit (sim/env.py MAX_ORDER): a valid level
+    can exceed it (demand 1e7/day over lead 60 + review 100 days), and is then reached over
+    several days instead of the env refusing the whole batch."""
+    from skurl.sim.env import MAX_ORDER  # lazily: the vectorized env is a sibling part
+
+    return np.minimum(units, MAX_ORDER)
 
 
 def _review_mask(obs: Obs, review_days: int) -> bool:
@@ -189,7 +205,7 @@ class BaseStock:
     def orders(self, obs: Obs) -> np.ndarray:
         if not _review_mask(obs, self.review_days):
             return np.zeros(obs.raw.on_hand.shape[0])
-        return np.maximum(0.0, self.S - inventory_position(obs.raw))
+        return within_limit(np.maximum(0.0, self.S - inventory_position(obs.raw)))
 
     def params(self) -> dict[str, Any]:
         return {"S": self.S}
@@ -209,7 +225,7 @@ class CappedBaseStock:
     def orders(self, obs: Obs) -> np.ndarray:
         if not _review_mask(obs, self.review_days):
             return np.zeros(obs.raw.on_hand.shape[0])
-        return np.minimum(self.r, np.maximum(0.0, self.S - inventory_position(obs.raw)))
+        return within_limit(np.minimum(self.r, np.maximum(0.0, self.S - inventory_position(obs.raw))))
 
     def params(self) -> dict[str, Any]:
         return {"S": self.S, "r": self.r}
@@ -228,7 +244,7 @@ class SS:
         if not _review_mask(obs, self.review_days):
             return np.zeros(obs.raw.on_hand.shape[0])
         ip = inventory_position(obs.raw)
-        return np.where(ip <= self.s, np.maximum(0.0, self.S - ip), 0.0)
+        return within_limit(np.where(ip <= self.s, np.maximum(0.0, self.S - ip), 0.0))
 
     def params(self) -> dict[str, Any]:
         return {"s": self.s, "S": self.S}
@@ -245,7 +261,7 @@ class Constant:
 
     def orders(self, obs: Obs) -> np.ndarray:
         t = float(obs.raw.day)
-        return np.floor((t + 1.0) * self.c + 1e-9) - np.floor(t * self.c + 1e-9)
+        return within_limit(np.floor((t + 1.0) * self.c + 1e-9) - np.floor(t * self.c + 1e-9))
 
     def params(self) -> dict[str, Any]:
         return {"c": self.c}
@@ -271,7 +287,7 @@ class ForecastBaseStock:
     def orders(self, obs: Obs) -> np.ndarray:
         if not _review_mask(obs, self.review_days):
             return np.zeros(obs.raw.on_hand.shape[0])
-        return np.maximum(0.0, self.level(obs.raw) - inventory_position(obs.raw))
+        return within_limit(np.maximum(0.0, self.level(obs.raw) - inventory_position(obs.raw)))
 
     def params(self) -> dict[str, Any]:
         return {"z": self.z}
@@ -294,7 +310,7 @@ def default_params(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Params:
     if name == "capped-base-stock":
         return {"S": static_level(catalog, sim_cfg, z), "r": cap_from_multiplier(catalog, sim_cfg, 1.5)}
     if name == "s-S":
-        s = np.maximum(static_level(catalog, sim_cfg, z) - 1.0, 0.0)
+        s = reorder_point(static_level(catalog, sim_cfg, z))
         return {"s": s, "S": s + eoq(catalog)}
     if name == "constant":
         # Below the mean: ordering the mean makes lost-sales stock a driftless random walk

@@ -43,6 +43,7 @@ from skurl.policy.baselines import (
     default_z,
     eoq,
     long_run_mean,
+    reorder_point,
     static_level,
     summarize,
 )
@@ -109,7 +110,7 @@ def knob_params(name: str, catalog: Catalog, sim_cfg: SimConfig, knobs: dict[str
         return {"S": level}
     if name == "capped-base-stock":
         return {"S": level, "r": cap_from_multiplier(catalog, sim_cfg, knobs["cap"])}
-    s = np.maximum(level - 1.0, 0.0)
+    s = reorder_point(level)
     return {"s": s, "S": s + np.maximum(1.0, np.round(knobs["q"] * eoq(catalog)))}
 
 
@@ -232,8 +233,14 @@ def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, day
     leaders are too close to call). Heterogeneous catalogs simulate every SKU for each of
     ~11-20 candidates, so their horizon is capped at per_sku_warmup + per_sku_days (a
     20k-SKU tune then stays well under a minute on 2 cores), and a small catalog is
-    simulated as several replicas (per_sku_replicas: PER_SKU_DAY_BUDGET SKU-days)."""
+    simulated as several replicas (per_sku_replicas: PER_SKU_DAY_BUDGET SKU-days).
+    `progress` gets a line per candidate run; by default a line every 5 s at most goes to
+    stderr (a minute of tuning before training must not look like a hang in a log)."""
     check_policy_name(name)
+    if progress is None:
+        from skurl.telemetry.progress import throttled_lines
+
+        progress = throttled_lines(5.0)
     seed = tuning_seed(eval_seed)
     if is_uniform(catalog):
         from skurl.policy.tuning_uniform import tune_uniform

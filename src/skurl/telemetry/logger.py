@@ -117,8 +117,10 @@ class RunLogger:
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
         self._file.flush()
         if self._writer is not None:
-            for key, value in scalars.items():
-                if value is not None:
+            # NaN/inf (null in metrics.jsonl) are left out of TensorBoard, which cannot plot
+            # them and would print "NaN or Inf found in input tensor." for each one.
+            for key, value in record.items():
+                if value is not None and key != "iteration":
                     self._writer.add_scalar(tb_tag(key), float(value), int(iteration))
         if self._sinks:  # the TensorBoard scalars, finite ones only
             tagged = {tb_tag(k): float(v) for k, v in record.items() if k != "iteration" and v is not None}

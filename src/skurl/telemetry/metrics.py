@@ -45,8 +45,8 @@ _SLOW_BUCKETS = (1e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 BUSINESS_LABELS = ("run", "policy")
 
 Role = Literal["all", "learner", "collector", "sim", "colocated"]
-_BUSINESS = ("business_fill_rate", "business_lost_units", "business_waste_units",
-             "business_mean_on_hand", "business_cost_per_sku_day")
+_BUSINESS = ("business_fill_rate", "business_lost_units", "business_backordered_units",
+             "business_waste_units", "business_mean_on_hand", "business_cost_per_sku_day")
 _UPDATE = ("learner_gradient_norm", "learner_weight_version", "learner_updates_total",
            "learner_policy_loss", "learner_value_loss", "learner_entropy", "learner_approx_kl",
            "learner_clip_fraction")
@@ -55,12 +55,13 @@ ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
     "sim": ("sim_step_duration_seconds",),
     "collector": ("stage_seconds", "collector_episodes_total", "collector_steps_per_second",
                   "collector_episode_duration_seconds", "collector_weight_sync_lag_seconds",
-                  "collector_buffer_size", "barrier_wait_seconds", *_BUSINESS),
+                  "collector_buffer_size", "barrier_wait_seconds", "collector_reward_out_of_range_total",
+                  *_BUSINESS),
     # the decoupled/ray learner: it also counts the collectors' shares it trained without
     "learner": ("stage_seconds", *_UPDATE, "learner_training_step_duration_seconds",
                 "learner_gpu_memory_allocated_bytes", "barrier_wait_seconds",
                 "collector_shares_lost_total", "collector_lost_skus_total", *_BUSINESS),
-    "colocated": ("stage_seconds", *_UPDATE),
+    "colocated": ("stage_seconds", *_UPDATE, "collector_reward_out_of_range_total"),
 }
 
 
@@ -97,6 +98,10 @@ class SkurlMetrics:
             "collector_shares_lost_total",
             "Collectors' shares an iteration trained without: they died and their SKUs were at "
             "most deploy.max_lost_share of it", registry=r)
+        self.collector_reward_out_of_range_total = Counter(
+            "collector_reward_out_of_range_total",
+            "Collected SKU-day rewards outside their SKU's plausible range (the shard is refused)",
+            registry=r)
         self.collector_lost_skus_total = Counter(
             "collector_lost_skus_total", "SKUs of the shares in collector_shares_lost_total",
             registry=r)
@@ -137,8 +142,11 @@ class SkurlMetrics:
         self.business_fill_rate = Gauge(
             "business_fill_rate", "Units sold / units demanded", BUSINESS_LABELS, registry=r)
         self.business_lost_units = Gauge(
-            "business_lost_units", "Units of demand lost (or backordered)", BUSINESS_LABELS,
+            "business_lost_units", "Units of demand lost (0 under backorders)", BUSINESS_LABELS,
             registry=r)
+        self.business_backordered_units = Gauge(
+            "business_backordered_units", "Units of demand backordered (sim.backorders)",
+            BUSINESS_LABELS, registry=r)
         self.business_waste_units = Gauge(
             "business_waste_units", "Units expired", BUSINESS_LABELS, registry=r)
         self.business_mean_on_hand = Gauge(
@@ -173,6 +181,7 @@ class SkurlMetrics:
         pairs = (
             ("fill_rate", self.business_fill_rate),
             ("lost_units", self.business_lost_units),
+            ("backordered_units", self.business_backordered_units),
             ("waste_units", self.business_waste_units),
             ("mean_on_hand", self.business_mean_on_hand),
             ("avg_cost_per_sku_day", self.business_cost_per_sku_day),

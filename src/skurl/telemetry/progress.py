@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 _REWARD_KEYS = ("reward_mean", "reward")
@@ -174,3 +175,20 @@ class Progress:
             line += f"  eta {_clock(eta)}"
         self._stream.write(line + "\n")
         self._stream.flush()
+
+
+def throttled_lines(every: float = 5.0, stream: IO[str] | None = None) -> Callable[[str], None]:
+    """A progress callback for long work outside the training loop (baseline tuning): the
+    first message at once, then at most one line every `every` seconds, on stderr by default
+    (stdout stays clean for --json), whether or not it is a terminal."""
+    last = [-float("inf")]
+
+    def line(message: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every:
+            last[0] = now
+            out = stream if stream is not None else sys.stderr
+            out.write(message + "\n")
+            out.flush()
+
+    return line

@@ -79,7 +79,8 @@ class PolicyResult(TypedDict):
     avg_profit_per_sku_day: NotRequired[float]
     avg_inventory_cost_per_sku_day: NotRequired[float]  # costs a policy controls (collect/evaluate.py)
     fill_rate: NotRequired[float]
-    lost_units: NotRequired[float]
+    lost_units: NotRequired[float]  # 0 under sim.backorders: the unmet units are owed
+    backordered_units: NotRequired[float]
     waste_units: NotRequired[float]
     mean_on_hand: NotRequired[float]
     breakdown: NotRequired[CostBreakdown]

@@ -249,6 +249,9 @@ def _summary(data: ReportData) -> list[str]:
         return [*lines, "_No evaluation results yet._", ""]
     best_result = data.policies.get(data.best_baseline) if data.best_baseline else None
     best = _cost(best_result)
+    # Under sim.backorders nothing is lost (lost_units 0): the unmet units are owed.
+    owed = any((_num(p.get("backordered_units")) or 0) > 0 for p in data.policies.values())
+    unmet, unmet_label = ("backordered_units", "Backordered units") if owed else ("lost_units", "Lost units")
     rows = []
     for name in _ordered_policies(data):
         p = data.policies[name]
@@ -256,10 +259,10 @@ def _summary(data: ReportData) -> list[str]:
         rows.append([_label(data, name), fmt(_cost(p)), fmt_pct(_vs(_cost(p), best)),
                      fmt(_inventory(p)), fmt_pct(_vs(_inventory(p), _inventory(best_result))),
                      fmt(_profit(p)), fmt_pct(100 * fill if fill is not None else None, False),
-                     fmt(p.get("lost_units")), fmt(p.get("waste_units")),
+                     fmt(p.get(unmet)), fmt(p.get("waste_units")),
                      fmt(p.get("mean_on_hand"))])
     lines += _table(["Policy", "Cost/SKU-day", "vs best baseline", "Inventory cost/SKU-day",
-                     "vs best baseline", "Profit/SKU-day", "Fill rate", "Lost units",
+                     "vs best baseline", "Profit/SKU-day", "Fill rate", unmet_label,
                      "Waste units", "Mean on-hand"], rows)
     if data.trained and best is not None:
         change = _vs(_cost(data.policies[data.trained]), best)
