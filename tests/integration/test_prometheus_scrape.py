@@ -23,7 +23,6 @@ import yaml
 
 from skurl.config import load_config
 from skurl.deploy import decoupled
-from skurl.deploy.decoupled_run import DecoupledRun
 from skurl.telemetry.metrics import process_role
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,17 +131,28 @@ def scraped_run(tmp_path_factory: pytest.TempPathFactory, prometheus_binary: str
             "skurl-collector": [f"127.0.0.1:{base + 1 + SIMS + j}" for j in range(COLLECTORS)]}
     prom = Prometheus(tmp_path, jobs)
 
-    class WaitForScrapes(DecoupledRun):
-        """Each iteration ends once Prometheus has scraped its figures from every process,
-        so the assertions below do not depend on timing."""
+    class WaitForScrapes:
+        """Around the run's weights: each iteration's publish (after its update) returns
+        once Prometheus has scraped its figures from every process, so the assertions below
+        do not depend on timing."""
 
-        def iteration(self, it: int) -> dict[str, Any]:
-            out = super().iteration(it)
-            done = it + 1
+        def __init__(self, inner: Any, run: Any) -> None:
+            self.inner, self.run = inner, run
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def publish(self, version: int, tensors: Any) -> Any:
+            out = self.inner.publish(version, tensors)
+            done = self.run.learner.iteration
             prom.wait(lambda: (prom.value('learner_updates_total{job="skurl-learner"}') or 0) >= done
                       and len(prom.query(f'collector_episodes_total >= {done}')) == COLLECTORS,
                       f"iteration {done} scraped")
             return out
+
+    def waiting(collectors: Any, run: Any) -> Any:
+        run.weights = WaitForScrapes(run.weights, run)
+        return collectors
 
     cfg = load_config(None, [
         "catalog.skus=120", "sim.days=6", "policy.hidden=[16,16]", "ppo.epochs=1",
@@ -152,7 +162,7 @@ def scraped_run(tmp_path_factory: pytest.TempPathFactory, prometheus_binary: str
         "sync.timeout_s=60", f"deploy.metrics_base_port={base}"])
     try:
         with process_role("learner"):  # as `skurl train --mode decoupled` runs it
-            result = decoupled.train(cfg, tmp_path / "run", baseline=False, run_cls=WaitForScrapes)
+            result = decoupled.train(cfg, tmp_path / "run", baseline=False, wrap=waiting)
         assert result.iterations == ITERATIONS
         yield prom
     finally:
