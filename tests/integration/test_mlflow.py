@@ -188,7 +188,7 @@ def test_register_tags_the_version_with_the_backtest(where: str, request: pytest
 @pytest.mark.skipif(importlib.util.find_spec("skurl.serve.export") is None,
                     reason="skurl.serve.export (skurl export) is not in this tree yet")
 def test_register_with_the_real_export(server_run: Path, tmp_path: Path) -> None:
-    from skurl.serve.register import default_export
+    from skurl.commands.register import default_export
 
     argv = ["--run", str(server_run), "--name", "real-export", "--min-improvement", "-10",
             "--set", f"tracking.uri={file_store(tmp_path)}"]

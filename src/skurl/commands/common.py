@@ -39,10 +39,7 @@ def config_from_args(args: argparse.Namespace, extra: list[str] | None = None, *
 
 def embedded_overrides() -> list[str]:
     """The --set keys a bare `skurl train` applies on top of the class defaults."""
-    from skurl.commands.train_cmd import (  # lazily: train_cmd imports this module
-        EMBEDDED,
-        EMBEDDED_GRID,
-    )
+    from skurl.commands.embedded import EMBEDDED, EMBEDDED_GRID
 
     return [*EMBEDDED, *EMBEDDED_GRID]
 

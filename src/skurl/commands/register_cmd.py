@@ -1,6 +1,6 @@
 """`skurl register --run RUN --name NAME [--alias champion|challenger]`: backtest the run
 against its tuned baseline on held-out seeds and register its ONNX model in MLflow only if
-it wins (serve/register.py). Exit 0 registered, 1 refused by the backtest, 2 bad input.
+it wins (commands/register.py). Exit 0 registered, 1 refused by the backtest, 2 bad input.
 
     skurl register --run runs/R --name replenishment --alias challenger --set tracking.uri=http://127.0.0.1:5000
 """
@@ -11,9 +11,9 @@ import argparse
 from pathlib import Path
 
 from skurl.commands.common import print_json
+from skurl.commands.register import ALIASES, BASELINE, default_export, register_model, run_backtest
 from skurl.config import load_config
 from skurl.errors import UserError
-from skurl.serve.register import ALIASES, BASELINE, default_export, register_model, run_backtest
 
 NOT_REGISTERED = 1
 
