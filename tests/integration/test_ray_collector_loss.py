@@ -33,25 +33,20 @@ TWO = ("ray.collectors=2", "ppo.reward_scale=sku")
 class KillingCollectors(RayCollectors):
     """Kills the victim's actor right after sending it the iteration's collect task."""
 
-    kill = False
+    killed = False
 
     def _send(self, share: Share, seed: int, episode: int, version: int) -> Any:
         ref = super()._send(share, seed, episode, version)
-        if self.kill and share.index == VICTIM:
-            self.kill = False  # once: the replacement then collects normally
+        if episode == KILL_AT and share.index == VICTIM and not KillingCollectors.killed:
+            KillingCollectors.killed = True  # once: the replacement then collects normally
             ray.kill(self.run.collector_actors[share.index], no_restart=True)
         return ref
 
 
-class KillsACollector(ray_mode.RayRun):
-    def collector(self, iteration: int) -> Any:
-        self._current = KillingCollectors(self, self._placement(iteration % len(self.shards)))
-        self._current.kill = iteration == KILL_AT
-        return self._current
-
-
-def train(cfg: Config, run_dir: Path) -> KillsACollector:
-    run = KillsACollector(cfg, run_dir, baseline=False)
+def train(cfg: Config, run_dir: Path) -> ray_mode.RayRun:
+    run = ray_mode.RayRun(cfg, run_dir, baseline=False)
+    run.collectors.fanout = KillingCollectors  # type: ignore[attr-defined]
+    KillingCollectors.killed = False
     try:
         run.run()
     finally:

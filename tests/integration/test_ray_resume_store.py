@@ -36,18 +36,13 @@ class DiesAfterCollecting(RayCollectors):
         return rollout
 
 
-class DyingRun(ray_mode.RayRun):
-    def collector(self, iteration: int) -> Any:
-        self._current = DiesAfterCollecting(self, self._placement(iteration % len(self.shards)))
-        return self._current
-
-
 def test_restarted_learner_trains_on_the_stored_shards(tmp_path: Path) -> None:
     reference = tmp_path / "colocated"
     colocated.train(config(), reference, baseline=False)
     store_dir, run_dir = tmp_path / "rollouts", tmp_path / "ray"
     cfg = config("ray.rollouts=store", f"store.url={store_dir}")
-    run = DyingRun(cfg, run_dir, baseline=False)
+    run = ray_mode.RayRun(cfg, run_dir, baseline=False)
+    run.collectors.fanout = DiesAfterCollecting  # type: ignore[attr-defined]
     try:
         with pytest.raises(LearnerDied):
             run.run()

@@ -278,10 +278,11 @@ class _RayIterations:
 
     def __init__(self, run: RayRun) -> None:
         self.run = run
+        self.fanout: Any = RayCollectors  # (run, placement) -> one iteration's fan-out (tests wrap it)
 
     def collect(self, iteration: int, seed: int, version: int, sample: Any) -> Collected:
         run = self.run  # Ray collectors keep every SKU's observations: `sample` is not needed
-        collectors = RayCollectors(run, run._placement(iteration % len(run.shards)))
+        collectors = self.fanout(run, run._placement(iteration % len(run.shards)))
         with run.timer.stage("sync"):
             held, tensors = run.weights.wait_for(version, timeout=60.0)
             collectors.set_weights(held, tensors)
