@@ -26,7 +26,6 @@ import dataclasses
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import IO, Any
 
@@ -122,12 +121,6 @@ class RayRun(ColocatedRun):
 
     def make_collectors(self) -> Any:
         return _RayIterations(self)
-
-    def iteration(self, it: int) -> dict[str, Any]:
-        with warnings.catch_warnings():
-            # Object-store arrays are read-only views; the learner only reads them.
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            return super().iteration(it)
 
     def store(self) -> Any:
         if self._store is None:

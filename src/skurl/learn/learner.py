@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -245,7 +246,10 @@ class Learner:
     def _to_device(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         keys = (Columns.OBS, Columns.ACTIONS, Columns.LOGP, Columns.VALUES, Columns.REWARDS,
                 Columns.DONES, Columns.TERMINALS, Columns.LAST_OBS, Columns.BOOTSTRAP, Columns.SKU_IDS)
-        return {k: torch.from_numpy(np.ascontiguousarray(getattr(rollout, k))).to(self.device) for k in keys}
+        with warnings.catch_warnings():
+            # Rollouts from Ray's object store are read-only views; the learner only reads them.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return {k: torch.from_numpy(np.ascontiguousarray(getattr(rollout, k))).to(self.device) for k in keys}
 
     @torch.no_grad()
     def _prepare(self, data: dict[str, torch.Tensor], behaviour: bool) -> tuple[PreparedBatch, dict[str, float]]:
