@@ -7,8 +7,12 @@ Each command module exposes `register(subparsers)`, which adds its parser and se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from skurl.errors import UserError
 
@@ -53,16 +57,42 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+class Terminated(BaseException):
+    """SIGTERM (a service manager, `kill`): unwound like Ctrl-C, so that every `finally`
+    runs and the processes a command started (sim servers, collectors) are stopped
+    instead of being orphaned."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
-        return int(args.func(args) or 0)
+        with _sigterm_unwinds():
+            args = build_parser().parse_args(argv)
+            return int(args.func(args) or 0)
     except UserError as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 import yaml
 
+from skurl.atomic import write_text
 from skurl.config import Config, StoreConfig, config_to_dict, load_config
 from skurl.deploy.colocated import TrainResult
 from skurl.deploy.decoupled_run import DecoupledRun, Wrap
@@ -37,6 +38,7 @@ from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
 from skurl.rpc.health import Liveness
+from skurl.telemetry.metrics import get_metrics
 
 log = logging.getLogger("skurl.deploy")
 CLUSTER_DIR = "decoupled"
@@ -56,6 +58,9 @@ class RedisWeights:
 
     def publish(self, version: int, tensors: dict[str, Any]) -> None:
         self._pub.publish(version, tensors)
+
+    def server_restarts(self) -> int:
+        return self._pub.server_restarts()
 
     def published_version(self) -> int | None:
         return self._pub.published_version()
@@ -174,11 +179,22 @@ class LocalCluster:
         self._thread = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._thread.start()
 
+    @property
+    def restarts(self) -> int:
+        """Restarts of all children so far."""
+        return sum(c.restarts for c in (*self.sims, *self.collectors))
+
     def describe(self) -> dict[str, Any]:
-        return {"weights": self.weights_address,
-                "sims": [dict(c.info, name=c.name, pid=c.proc.pid if c.proc else None) for c in self.sims],
-                "collectors": [dict(c.info, name=c.name, pid=c.proc.pid if c.proc else None)
-                               for c in self.collectors]}
+        def child(c: Child) -> dict[str, Any]:
+            return dict(c.info, name=c.name, pid=c.proc.pid if c.proc else None, restarts=c.restarts)
+
+        return {"weights": self.weights_address, "sims": [child(c) for c in self.sims],
+                "collectors": [child(c) for c in self.collectors]}
+
+    def write_description(self) -> None:
+        """RUN_DIR/decoupled/cluster.json: addresses, current pids and restarts (rewritten
+        after each restart, atomically, so operators and chaos tests read live pids)."""
+        write_text(self.dir / "cluster.json", json.dumps(self.describe(), indent=1))
 
     def stop(self) -> None:
         """Collectors first (they close their sessions on the sim servers), then sims."""
@@ -261,6 +277,8 @@ class LocalCluster:
                             c.name, c.proc.returncode, c.port, c.restarts, self.cfg.deploy.max_restarts)
                 self._spawn(c)
                 self._liveness.restarted(c.name, hold_s=self.cfg.deploy.start_timeout_s)
+                get_metrics().process_restarts_total.labels(child=c.name).inc()
+                self.write_description()
 
     def _hung(self, child: Child) -> bool:
         """deploy.health_interval_s > 0: the child failed deploy.health_failures checks in a row."""
@@ -402,13 +420,38 @@ def _launch(cfg: Config, run_dir: Path, *, resume: bool, stream: IO[str] | None,
     cluster = LocalCluster(cfg, run_dir, weights.address)
     try:
         cluster.start()
-        (cluster.dir / "cluster.json").write_text(json.dumps(cluster.describe(), indent=1))
+        cluster.write_description()
         return run_with_collectors(cfg, run_dir, cluster.collector_addresses, weights=weights,
                                    resume=resume, stream=stream, stop_after=stop_after,
-                                   baseline=baseline, wrap=wrap)
+                                   baseline=baseline, wrap=_counting_restarts(cluster, weights, wrap))
     finally:
         cluster.stop()
         weights.close()
+
+
+class _RestartsCounted:
+    """The run's collectors, each iteration's scalars adding the restarts so far
+    (metrics.jsonl and TensorBoard): `process_restarts`, the supervisor's, and with
+    sync.backend=redis `redis_restarts`, those of Redis seen between publishes."""
+
+    def __init__(self, inner: Any, cluster: LocalCluster, weights: Any) -> None:
+        self.inner, self.cluster, self.weights = inner, cluster, weights
+
+    def collect(self, *args: Any, **kwargs: Any) -> Any:
+        got = self.inner.collect(*args, **kwargs)
+        got.scalars["process_restarts"] = float(self.cluster.restarts)
+        if hasattr(self.weights, "server_restarts"):
+            got.scalars["redis_restarts"] = float(self.weights.server_restarts())
+        return got
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _counting_restarts(cluster: LocalCluster, weights: Any, wrap: Wrap | None) -> Wrap:
+    def wrapped(inner: Any, run: Any) -> Any:
+        return _RestartsCounted(wrap(inner, run) if wrap else inner, cluster, weights)
+    return wrapped
 
 
 def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,

@@ -116,8 +116,29 @@ class RedisWeightPublisher:
         self.timeout_s = timeout_s
         self.client = connect(url, timeout_s)
         self._store_blobs: deque[str] = deque()  # this publisher's blobs, oldest first
+        self._server_restarts = 0
+        self._server_run_id = self._run_id()
+
+    def _run_id(self) -> str | None:
+        with contextlib.suppress(redis.ConnectionError, redis.TimeoutError, KeyError):
+            return str(self.client.info("server")["run_id"])
+        return None
+
+    def server_restarts(self) -> int:
+        """Restarts of the Redis server seen so far, at publishes and at this call: a new
+        run_id means it restarted (without persistence its keys are gone). Logged once each."""
+        run_id = self._run_id()
+        if run_id is not None and self._server_run_id is not None and run_id != self._server_run_id:
+            self._server_restarts += 1
+            log.warning("weights '%s': %s restarted (its run_id changed)", self.model_key, self.url)
+        self._server_run_id = run_id or self._server_run_id
+        return self._server_restarts
 
     def publish(self, version: int, tensors: Tensors) -> None:
+        self._publish(version, tensors)
+        self.server_restarts()
+
+    def _publish(self, version: int, tensors: Tensors) -> None:
         blob = encode_weights(tensors, version, self.model_key)
         fields: dict[str, Any] = {"version": blob.version, "model_key": blob.model_key,
                                   "sha256": blob.sha256}

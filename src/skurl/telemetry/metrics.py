@@ -60,7 +60,8 @@ ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
     # the decoupled/ray learner: it also counts the collectors' shares it trained without
     "learner": ("stage_seconds", *_UPDATE, "learner_training_step_duration_seconds",
                 "learner_gpu_memory_allocated_bytes", "barrier_wait_seconds",
-                "collector_shares_lost_total", "collector_lost_skus_total", *_BUSINESS),
+                "collector_shares_lost_total", "collector_lost_skus_total", "process_restarts_total",
+                *_BUSINESS),
     "colocated": ("stage_seconds", *_UPDATE, "collector_reward_out_of_range_total"),
 }
 
@@ -105,6 +106,10 @@ class SkurlMetrics:
         self.collector_lost_skus_total = Counter(
             "collector_lost_skus_total", "SKUs of the shares in collector_shares_lost_total",
             registry=r)
+        self.process_restarts_total = Counter(
+            "process_restarts_total",
+            "Sim servers and collectors the decoupled launcher's supervisor restarted (they "
+            "died, or stopped answering their health checks)", ["child"], registry=r)
         # learner
         self.learner_training_step_duration_seconds = Histogram(
             "learner_training_step_duration_seconds",
