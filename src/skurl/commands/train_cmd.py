@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=1, metavar="K",
                    help="train K seeds (train.seed, +1, ...) in RUN_DIR/repeat_k; RUN_DIR/report.md shows "
                    "their mean and spread (with tracking.mlflow: child runs of one parent run)")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve this process's Prometheus /metrics on 127.0.0.1:PORT (0 = a free port, "
+                   "logged); --mode decoupled: sets deploy.metrics_base_port (learner, then its children)")
     p.set_defaults(func=run_as_role)
 
 
@@ -52,7 +55,24 @@ def run_as_role(args: argparse.Namespace) -> int:
     from skurl.telemetry.metrics import as_role
 
     mode = args.mode = _mode(args)
+    port = getattr(args, "metrics_port", None)
+    if mode == "decoupled" and port is not None:
+        args.overrides = [*args.overrides, f"deploy.metrics_base_port={port}"]
+    elif port is not None:
+        return as_role("colocated" if mode == "colocated" else "learner", _serving_metrics(port, run))(args)
     return as_role("colocated" if mode == "colocated" else "learner", run)(args)
+
+
+def _serving_metrics(port: int, command: Any) -> Any:
+    """`command` with /metrics served for as long as it runs (colocated and ray drivers;
+    the decoupled learner serves its own)."""
+    def served(args: argparse.Namespace) -> int:
+        from skurl.telemetry.metrics import serve_metrics
+
+        with serve_metrics(port) as metrics:
+            print(f"metrics on {metrics.url}", file=sys.stderr, flush=True)
+            return int(command(args))
+    return served
 
 
 def run(args: argparse.Namespace) -> int:
