@@ -1,5 +1,5 @@
 """One contract suite for every weight-sync backend: in-process, Redis (weights in Redis or
-in the object store), and gRPC (WeightSyncService on loopback).
+in the object store), gRPC (WeightSyncService on loopback) and Ray (a WeightSlot actor).
 
 Every backend is driven only through WeightPublisher / WeightSubscriber; damage is done
 from outside (a raw Redis client writing bad bytes the way a broken writer would).
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from skurl.sync.api import Tensors, WeightPublisher, WeightSubscriber, WeightSyncTimeout
-from skurl.sync.codec import encode_weights
+from skurl.sync.codec import WeightIntegrityError, encode_weights
 
 WAIT_S = 10.0  # generous upper bound for anything that should happen at once
 SILENCE_S = 0.3  # how long "nothing arrives" is watched
@@ -151,10 +151,54 @@ def grpc_backend(key: str) -> Backend:
     return backend
 
 
-@pytest.fixture(params=["inproc", "redis", "redis+store", "grpc"])
+def ray_backend(key: str) -> Backend:
+    from skurl.sync.codec import WeightBlob
+    from skurl.sync.ray_weights import RayWeights, start_weight_slot
+
+    slot = start_weight_slot()
+    publisher = RayWeights(slot, key, timeout_s=30)
+    assert publisher.latest_version() is None  # the actor is up: timings below are the slot's own
+
+    def corrupt(version: int, how: str) -> bool:
+        payload, sha = damaged(version, key, how)
+        if how == "garbage":  # a matching checksum passes the actor: subscribers must catch it
+            publisher.publish_blob(WeightBlob(key, version, payload, sha))
+            return True
+        with pytest.raises(WeightIntegrityError, match="sha256"):  # the actor refuses to hold it
+            publisher.publish_blob(WeightBlob(key, version, payload, sha))
+        return False
+
+    backend = Backend("ray", publisher, lambda **kw: RayWeights(slot, key, timeout_s=30, **kw), corrupt,
+                      rejection_log="rejected version {v}")
+    backend.closers.append(lambda: ray_module().kill(slot))
+    return backend
+
+
+def ray_module() -> Any:
+    import ray
+
+    return ray
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray = pytest.importorskip("ray")
+    from skurl.config import RayConfig
+    from skurl.deploy.ray_mode import start_ray
+
+    started = start_ray(RayConfig(num_cpus=1))
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(params=["inproc", "redis", "redis+store", "grpc", "ray"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> Iterator[Backend]:
     if request.param == "inproc":
         b = inproc_backend()
+    elif request.param == "ray":
+        request.getfixturevalue("local_ray")
+        b = ray_backend(unique_name)
     elif request.param.startswith("redis"):
         url = request.getfixturevalue("redis_url")
         store_root = tmp_path / "store" if request.param == "redis+store" else None

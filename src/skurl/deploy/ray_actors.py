@@ -10,8 +10,7 @@
 - `CollectorWorker`: a Collector over a MultiShardEnv of RayShardEnvs; takes weights
   through the weight-sync interface and returns rollouts through Ray's object store or
   writes them to the rollout store.
-- `WeightSlot` + `RayWeights`: the sync/api.py WeightPublisher/Subscriber over a Ray
-  actor (safetensors + sha256 blobs of sync/codec.py, versions only grow).
+- weights travel through sync/ray_weights.py (`WeightSlot` actor, `RayWeights`).
 
 Every ray.get has a timeout (ray.get_timeout_s).
 """
@@ -27,27 +26,14 @@ from typing import Any
 import numpy as np
 import ray
 import torch
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+from ray.exceptions import ActorUnavailableError, RayActorError
 
 from skurl.catalog.schema import Catalog
 from skurl.config import Config, SimConfig
-from skurl.errors import UserError
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
-from skurl.sync.api import Tensors, WeightSyncTimeout
-from skurl.sync.codec import WeightBlob, decode_weights, encode_weights
-from skurl.sync.slot import VersionedSlot
-
-
-class RayTimeoutError(UserError):
-    """A Ray actor did not answer within ray.get_timeout_s."""
-
-
-def get(ref: Any, timeout_s: float, what: str) -> Any:
-    """ray.get with a deadline; a timeout becomes one line naming the call and the key."""
-    try:
-        return ray.get(ref, timeout=timeout_s)
-    except GetTimeoutError:
-        raise RayTimeoutError(f"{what}: no answer within {timeout_s:g} s (ray.get_timeout_s)") from None
+from skurl.sync.api import Tensors
+from skurl.sync.ray_weights import RayTimeoutError, RayWeights
+from skurl.sync.ray_weights import ray_get as get
 
 
 def threads_for(cpus: float, configured: int) -> int:
@@ -284,59 +270,6 @@ class ShardSpec:
     sku_ids: np.ndarray
     schema: ObsSchema  # the SKU set's schema, which the worker shows (SimWorker.widen)
     rows: np.ndarray  # the shard's rows within the collector's SKUs (index map)
-
-
-class WeightSlot:
-    """The newest WeightBlob (a VersionedSlot), held by a threaded Ray actor so that
-    waiters do not block the publisher."""
-
-    def __init__(self) -> None:
-        self._slot: VersionedSlot[WeightBlob] = VersionedSlot()
-
-    def publish(self, blob: WeightBlob) -> int:
-        if not self._slot.offer(blob.version, blob):
-            raise ValueError(f"publish: version {blob.version} is not newer than {self._slot.version}")
-        return blob.version
-
-    def latest(self) -> WeightBlob | None:
-        held = self._slot.held()
-        return None if held is None else held[1]
-
-    def latest_version(self) -> int | None:
-        return self._slot.version
-
-    def wait_for(self, version: int, timeout_s: float) -> WeightBlob | None:
-        held = self._slot.wait_for(version, timeout_s)
-        return None if held is None else held[1]
-
-
-def start_weight_slot() -> Any:
-    return ray.remote(WeightSlot).options(num_cpus=0, max_concurrency=64).remote()
-
-
-class RayWeights:
-    """WeightPublisher and WeightSubscriber over a WeightSlot actor."""
-
-    def __init__(self, slot: Any, model_key: str, timeout_s: float) -> None:
-        self.slot, self.model_key, self.timeout_s = slot, model_key, timeout_s
-
-    def publish(self, version: int, tensors: Tensors) -> None:
-        blob = encode_weights(tensors, version, self.model_key)
-        get(self.slot.publish.remote(blob), self.timeout_s, f"weights '{self.model_key}': publish")
-
-    def latest_version(self) -> int | None:
-        return get(self.slot.latest_version.remote(), self.timeout_s, "weights: latest_version")
-
-    def latest(self) -> tuple[int, Tensors] | None:
-        blob = get(self.slot.latest.remote(), self.timeout_s, "weights: latest")
-        return None if blob is None else (blob.version, decode_weights(blob))
-
-    def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, Tensors]:
-        wait = self.timeout_s if timeout is None else timeout
-        blob = get(self.slot.wait_for.remote(version, wait), wait + self.timeout_s, "weights: wait_for")
-        if blob is None:
-            raise WeightSyncTimeout(f"weights '{self.model_key}': version {version} not published within {wait:g}s")
-        return blob.version, decode_weights(blob)
 
 
 class CollectorWorker:

@@ -82,7 +82,7 @@ class RayRun(ColocatedRun):
 
     def __init__(self, cfg: Config, run_dir: str | Path, *, resume: bool = False,
                  stream: IO[str] | None = None, baseline: bool = True) -> None:
-        from skurl.deploy.ray_actors import RayWeights, start_weight_slot
+        from skurl.sync.ray_weights import RayWeights, start_weight_slot
 
         if cfg.sync.backend != "inproc":
             raise ConfigError(f"config key 'sync.backend': got {cfg.sync.backend!r}, expected 'inproc' "

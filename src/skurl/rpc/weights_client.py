@@ -21,7 +21,14 @@ from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError, from_
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.sync.api import Tensors, WeightSyncTimeout
-from skurl.sync.codec import WeightBlob, WeightIntegrityError, decode_weights, encode_weights
+from skurl.sync.codec import (
+    WeightBlob,
+    WeightIntegrityError,
+    decode_weights,
+    encode_weights,
+    spec_mismatch,
+    spec_of,
+)
 from skurl.sync.slot import VersionedSlot
 
 log = logging.getLogger("skurl.rpc.weights")
@@ -77,7 +84,7 @@ class GrpcWeightSubscriber:
         rejected, as bad bytes are; without it any valid safetensors is taken."""
         self.address, self.model_key = address, model_key
         self._cfg = cfg or RpcConfig()
-        self._like = None if like is None else _spec(like)
+        self._like = None if like is None else spec_of(like)
         self._channel = connect(address, self._cfg, connect_timeout_s)
         self._stub = pb_grpc.WeightSyncServiceStub(self._channel)
         self._slot: VersionedSlot[Tensors] = VersionedSlot()  # the newest accepted weights
@@ -161,8 +168,9 @@ class GrpcWeightSubscriber:
                 raise WeightIntegrityError(f"weights for key '{blob.model_key}', expected "
                                            f"'{self.model_key}'")
             tensors = decode_weights(blob)
-            if self._like is not None and _spec(tensors) != self._like:
-                raise WeightIntegrityError(_mismatch(_spec(tensors), self._like))
+            wrong = None if self._like is None else spec_mismatch(spec_of(tensors), self._like)
+            if wrong is not None:
+                raise WeightIntegrityError(wrong)
         except WeightIntegrityError as exc:
             self.rejected += 1
             log.error("dropping weights v%d from %s: %s", blob.version, self.address, exc)
@@ -173,24 +181,6 @@ class GrpcWeightSubscriber:
 def _aged_out(exc: grpc.RpcError) -> bool:
     """The server closed the connection at its max age (gRPC core's own detail text)."""
     return exc.code() == grpc.StatusCode.UNAVAILABLE and "max connection age" in (exc.details() or "")
-
-
-Spec = dict[str, tuple[str, tuple[int, ...]]]
-
-
-def _spec(tensors: Tensors) -> Spec:
-    return {name: (str(t.dtype).removeprefix("torch."), tuple(t.shape))
-            for name, t in tensors.items()}
-
-
-def _mismatch(got: Spec, want: Spec) -> str:
-    missing, extra = sorted(want.keys() - got.keys()), sorted(got.keys() - want.keys())
-    if missing or extra:
-        return f"do not match the model: missing {missing}, unexpected {extra}"
-    name = next(n for n in sorted(got) if got[n] != want[n])
-    (dtype, shape), (want_dtype, want_shape) = got[name], want[name]
-    return (f"do not match the model: '{name}' is {dtype}{list(shape)}, "
-            f"expected {want_dtype}{list(want_shape)}")
 
 
 __all__ = ["GrpcWeightPublisher", "GrpcWeightSubscriber", "ServerUnavailableError",

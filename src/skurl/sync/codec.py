@@ -45,3 +45,23 @@ def decode_weights(blob: WeightBlob) -> dict[str, torch.Tensor]:
         return load(blob.payload)
     except Exception as exc:  # safetensors raises its own error types for bad headers
         raise WeightIntegrityError(f"weights '{blob.model_key}' version {blob.version}: not safetensors ({exc})") from None
+
+
+# name -> (dtype, shape): what a subscriber's model expects of every weight set it installs.
+Spec = dict[str, tuple[str, tuple[int, ...]]]
+
+
+def spec_of(tensors: dict[str, torch.Tensor]) -> Spec:
+    return {name: (str(t.dtype).removeprefix("torch."), tuple(t.shape)) for name, t in tensors.items()}
+
+
+def spec_mismatch(got: Spec, want: Spec) -> str | None:
+    """None when `got` is `want`, else what differs first (for a one-line rejection)."""
+    if got == want:
+        return None
+    missing, extra = sorted(want.keys() - got.keys()), sorted(got.keys() - want.keys())
+    if missing or extra:
+        return f"do not match the model: missing {missing}, unexpected {extra}"
+    name = next(n for n in sorted(got) if got[n] != want[n])
+    (dtype, shape), (want_dtype, want_shape) = got[name], want[name]
+    return f"do not match the model: '{name}' is {dtype}{list(shape)}, expected {want_dtype}{list(want_shape)}"

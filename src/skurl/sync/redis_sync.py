@@ -34,7 +34,14 @@ from skurl.config import StoreConfig, SyncConfig
 from skurl.errors import UserError
 from skurl.store.api import RolloutStore
 from skurl.sync.api import Tensors, WeightSyncTimeout
-from skurl.sync.codec import WeightBlob, WeightIntegrityError, decode_weights, encode_weights
+from skurl.sync.codec import (
+    WeightBlob,
+    WeightIntegrityError,
+    decode_weights,
+    encode_weights,
+    spec_mismatch,
+    spec_of,
+)
 from skurl.sync.slot import VersionedSlot
 
 log = logging.getLogger(__name__)
@@ -227,7 +234,7 @@ class RedisWeightSubscriber:
         self.url, self.model_key, self.store = url, model_key, store
         self.poll_s, self.on_update = poll_s, on_update
         self.client = connect(url, timeout_s)
-        self._spec = None if like is None else _spec_of(like)
+        self._spec = None if like is None else spec_of(like)
         self._slot: VersionedSlot[Tensors] = VersionedSlot()  # the newest verified weights
         self._rejected: set[int] = set()
         self._stop = threading.Event()
@@ -346,12 +353,10 @@ class RedisWeightSubscriber:
         else:
             raise ValueError("weights live in an object store; give the subscriber `store`")
         tensors = decode_weights(WeightBlob(self.model_key, version, payload, sha))
-        spec = _spec_of(tensors)
-        expected = self._spec
-        if expected is not None and spec != expected:
-            raise WeightIntegrityError(
-                f"weights '{self.model_key}' version {version}: tensors {_describe_diff(spec, expected)}"
-            )
+        spec = spec_of(tensors)
+        wrong = None if self._spec is None else spec_mismatch(spec, self._spec)
+        if wrong is not None:
+            raise WeightIntegrityError(f"weights '{self.model_key}' version {version}: tensors {wrong}")
         self._spec = spec
         return version, tensors
 
@@ -373,23 +378,6 @@ def _weights_store(sync: SyncConfig, store: StoreConfig | None) -> RolloutStore 
     from skurl.store import open_store
 
     return open_store(store)
-
-
-Spec = dict[str, tuple[tuple[int, ...], str]]
-
-
-def _spec_of(tensors: Tensors) -> Spec:
-    return {name: (tuple(t.shape), str(t.dtype).removeprefix("torch.")) for name, t in tensors.items()}
-
-
-def _describe_diff(got: Spec, expected: Spec) -> str:
-    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
-    if missing or extra:
-        return f"do not match the model: missing {missing}, unexpected {extra}"
-    name = next(n for n in sorted(got) if got[n] != expected[n])
-    (shape, dtype), (want_shape, want_dtype) = got[name], expected[name]
-    return (f"do not match the model: '{name}' is {dtype}{list(shape)}, "
-            f"expected {want_dtype}{list(want_shape)}")
 
 
 def _as_int(data: Any) -> int | None:
