@@ -19,13 +19,14 @@ from skurl.catalog.partition import partition  # noqa: E402
 from skurl.catalog.schema import Catalog  # noqa: E402
 from skurl.collect.collector import Collector  # noqa: E402
 from skurl.config import Config, RayConfig, load_config  # noqa: E402
-from skurl.deploy.ray_actors import RayShardEnv, ShardSpec, WorkerSlot, start_collector  # noqa: E402
+from skurl.deploy.ray_actors import ShardSpec, WorkerSlot, ray_shard_env, start_collector  # noqa: E402
 from skurl.deploy.ray_mode import start_ray  # noqa: E402
 from skurl.policy.learned import grid_for  # noqa: E402
 from skurl.policy.nets import ActorCritic  # noqa: E402
 from skurl.rpc.multi_shard import MultiShardEnv  # noqa: E402
 from skurl.sim.api import Env, StepResult  # noqa: E402
 from skurl.sim.env import VectorEnv  # noqa: E402
+from skurl.sim.replaying import ReplayingEnv  # noqa: E402
 from skurl.sync.ray_weights import RayWeights, start_weight_slot  # noqa: E402
 
 DAYS, KILL_AFTER, TIMEOUT_S = 14, 5, 120.0
@@ -64,7 +65,7 @@ def collect(env: Env, cfg: Config, model: ActorCritic) -> Any:
     return collector.collect(seed=7, episode=2, version=0)
 
 
-def ray_shards(catalog: Catalog, cfg: Config, max_restarts: int) -> tuple[list[WorkerSlot], list[RayShardEnv], list[np.ndarray]]:
+def ray_shards(catalog: Catalog, cfg: Config, max_restarts: int) -> tuple[list[WorkerSlot], list[ReplayingEnv], list[np.ndarray]]:
     parts = partition(catalog, 2)
     slots, envs = [], []
     for w, rows in enumerate(parts):
@@ -73,7 +74,7 @@ def ray_shards(catalog: Catalog, cfg: Config, max_restarts: int) -> tuple[list[W
         ref = ray.put(sub)
         schema = ray.get(slot.handle.add_env.remote("k", ref, cfg.sim), timeout=TIMEOUT_S)
         slots.append(slot)
-        envs.append(RayShardEnv(slot, "k", ref, sub.sku_id, schema, cfg.sim, TIMEOUT_S))
+        envs.append(ray_shard_env(slot, "k", ref, sub.sku_id, schema, cfg.sim, TIMEOUT_S))
     return slots, envs, parts
 
 

@@ -1,12 +1,10 @@
 """The Ray actors of `--mode ray` and the Env / weight-sync adapters that reach them.
 
 - `SimWorker`: holds VectorEnv shards (by key) and simulates one day per call.
-- `RayShardEnv`: one worker's shard behind the Env protocol, for MultiShardEnv to merge.
-  It records the episode's orders; when the worker dies mid-episode (Ray restarts it up
-  to ray.max_restarts times, then `WorkerSlot` starts a replacement), it rebuilds the
-  shard and replays the episode from day 0 with the same orders. Every random draw is a
-  pure function of (seed, episode, SKU, day, stream), so the replayed state is exactly
-  the lost one and the episode goes on with no transition lost or duplicated.
+- `RayShard`: one worker's shard, the transport of sim/replaying.py's ReplayingEnv (for
+  MultiShardEnv to merge): when the worker dies mid-episode (Ray restarts it up to
+  ray.max_restarts times, then `WorkerSlot` starts a replacement), the shard is rebuilt
+  and the episode replayed on the worker with the same orders.
 - `CollectorWorker`: a Collector over a MultiShardEnv of RayShardEnvs; takes weights
   through the weight-sync interface and returns rollouts through Ray's object store or
   writes them to the rollout store.
@@ -31,6 +29,7 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 from skurl.catalog.schema import Catalog
 from skurl.config import Config, SimConfig
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
+from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 from skurl.sync.api import Tensors
 from skurl.sync.ray_weights import RayTimeoutError, RayWeights
 from skurl.sync.ray_weights import ray_get as get
@@ -196,8 +195,10 @@ class WorkerSlot:
         ray.kill(self.handle, no_restart=True)
 
 
-class RayShardEnv:
-    """One SimWorker shard behind the Env protocol, rebuilt by replay if the worker dies.
+class RayShard:
+    """One SimWorker shard as a ShardTransport (sim/replaying.py): lost when the worker
+    dies; rebuilt on its restart (or replacement) by adding the shard again and replaying
+    the episode on the worker, up to the last completed day.
 
     lean=True is for collectors only: each day carries a `LeanDay` (features, reward,
     done, failed, today's forecast); metrics and the rest of the raw state read as zeros,
@@ -210,9 +211,6 @@ class RayShardEnv:
         self.slot, self.key, self.catalog_ref = slot, key, catalog_ref
         self.sku_ids = np.asarray(sku_ids, np.int64)
         self._schema, self.sim, self.timeout_s = schema, sim, timeout_s
-        self._episode: tuple[int, int] | None = None
-        self._orders: list[np.ndarray] = []
-        self.recoveries = 0
 
     @property
     def num_skus(self) -> int:
@@ -222,43 +220,42 @@ class RayShardEnv:
     def schema(self) -> ObsSchema:
         return self._schema
 
-    def reset(self, seed: int, episode: int = 0) -> Obs:
-        self._episode, self._orders = (int(seed), int(episode)), []
+    def reset(self, seed: int, episode: int) -> Obs:
         if self.lean:
             return self._call("reset_lean", seed, episode, self.raw).obs(self._schema)
         return self._call("reset", seed, episode)
 
     def step(self, orders: np.ndarray) -> StepResult:
-        # A copy: the caller may reuse its buffer, and a replay needs every day's orders.
-        arr = np.array(orders, copy=True)
-        result = self._call("step_lean", arr, self.raw).result(self._schema) if self.lean else self._call("step", arr)
-        self._orders.append(arr)
-        return result
+        if self.lean:
+            return self._call("step_lean", orders, self.raw).result(self._schema)
+        return self._call("step", orders)
 
     def info(self) -> dict[str, Any]:
         return self._call("info")
 
     def close(self) -> None:
-        self._episode, self._orders = None, []
+        pass  # the worker holds the shard until drop_env; nothing is open here
 
-    def _call(self, method: str, *args: Any) -> Any:
-        what = f"ray sim worker {self.slot.worker_id}: {method} of shard '{self.key}'"
-        try:
-            return get(getattr(self.slot.handle, method).remote(self.key, *args), self.timeout_s, what)
-        except RayActorError:
-            self._recover()
-            return get(getattr(self.slot.handle, method).remote(self.key, *args), self.timeout_s, what)
+    def lost(self, exc: BaseException) -> bool:
+        return isinstance(exc, RayActorError)
 
-    def _recover(self) -> None:
-        """The worker died: on its restart (or replacement) rebuild the shard and replay
-        the episode up to the last completed day."""
+    def rebuild(self, episode: EpisodeLog, cause: BaseException) -> None:
         handle = self.slot.alive()
         what = f"ray sim worker {self.slot.worker_id}: rebuilding shard '{self.key}'"
         get(handle.add_env.remote(self.key, self.catalog_ref, self.sim, self._schema), self.timeout_s, what)
-        if self._episode is not None:
-            seed, episode = self._episode
-            get(handle.replay.remote(self.key, seed, episode, self._orders), self.timeout_s, what)
-        self.recoveries += 1
+        if episode.episode is not None:
+            seed, ep = episode.episode
+            get(handle.replay.remote(self.key, seed, ep, episode.orders), self.timeout_s, what)
+
+    def _call(self, method: str, *args: Any) -> Any:
+        what = f"ray sim worker {self.slot.worker_id}: {method} of shard '{self.key}'"
+        return get(getattr(self.slot.handle, method).remote(self.key, *args), self.timeout_s, what)
+
+
+def ray_shard_env(*args: Any, **kwargs: Any) -> ReplayingEnv:
+    """One worker's shard behind the Env protocol, rebuilt by replay if the worker dies
+    (RayShard's arguments)."""
+    return ReplayingEnv(RayShard(*args, **kwargs))
 
 
 @dataclasses.dataclass
@@ -282,7 +279,7 @@ class CollectorWorker:
         self.collector_id, self.cfg = collector_id, cfg
         self.weights = RayWeights(weights_slot, "ppo", cfg.ray.get_timeout_s)
         self.slots: dict[int, WorkerSlot] = {}  # one per worker, shared by its SKU sets
-        self.shards: dict[str, list[RayShardEnv]] = {}
+        self.shards: dict[str, list[ReplayingEnv]] = {}
         self.envs: dict[str, Any] = {}
         self.collectors: dict[str, Any] = {}
         self.catalogs: dict[str, Catalog] = {}  # the cover grid's: each SKU set's rows, in env order
@@ -303,8 +300,8 @@ class CollectorWorker:
 
         timeout, raw = self.cfg.ray.get_timeout_s, needs_raw(self.cfg)
         slots = [self.slots.setdefault(s.slot.worker_id, s.slot) for s in specs]
-        envs = [RayShardEnv(slot, key, s.catalog_ref, s.sku_ids, s.schema, self.cfg.sim, timeout, lean=True,
-                            raw=raw) for slot, s in zip(slots, specs, strict=True)]
+        envs = [ray_shard_env(slot, key, s.catalog_ref, s.sku_ids, s.schema, self.cfg.sim, timeout, lean=True,
+                              raw=raw) for slot, s in zip(slots, specs, strict=True)]
         self.shards[key] = envs
         self.envs[key] = MultiShardEnv(envs, [s.rows for s in specs])
         self.collectors.pop(key, None)

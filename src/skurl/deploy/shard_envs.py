@@ -2,11 +2,9 @@
 
 - `assign_shards`: which sim servers (catalog shards) each collector drives; a
   collector's SKUs are the union of whole shards, so substitution groups stay together.
-- `ReplayingRemoteEnv`: one shard over gRPC that survives its server dying. It records the
-  episode's orders; when the server is lost (killed, restarted) it reconnects to the
-  same address, resets with the episode's (seed, episode) and replays the orders from day
-  0. Every draw is a pure function of (seed, episode, SKU, day, stream), so the replay
-  rebuilds the exact state and the collector sees no transition lost or repeated.
+- `GrpcShard`: one shard over gRPC, the transport of sim/replaying.py's ReplayingEnv
+  (which records the episode and replays it into a rebuilt shard): when the server is
+  lost (killed, restarted) it reconnects to the same address and replays from day 0.
 - `CatalogSchemaEnv`: shows the collector's shards with the whole catalog's observation
   schema (a shard sizes some fields from its own SKUs: sim/layout.py), so one network
   serves every collector and a transition's features are the ones the co-located env
@@ -18,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -39,9 +37,9 @@ from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.multi_shard import MultiShardEnv
 from skurl.rpc.options import channel_options
 from skurl.sim.api import Obs, ObsSchema, StepResult
+from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 
 log = logging.getLogger("skurl.deploy")
-T = TypeVar("T")
 _RETRY_PAUSE_S = 0.2
 _PROBE_TIMEOUT_S = 5.0
 
@@ -81,10 +79,11 @@ def catalog_schema(addresses: Sequence[str], cfg: RpcConfig, timeout_s: float) -
     return ObsSchema(fields=tuple(zip(names, widths, strict=True)))
 
 
-class ReplayingRemoteEnv:
-    """A RemoteEnv that, when its server is lost, reconnects and replays the episode.
-    `lean`, `schema`, `raw`: the RemoteEnv's (lean replies, features shown in `schema`,
-    the raw state in them)."""
+class GrpcShard:
+    """One sim server's shard as a ShardTransport (sim/replaying.py): lost when the server
+    is unavailable or times out, or when a restarted server no longer knows our session;
+    rebuilt by reconnecting to the same address and replaying. `lean`, `schema`, `raw`:
+    the RemoteEnv's (lean replies, features shown in `schema`, the raw state in them)."""
 
     def __init__(self, address: str, cfg: RpcConfig, reconnect_timeout_s: float = 60.0,
                  connect_timeout_s: float = 30.0, *, lean: bool = False,
@@ -93,69 +92,55 @@ class ReplayingRemoteEnv:
         self._cfg = cfg
         self.reconnect_timeout_s = reconnect_timeout_s
         self._shown = {"lean": lean, "schema": schema, "raw": raw}
-        self._env = RemoteEnv(address, cfg, connect_timeout_s=connect_timeout_s, **self._shown)
-        self.sku_ids = self._env.sku_ids
-        self.catalog_rows = self._env.catalog_rows
-        self.shard = self._env.shard
-        self.days = self._env.days
-        self._episode: tuple[int, int] | None = None
-        self._orders: list[np.ndarray] = []  # orders of each day stepped since the reset
-        self.recoveries = 0
+        self.env = RemoteEnv(address, cfg, connect_timeout_s=connect_timeout_s, **self._shown)
+        self.sku_ids = self.env.sku_ids
+        self.catalog_rows = self.env.catalog_rows
+        self.shard = self.env.shard
+        self.days = self.env.days
 
     @property
     def num_skus(self) -> int:
-        return self._env.num_skus
+        return self.env.num_skus
 
     @property
     def schema(self) -> ObsSchema:
-        return self._env.schema
+        return self.env.schema
 
     @property
     def metric_sums(self) -> dict[str, float] | None:
-        return self._env.metric_sums
+        return self.env.metric_sums
 
-    def reset(self, seed: int, episode: int = 0) -> Obs:
-        self._episode, self._orders = (int(seed), int(episode)), []
-        return self._attempt(lambda env: env.reset(seed, episode))
+    def reset(self, seed: int, episode: int) -> Obs:
+        return self.env.reset(seed, episode)
 
     def step(self, orders: np.ndarray) -> StepResult:
-        arr = np.array(orders, copy=True)  # kept for a replay; the caller may reuse its buffer
-        result = self._attempt(lambda env: env.step(arr))
-        self._orders.append(arr)
-        return result
+        return self.env.step(orders)
 
     def info(self) -> dict[str, Any]:
-        return self._attempt(lambda env: env.info())
+        return self.env.info()
 
     def close(self) -> None:
-        self._env.close()
+        self.env.close()
 
-    def _attempt(self, call: Callable[[RemoteEnv], T]) -> T:
-        """`call` on the current session; after a lost server, once more on a rebuilt one."""
-        try:
-            return call(self._env)
-        except (ServerUnavailableError, RpcTimeoutError) as exc:
-            self._recover(exc)
-        except RequestRejectedError as exc:
-            # A server restarted between two calls answers our old session id with
-            # INVALID_ARGUMENT; a real refusal leaves the session in place.
-            if self._session_alive():
-                raise
-            self._recover(exc)
-        return call(self._env)
+    def lost(self, exc: BaseException) -> bool:
+        if isinstance(exc, (ServerUnavailableError, RpcTimeoutError)):
+            return True
+        # A server restarted between two calls answers our old session id with
+        # INVALID_ARGUMENT; a real refusal leaves the session in place.
+        return isinstance(exc, RequestRejectedError) and not self._session_alive()
 
     def _session_alive(self) -> bool:
         try:
-            self._env.info()
+            self.env.info()
             return True
         except (RequestRejectedError, ServerUnavailableError, RpcTimeoutError):
             return False
 
-    def _recover(self, cause: Exception) -> None:
+    def rebuild(self, episode: EpisodeLog, cause: BaseException) -> None:
         log.warning("sim server %s (shard %d/%d) lost (%s); reconnecting and replaying %d days",
-                    self.address, *self.shard, cause, len(self._orders))
+                    self.address, *self.shard, cause, len(episode.orders))
         with contextlib.suppress(Exception):
-            self._env.close()
+            self.env.close()
         deadline = time.monotonic() + self.reconnect_timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -165,28 +150,33 @@ class ReplayingRemoteEnv:
                     f"come back within deploy.reconnect_timeout_s={self.reconnect_timeout_s:g} s "
                     f"({cause})", self.address, grpc.StatusCode.UNAVAILABLE) from None
             try:
-                self._env = self._rebuilt(min(left, _PROBE_TIMEOUT_S))
+                self.env = self._rebuilt(episode, min(left, _PROBE_TIMEOUT_S))
                 break
             except (ServerUnavailableError, RpcTimeoutError):
                 time.sleep(min(_RETRY_PAUSE_S, max(deadline - time.monotonic(), 0)))
-        self.recoveries += 1
-        log.warning("sim server %s is back; replayed %d days", self.address, len(self._orders))
+        log.warning("sim server %s is back; replayed %d days", self.address, len(episode.orders))
 
-    def _rebuilt(self, connect_timeout_s: float) -> RemoteEnv:
+    def _rebuilt(self, episode: EpisodeLog, connect_timeout_s: float) -> RemoteEnv:
         env = RemoteEnv(self.address, self._cfg, connect_timeout_s=connect_timeout_s, **self._shown)
         try:
             if env.shard != self.shard or not np.array_equal(env.catalog_rows, self.catalog_rows):
                 raise UserError(f"sim server {self.address} came back as shard "
                                 f"{env.shard[0]}/{env.shard[1]} with other SKUs, expected shard "
                                 f"{self.shard[0]}/{self.shard[1]}")
-            if self._episode is not None:
-                env.reset(*self._episode)
-                for orders in self._orders:
+            if episode.episode is not None:
+                env.reset(*episode.episode)
+                for orders in episode.orders:
                     env.step(orders)
         except BaseException:
             env.close()
             raise
         return env
+
+
+def replaying_remote_env(address: str, cfg: RpcConfig, reconnect_timeout_s: float = 60.0,
+                         connect_timeout_s: float = 30.0, **shown: Any) -> ReplayingEnv:
+    """One sim server's shard that survives the server dying (GrpcShard in ReplayingEnv)."""
+    return ReplayingEnv(GrpcShard(address, cfg, reconnect_timeout_s, connect_timeout_s, **shown))
 
 
 def column_map(inner: ObsSchema, outer: ObsSchema) -> list[tuple[int, int, int]] | None:
@@ -288,17 +278,17 @@ class CatalogSchemaEnv:
 
 def collector_env(addresses: Sequence[str], shards: Sequence[int], cfg: RpcConfig,
                   reconnect_timeout_s: float, connect_timeout_s: float = 30.0, *,
-                  lean: bool = True, raw: bool = False) -> tuple[CatalogSchemaEnv, list[ReplayingRemoteEnv]]:
+                  lean: bool = True, raw: bool = False) -> tuple[CatalogSchemaEnv, list[ReplayingEnv]]:
     """The env of a collector driving sim servers `shards` of `addresses` (shard order):
     its SKUs shard by shard, with the catalog's schema; and the shard envs. With
     `lean` the servers send only what a collector reads, in the catalog's schema (`raw`:
     and the raw state, for the cover action grid)."""
     schema = catalog_schema(addresses, cfg, connect_timeout_s)
-    envs: list[ReplayingRemoteEnv] = []
+    envs: list[ReplayingEnv] = []
     try:
         for k in shards:
-            env = ReplayingRemoteEnv(addresses[k], cfg, reconnect_timeout_s, connect_timeout_s,
-                                     lean=lean, schema=schema if lean else None, raw=raw and lean)
+            env = replaying_remote_env(addresses[k], cfg, reconnect_timeout_s, connect_timeout_s,
+                                       lean=lean, schema=schema if lean else None, raw=raw and lean)
             envs.append(env)
             if env.shard != (k, len(addresses)):
                 raise UserError(f"sim server {addresses[k]} serves shard {env.shard[0]}/"
