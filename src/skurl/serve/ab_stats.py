@@ -2,7 +2,8 @@
 
 Outcomes (Parquet, one row per SKU; what `skurl ab simulate` writes, or a real test's
 figures): sku_id, sku_days (days observed), demand, lost, waste (units), inventory_cost and
-profit (money), totals over the test.
+profit (money), totals over the test; optionally the same totals for a pre-period before
+it (pre_sku_days, pre_demand, ...), which add a CUPED estimate (ab_cuped.py).
 
 Each KPI is a ratio of per-SKU totals: fill rate = (demand - lost) / demand; lost units,
 waste units, inventory cost and profit per SKU-day = total / sku_days. A group's value is
@@ -70,7 +71,10 @@ def _ratios(cell_means: np.ndarray, weights: np.ndarray, cols: list[str]) -> np.
 def compare(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: np.ndarray, *,
             resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
     """KPIs of A and B, B - A and its bootstrap interval; `outcomes` columns aligned with
-    `is_b` and `stratum` (one entry per SKU)."""
+    `is_b` and `stratum` (one entry per SKU). With the pre-period columns (ab_cuped.py) also
+    "kpis_cuped", the same KPIs from the CUPED-adjusted outcomes (the same resamples)."""
+    from skurl.serve.ab_cuped import PRE_COLUMNS, adjust, pre_rates
+
     values, cols = _values(outcomes)
     names, code = np.unique(np.asarray(stratum).astype(str), return_inverse=True)
     code = code.ravel()
@@ -81,6 +85,22 @@ def compare(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: np.ndarr
         raise ValueError("no stratum holds SKUs of both groups")
     weights = n_s[both] / n_s[both].sum()
     kept = np.flatnonzero(both)
+    out: dict[str, Any] = {
+        "kpis": _kpis(values, cols, is_b, code, kept, weights, resamples, level, seed),
+        "skus": {"A": int((~is_b).sum()), "B": int(is_b.sum())},
+        "strata": int(names.size), "strata_compared": int(kept.size),
+        "skus_left_out": int(n_s[~both].sum()), "resamples": int(resamples), "level": level, "seed": seed}
+    if all(c in outcomes for c in PRE_COLUMNS):
+        adjusted, theta = adjust(values, pre_rates(outcomes, cols), is_b, code, kept)
+        out["kpis_cuped"] = _kpis(adjusted, cols, is_b, code, kept, weights, resamples, level, seed)
+        out["cuped_theta"] = {c: float(t) for c, t in zip(cols, theta, strict=True) if c != "sku_days"}
+    return out
+
+
+def _kpis(values: np.ndarray, cols: list[str], is_b: np.ndarray, code: np.ndarray, kept: np.ndarray,
+          weights: np.ndarray, resamples: int, level: float, seed: int) -> dict[str, KpiResult]:
+    """Point estimates and percentile intervals of every KPI; the bootstrap's draws depend
+    on the seed and the cell sizes only, so two calls on different values pair up."""
     rng = np.random.default_rng(seed)
     point = {}
     boot = {}
@@ -92,12 +112,9 @@ def compare(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: np.ndarr
     alpha = (1.0 - level) / 2.0
     low, high = np.nanquantile(diff_boot, [alpha, 1.0 - alpha], axis=0)
     se = np.nanstd(diff_boot, axis=0, ddof=1)
-    kpis = {name: KpiResult(name, float(point["A"][k]), float(point["B"][k]), float(point["B"][k] - point["A"][k]),
+    return {name: KpiResult(name, float(point["A"][k]), float(point["B"][k]), float(point["B"][k] - point["A"][k]),
                             float(low[k]), float(high[k]), float(se[k]), hib)
             for k, (name, (_, _, hib)) in enumerate(KPIS.items())}
-    return {"kpis": kpis, "skus": {"A": int((~is_b).sum()), "B": int(is_b.sum())},
-            "strata": int(names.size), "strata_compared": int(kept.size),
-            "skus_left_out": int(n_s[~both].sum()), "resamples": int(resamples), "level": level, "seed": seed}
 
 
 def _resampled_means(cell: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
