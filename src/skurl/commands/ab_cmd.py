@@ -73,6 +73,8 @@ def _report_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.add_argument("--min-cell", type=int, default=5,
+                   help="strata with fewer SKUs than this in group A or B are compared as one pooled stratum")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_report)
 
@@ -219,12 +221,14 @@ def run_report(args: argparse.Namespace) -> int:
         raise UserError(f"skurl ab report: --resamples {args.resamples}, expected an integer >= 100")
     if not 0.5 <= args.level < 1.0:
         raise UserError(f"skurl ab report: --level {args.level}, expected a number in [0.5, 1)")
+    if args.min_cell < 1:
+        raise UserError(f"skurl ab report: --min-cell {args.min_cell}, expected an integer >= 1")
     groups = ab.read_groups(args.groups)
     cols, rows = _read_outcomes(args.outcomes, groups)
     aligned = {k: v[rows] for k, v in cols.items()}
     try:
         result = compare(aligned, groups.is_b, groups.stratum, resamples=args.resamples, level=args.level,
-                         seed=args.seed)
+                         seed=args.seed, min_cell=args.min_cell)
     except ValueError as exc:
         raise UserError(f"--groups {args.groups}: {exc}; expected groups A and B in at least one stratum") from None
     if args.json:
@@ -245,6 +249,9 @@ def print_report(result: dict[str, Any]) -> None:
     if "kpis_cuped" in result:
         console.print(_kpi_table("CUPED: adjusted by each SKU's pre-period figures", result["kpis_cuped"],
                                  result["level"], plain=result["kpis"]))
+    if result["strata_pooled"]:
+        console.print(f"{result['strata_pooled']} strata with fewer than {result['min_cell']} SKUs in a group are "
+                      "compared as one pooled stratum")
     if result["skus_left_out"]:
         console.print(f"{result['skus_left_out']} SKUs in strata without both groups are left out")
     console.print(f"stratified difference in means (ratio estimates), percentile bootstrap of "
