@@ -13,7 +13,9 @@ W_s the stratum's share of all SKUs (so both groups are weighted to the whole ca
 group are pooled into one (pool_small_strata); a stratum still lacking one of the groups
 carries no comparison and is left out (counted in the result). The interval is the percentile
 bootstrap: SKUs are resampled with replacement within each (stratum, group) cell, all KPIs
-from the same resample, in blocks of replicates so memory stays bounded.
+from the same resample, in blocks of replicates so memory stays bounded. On fat-tailed
+catalogs it under-covers: over 100 splits of the embedded catalog, 95% intervals held eval's
+difference 83-96 times (CUPED: 88-95; docs/ab_acceptance.md).
 """
 
 from __future__ import annotations
