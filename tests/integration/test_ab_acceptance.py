@@ -1,13 +1,15 @@
 """Acceptance of the A/B rehearsal (issue 23): B = a trained policy, A = the tuned baseline,
 on a small synthetic catalog (the embedded defaults' generator). The stratified bootstrap
 interval of `skurl ab report` must contain the difference `skurl eval` measures on the same
-SKUs, seeds and days (each policy on every SKU), for profit and inventory cost per SKU-day."""
+SKUs, seeds and days (each policy on every SKU), for every KPI it gives; the CUPED interval
+from the rehearsal's pre-period is much narrower."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from skurl.cli import main
@@ -40,19 +42,40 @@ def test_report_interval_contains_the_eval_difference(tmp_path: Path, capsys: py
                  "--run-b", str(run), *DAYS, "--out", str(outcomes)]) == 0
     capsys.readouterr()
     assert main(["ab", "report", "--groups", str(groups), "--outcomes", str(outcomes), "--json"]) == 0
-    report = last_json(capsys)["kpis"]
+    reports = last_json(capsys)
+    report = reports["kpis"]
     assert main(["eval", "--run", str(run), "--skus", "0", *DAYS, "--json"]) == 0
     policy = last_json(capsys)
     assert main(["eval", "--config", str(run / "config.yaml"), "--policy", "forecast-base-stock", "--tune",
                  "--skus", "0", *DAYS, "--json"]) == 0
     baseline = last_json(capsys)
-    measured = {
+    measured = eval_differences(policy, baseline)
+    cuped = reports["kpis_cuped"]
+    print({k: {"eval": measured[k], "ab": report[k]["diff"], "ci": report[k]["ci"], "cuped": cuped[k]["ci"]}
+           for k in measured})
+    for kpi in measured:  # every KPI the report gives
+        low, high = report[kpi]["ci"]
+        assert low <= measured[kpi] <= high, (kpi, measured[kpi], report[kpi])
+    # CUPED (the rehearsal's pre-period as covariate) is much narrower. Its coverage is a
+    # property of many splits, not of this one: over 100 splits of this catalog and policy
+    # pair its 95% intervals held eval's difference 89-98 times per KPI (plain: 91-99), see
+    # docs/ab_acceptance.md (serve/ab_coverage.py); this split (seed 11) happens to miss it
+    # for inventory cost (+0.069 vs [-0.26, +0.04]).
+    for kpi in ("profit_per_sku_day", "inventory_cost_per_sku_day", "fill_rate"):
+        assert np.diff(cuped[kpi]["ci"])[0] < 0.5 * np.diff(report[kpi]["ci"])[0], (cuped[kpi], report[kpi])
+        assert report[kpi]["ci"][0] <= cuped[kpi]["diff"] <= report[kpi]["ci"][1]
+
+
+def eval_differences(policy: dict, baseline: dict) -> dict[str, float]:
+    """B - A of every KPI of `skurl ab report`, from the two `skurl eval --json` figures."""
+    def per_sku_day(result: dict, total: str) -> float:
+        return result[total] / (result["skus"] * result["days"] * len(result["seeds"]))
+
+    return {
         "profit_per_sku_day": policy["avg_profit_per_sku_day"] - baseline["avg_profit_per_sku_day"],
         "inventory_cost_per_sku_day": (policy["avg_inventory_cost_per_sku_day"]
                                        - baseline["avg_inventory_cost_per_sku_day"]),
         "fill_rate": policy["fill_rate"] - baseline["fill_rate"],
+        "lost_units_per_sku_day": per_sku_day(policy, "lost_units") - per_sku_day(baseline, "lost_units"),
+        "waste_units_per_sku_day": per_sku_day(policy, "waste_units") - per_sku_day(baseline, "waste_units"),
     }
-    print({k: {"eval": measured[k], "ab": report[k]["diff"], "ci": report[k]["ci"]} for k in measured})
-    for kpi in ("profit_per_sku_day", "inventory_cost_per_sku_day"):
-        low, high = report[kpi]["ci"]
-        assert low <= measured[kpi] <= high, (kpi, measured[kpi], report[kpi])

@@ -58,6 +58,9 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, help="days simulated before counting (default eval.warmup)")
     p.add_argument("--seed", type=int, help="first seed (default eval.seed)")
     p.add_argument("--episodes", type=int, default=1, help="episodes (seeds seed, seed+1, ...)")
+    p.add_argument("--no-pre-period", action="store_true",
+                   help="skip the pre-period (one more episode, every SKU on policy A) whose pre_* columns "
+                   "give the report's CUPED estimate")
     p.add_argument("--out", required=True, metavar="OUTCOMES.parquet", help="per-SKU outcomes")
     p.set_defaults(func=run_simulate)
 
@@ -70,6 +73,8 @@ def _report_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.add_argument("--min-cell", type=int, default=5,
+                   help="strata with fewer SKUs than this in group A or B are compared as one pooled stratum")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_report)
 
@@ -90,7 +95,7 @@ def run_assign(args: argparse.Namespace) -> int:
     else:
         from skurl.catalog import load_catalog
 
-        catalog = load_catalog(config_from_args(args).catalog)
+        catalog = load_catalog(config_from_args(args, embedded=True).catalog)
     groups = ab.assign(catalog, share=args.share, strata=strata, seed=args.seed)
     ab.write_table(groups.table(), args.out)
     n_b = int(groups.is_b.sum())
@@ -129,13 +134,14 @@ def run_simulate(args: argparse.Namespace) -> int:
     groups = ab.read_groups(args.groups)
     extra = [f"eval.{k}={v}" for k, v in (("days", args.days), ("warmup", args.warmup), ("seed", args.seed))
              if v is not None]
-    cfg = config_from_args(args, extra)
+    cfg = config_from_args(args, extra, embedded=True)  # without --config: `skurl train`'s catalog
     full = load_catalog(cfg.catalog)
     catalog, is_b = _split_catalog(full, groups, args.groups)
     policy = SplitPolicy(_side_policy(args, cfg, catalog, args.run_a, args.policy_a),
                          _side_policy(args, cfg, catalog, args.run_b, args.policy_b), is_b)
     table, failed = simulate(catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
-                             seed=cfg.eval.seed, episodes=args.episodes, widths=feature_widths(full, run))
+                             seed=cfg.eval.seed, episodes=args.episodes, widths=feature_widths(full, run),
+                             pre_period=not args.no_pre_period)
     if failed.any():
         print(f"skurl ab simulate: {int(failed.sum())} SKUs failed in the simulator and are left out",
               file=sys.stderr)
@@ -159,28 +165,20 @@ def _split_catalog(full: Any, groups: ab.Groups, path: str) -> tuple[Any, np.nda
 
 
 def _read_outcomes(path: str, groups: ab.Groups) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """OUTCOMES.parquet checked and aligned with the groups: (columns, row of each group SKU)."""
-    import pyarrow as pa
-
+    """OUTCOMES.parquet checked and aligned with the groups: (columns, row of each group SKU).
+    The pre-period columns (serve/ab_cuped.py) are read when any is there, and then all must be."""
+    from skurl.serve.ab_cuped import PRE_COLUMNS
     from skurl.serve.ab_stats import OUTCOME_COLUMNS
 
     required = {"sku_id": "integer SKU ids", **{c: "numbers (per-SKU totals)" for c in OUTCOME_COLUMNS}}
     table = ab.read_parquet(path, "--outcomes", required)
-    cols = {}
-    for name in required:
-        column = table.column(name)
-        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
-            raise UserError(f"--outcomes {path}: column '{name}' is {column.type}; expected {required[name]}")
-        cols[name] = column.to_numpy().astype(np.int64 if name == "sku_id" else np.float64)
+    if set(table.column_names) & set(PRE_COLUMNS):
+        what = f"numbers (per-SKU pre-period totals: all of {', '.join(PRE_COLUMNS)} or none)"
+        pre = {c: what for c in PRE_COLUMNS}
+        ab.check_columns(table, path, "--outcomes", pre)
+        required |= pre
+    cols = _outcome_columns(table, path, required)
     sku = cols["sku_id"]
-    for name in OUTCOME_COLUMNS:
-        bad = ~np.isfinite(cols[name]) | ((cols[name] < 0) if name != "profit" else False)
-        if name == "sku_days":
-            bad |= cols[name] <= 0
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise UserError(f"--outcomes {path}: SKU {sku[i]}: {name} {cols[name][i]}; expected a finite number"
-                            + (" > 0" if name == "sku_days" else "" if name == "profit" else " >= 0"))
     unique, counts = np.unique(sku, return_counts=True)
     if (counts > 1).any():
         raise UserError(f"--outcomes {path}: SKU {unique[counts > 1][0]} appears more than once; expected one row per SKU")
@@ -193,6 +191,29 @@ def _read_outcomes(path: str, groups: ab.Groups) -> tuple[dict[str, np.ndarray],
     return cols, order[np.searchsorted(sku, groups.sku_id, sorter=order)]
 
 
+def _outcome_columns(table: Any, path: str, required: dict[str, str]) -> dict[str, np.ndarray]:
+    """The required columns as arrays, each value checked: finite; days > 0; units and
+    inventory cost >= 0 (profit may be negative)."""
+    import pyarrow as pa
+
+    cols = {}
+    for name in required:
+        column = table.column(name)
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+            raise UserError(f"--outcomes {path}: column '{name}' is {column.type}; expected {required[name]}")
+        cols[name] = column.to_numpy().astype(np.int64 if name == "sku_id" else np.float64)
+    for name in required:
+        if name == "sku_id":
+            continue
+        days, signed = name.endswith("sku_days"), name.endswith("profit")
+        bad = ~np.isfinite(cols[name]) | ((cols[name] <= 0) if days else False if signed else (cols[name] < 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise UserError(f"--outcomes {path}: SKU {cols['sku_id'][i]}: {name} {cols[name][i]}; expected a finite "
+                            "number" + (" > 0" if days else "" if signed else " >= 0"))
+    return cols
+
+
 def run_report(args: argparse.Namespace) -> int:
     from skurl.serve.ab_stats import compare
 
@@ -200,16 +221,19 @@ def run_report(args: argparse.Namespace) -> int:
         raise UserError(f"skurl ab report: --resamples {args.resamples}, expected an integer >= 100")
     if not 0.5 <= args.level < 1.0:
         raise UserError(f"skurl ab report: --level {args.level}, expected a number in [0.5, 1)")
+    if args.min_cell < 1:
+        raise UserError(f"skurl ab report: --min-cell {args.min_cell}, expected an integer >= 1")
     groups = ab.read_groups(args.groups)
     cols, rows = _read_outcomes(args.outcomes, groups)
     aligned = {k: v[rows] for k, v in cols.items()}
     try:
         result = compare(aligned, groups.is_b, groups.stratum, resamples=args.resamples, level=args.level,
-                         seed=args.seed)
+                         seed=args.seed, min_cell=args.min_cell)
     except ValueError as exc:
         raise UserError(f"--groups {args.groups}: {exc}; expected groups A and B in at least one stratum") from None
     if args.json:
-        print_json({**result, "kpis": {k: v.to_json() for k, v in result["kpis"].items()}})
+        print_json({**result, **{key: {k: v.to_json() for k, v in result[key].items()}
+                                 for key in ("kpis", "kpis_cuped") if key in result}})
     else:
         print_report(result)
     return 0
@@ -217,20 +241,37 @@ def run_report(args: argparse.Namespace) -> int:
 
 def print_report(result: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    level = f"{result['level']:.0%}"
-    table = Table(title=f"skurl ab report: A {result['skus']['A']} SKUs, B {result['skus']['B']} SKUs, "
-                        f"{result['strata_compared']} of {result['strata']} strata")
-    for col in ("KPI", "A", "B", "B - A", f"{level} interval", "relative"):
-        table.add_column(col)
-    for name, kpi in result["kpis"].items():
-        rel = kpi.to_json()["relative"]
-        table.add_row(name, f"{kpi.a:.4f}", f"{kpi.b:.4f}", f"{kpi.diff:+.4f}", f"[{kpi.low:+.4f}, {kpi.high:+.4f}]",
-                      "n/a" if rel is None else f"{rel:+.2%}")
     console = Console(width=120)  # the interval column stays on one line in logs too
-    console.print(table)
+    title = (f"skurl ab report: A {result['skus']['A']} SKUs, B {result['skus']['B']} SKUs, "
+             f"{result['strata_compared']} of {result['strata']} strata")
+    console.print(_kpi_table(title, result["kpis"], result["level"]))
+    if "kpis_cuped" in result:
+        console.print(_kpi_table("CUPED: adjusted by each SKU's pre-period figures", result["kpis_cuped"],
+                                 result["level"], plain=result["kpis"]))
+    if result["strata_pooled"]:
+        console.print(f"{result['strata_pooled']} strata with fewer than {result['min_cell']} SKUs in a group are "
+                      "compared as one pooled stratum")
     if result["skus_left_out"]:
         console.print(f"{result['skus_left_out']} SKUs in strata without both groups are left out")
     console.print(f"stratified difference in means (ratio estimates), percentile bootstrap of "
                   f"{result['resamples']} resamples within strata")
+
+
+def _kpi_table(title: str, kpis: dict[str, Any], level: float, plain: dict[str, Any] | None = None) -> Any:
+    """One table row per KPI; with `plain`, also the interval's width relative to plain's."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    columns = ["KPI", "A", "B", "B - A", f"{level:.0%} interval", "relative"]
+    for col in columns + (["width vs plain"] if plain else []):
+        table.add_column(col)
+    for name, kpi in kpis.items():
+        rel = kpi.to_json()["relative"]
+        row = [name, f"{kpi.a:.4f}", f"{kpi.b:.4f}", f"{kpi.diff:+.4f}", f"[{kpi.low:+.4f}, {kpi.high:+.4f}]",
+               "n/a" if rel is None else f"{rel:+.2%}"]
+        if plain:
+            width = plain[name].high - plain[name].low
+            row.append(f"{(kpi.high - kpi.low) / width:.0%}" if width > 0 else "n/a")
+        table.add_row(*row)
+    return table

@@ -141,12 +141,18 @@ def read_parquet(path: str | Path, flag: str, required: dict[str, str]) -> pa.Ta
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
         raise UserError(f"{flag} {path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    check_columns(table, path, flag, required)
+    return table
+
+
+def check_columns(table: pa.Table, path: str | Path, flag: str, required: dict[str, str]) -> None:
+    """One line for the first of `required` columns {name: what is expected} that is
+    missing or has empty values."""
     for name, what in required.items():
         if name not in table.column_names:
             raise UserError(f"{flag} {path}: missing column '{name}'; expected {what}")
         if table.column(name).null_count:
             raise UserError(f"{flag} {path}: column '{name}' has empty values; expected {what} in every row")
-    return table
 
 
 def read_groups(path: str | Path) -> Groups:

@@ -17,7 +17,7 @@ from skurl.catalog.schema import Catalog
 from skurl.collect.evaluate import make_env, run_episode, sku_cost, sku_inventory_cost
 from skurl.config import SimConfig
 from skurl.policy.api import Policy
-from skurl.sim.api import Obs
+from skurl.sim.api import Env, Obs
 
 SUMMED = ("demand", "sales", "lost", "waste", "revenue")
 
@@ -44,25 +44,46 @@ class SplitPolicy:
 
 
 def simulate(catalog: Catalog, sim_cfg: SimConfig, policy: SplitPolicy, *, days: int, warmup: int,
-             seed: int, episodes: int = 1, widths: tuple[int, int] = (0, 0)) -> tuple[pa.Table, np.ndarray]:
+             seed: int, episodes: int = 1, widths: tuple[int, int] = (0, 0),
+             pre_period: bool = False) -> tuple[pa.Table, np.ndarray]:
     """Per-SKU outcomes over `episodes` episodes (seeds seed, seed+1, ...) of warmup + days
-    days, and the mask of SKUs the simulator isolated as failed."""
+    days, and the mask of SKUs the simulator isolated as failed. With `pre_period`, also the
+    pre_* columns of serve/ab_cuped.py: one more episode of the same length on the next seed
+    (seed + episodes, a stretch of days the test does not count) with every SKU on policy A,
+    as before a real test."""
     env = make_env(catalog, dataclasses.replace(sim_cfg, days=warmup + days), widths)
+    seeds = [seed + e for e in range(episodes)]
+    sums, failed = _totals(env, policy, seeds, days, warmup)
+    unit_cost = np.asarray(catalog.unit_cost, dtype=np.float64)
+    columns = {"sku_id": pa.array(np.asarray(catalog.sku_id, np.int64)),
+               **_outcome_columns(sums, unit_cost, days * episodes)}
+    if pre_period:
+        pre, pre_failed = _totals(env, policy.a, [seed + episodes], days, warmup)
+        failed |= pre_failed
+        columns |= {f"pre_{k}": v for k, v in _outcome_columns(pre, unit_cost, days).items()
+                    if k not in ("sales", "revenue", "cost")}
+    return pa.table(columns), failed
+
+
+def _totals(env: Env, policy: Policy, seeds: list[int], days: int, warmup: int,
+            ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per-SKU totals summed over one episode per seed, and the failed SKUs' mask."""
     sums: dict[str, np.ndarray] = {}
-    failed = np.zeros(len(catalog), dtype=bool)
-    for e in range(episodes):
-        totals, bad = run_episode(env, policy, seed=seed + e, episode=0, days=days, warmup=warmup)
+    failed = np.zeros(env.num_skus, dtype=bool)
+    for s in seeds:
+        totals, bad = run_episode(env, policy, seed=s, episode=0, days=days, warmup=warmup)
         failed |= bad
         for key, value in totals.items():
             sums[key] = sums.get(key, 0.0) + value
-    unit_cost = np.asarray(catalog.unit_cost, dtype=np.float64)
+    return sums, failed
+
+
+def _outcome_columns(sums: dict[str, np.ndarray], unit_cost: np.ndarray, sku_days: int) -> dict[str, pa.Array]:
     cost = sku_cost(sums)
-    columns = {
-        "sku_id": pa.array(np.asarray(catalog.sku_id, np.int64)),
-        "sku_days": pa.array(np.full(len(catalog), days * episodes, np.int64)),
+    return {
+        "sku_days": pa.array(np.full(unit_cost.size, sku_days, np.int64)),
         **{k: pa.array(sums[k]) for k in SUMMED},
         "cost": pa.array(cost),
         "inventory_cost": pa.array(sku_inventory_cost(sums, unit_cost)),
         "profit": pa.array(sums["revenue"] - cost),
     }
-    return pa.table(columns), failed

@@ -2,16 +2,20 @@
 
 Outcomes (Parquet, one row per SKU; what `skurl ab simulate` writes, or a real test's
 figures): sku_id, sku_days (days observed), demand, lost, waste (units), inventory_cost and
-profit (money), totals over the test.
+profit (money), totals over the test; optionally the same totals for a pre-period before
+it (pre_sku_days, pre_demand, ...), which add a CUPED estimate (ab_cuped.py).
 
 Each KPI is a ratio of per-SKU totals: fill rate = (demand - lost) / demand; lost units,
 waste units, inventory cost and profit per SKU-day = total / sku_days. A group's value is
 the stratified ratio estimate sum_s W_s mean_gs(numerator) / sum_s W_s mean_gs(denominator),
 W_s the stratum's share of all SKUs (so both groups are weighted to the whole catalog, as
-`skurl eval` weights it), and the effect is B - A. Strata lacking one of the groups carry no
-comparison and are left out (counted in the result). The interval is the percentile
+`skurl eval` weights it), and the effect is B - A. Strata with fewer than MIN_CELL SKUs in a
+group are pooled into one (pool_small_strata); a stratum still lacking one of the groups
+carries no comparison and is left out (counted in the result). The interval is the percentile
 bootstrap: SKUs are resampled with replacement within each (stratum, group) cell, all KPIs
-from the same resample, in blocks of replicates so memory stays bounded.
+from the same resample, in blocks of replicates so memory stays bounded. On fat-tailed
+catalogs it under-covers: over 100 splits of the embedded catalog, 95% intervals held eval's
+difference 83-96 times (CUPED: 88-95; docs/ab_acceptance.md).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ KPIS: dict[str, tuple[str, str, bool]] = {
 }
 OUTCOME_COLUMNS = ("sku_days", "demand", "lost", "waste", "inventory_cost", "profit")
 _BLOCK_ELEMENTS = 4_000_000  # resampled values held at once per cell
+MIN_CELL = 5  # fewer SKUs than this in a group of a stratum: the stratum is pooled
 
 
 @dataclass(frozen=True)
@@ -68,19 +73,55 @@ def _ratios(cell_means: np.ndarray, weights: np.ndarray, cols: list[str]) -> np.
 
 
 def compare(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: np.ndarray, *,
-            resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+            resamples: int = 2000, level: float = 0.95, seed: int = 0, min_cell: int = MIN_CELL) -> dict[str, Any]:
     """KPIs of A and B, B - A and its bootstrap interval; `outcomes` columns aligned with
-    `is_b` and `stratum` (one entry per SKU)."""
+    `is_b` and `stratum` (one entry per SKU). Strata with fewer than `min_cell` SKUs in a
+    group are compared as one pooled stratum (pool_small_strata). With the pre-period columns (ab_cuped.py) also
+    "kpis_cuped", the same KPIs from the CUPED-adjusted outcomes (the same resamples)."""
+    from skurl.serve.ab_cuped import PRE_COLUMNS, adjust, pre_rates
+
     values, cols = _values(outcomes)
     names, code = np.unique(np.asarray(stratum).astype(str), return_inverse=True)
-    code = code.ravel()
-    n_s = np.bincount(code, minlength=names.size)
-    n_b = np.bincount(code, weights=is_b, minlength=names.size).astype(np.int64)
+    code, pooled = pool_small_strata(code.ravel(), is_b, min_cell)
+    n_s = np.bincount(code, minlength=code.max() + 1)
+    n_b = np.bincount(code, weights=is_b, minlength=n_s.size).astype(np.int64)
     both = (n_b > 0) & (n_b < n_s)
     if not both.any():
         raise ValueError("no stratum holds SKUs of both groups")
     weights = n_s[both] / n_s[both].sum()
     kept = np.flatnonzero(both)
+    out: dict[str, Any] = {
+        "kpis": _kpis(values, cols, is_b, code, kept, weights, resamples, level, seed),
+        "skus": {"A": int((~is_b).sum()), "B": int(is_b.sum())},
+        "strata": int(names.size), "strata_compared": int(kept.size), "strata_pooled": pooled,
+        "min_cell": int(min_cell),
+        "skus_left_out": int(n_s[~both].sum()), "resamples": int(resamples), "level": level, "seed": seed}
+    if all(c in outcomes for c in PRE_COLUMNS):
+        adjusted, theta = adjust(values, pre_rates(outcomes, cols), is_b, code, kept)
+        out["kpis_cuped"] = _kpis(adjusted, cols, is_b, code, kept, weights, resamples, level, seed)
+        out["cuped_theta"] = {c: float(t) for c, t in zip(cols, theta, strict=True) if c != "sku_days"}
+    return out
+
+
+def pool_small_strata(code: np.ndarray, is_b: np.ndarray, min_cell: int) -> tuple[np.ndarray, int]:
+    """Stratum codes with every stratum that has fewer than `min_cell` SKUs in group A or B
+    merged into one (a new code), and how many were merged. Why: a cell of one or two SKUs
+    resamples to (nearly) itself, so the within-cell bootstrap misses its spread, and with
+    fat-tailed SKUs the interval comes out too narrow (60 simulated tests of 400 lognormal
+    SKUs in 60 strata: 95% intervals covered the effect 50 times; pooled, 54). Merging keeps the estimate unbiased: the split gives
+    every SKU of every stratum the same chance of B (ab.assign's random rounding)."""
+    n_s = np.bincount(code)
+    n_b = np.bincount(code, weights=is_b, minlength=n_s.size)
+    small = (np.minimum(n_b, n_s - n_b) < min_cell) & (n_s > 0)
+    if small.sum() < 2:
+        return code, 0
+    return np.where(small[code], n_s.size, code), int(small.sum())
+
+
+def _kpis(values: np.ndarray, cols: list[str], is_b: np.ndarray, code: np.ndarray, kept: np.ndarray,
+          weights: np.ndarray, resamples: int, level: float, seed: int) -> dict[str, KpiResult]:
+    """Point estimates and percentile intervals of every KPI; the bootstrap's draws depend
+    on the seed and the cell sizes only, so two calls on different values pair up."""
     rng = np.random.default_rng(seed)
     point = {}
     boot = {}
@@ -92,12 +133,9 @@ def compare(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: np.ndarr
     alpha = (1.0 - level) / 2.0
     low, high = np.nanquantile(diff_boot, [alpha, 1.0 - alpha], axis=0)
     se = np.nanstd(diff_boot, axis=0, ddof=1)
-    kpis = {name: KpiResult(name, float(point["A"][k]), float(point["B"][k]), float(point["B"][k] - point["A"][k]),
+    return {name: KpiResult(name, float(point["A"][k]), float(point["B"][k]), float(point["B"][k] - point["A"][k]),
                             float(low[k]), float(high[k]), float(se[k]), hib)
             for k, (name, (_, _, hib)) in enumerate(KPIS.items())}
-    return {"kpis": kpis, "skus": {"A": int((~is_b).sum()), "B": int(is_b.sum())},
-            "strata": int(names.size), "strata_compared": int(kept.size),
-            "skus_left_out": int(n_s[~both].sum()), "resamples": int(resamples), "level": level, "seed": seed}
 
 
 def _resampled_means(cell: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
