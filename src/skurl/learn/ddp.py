@@ -44,7 +44,7 @@ from skurl.learn.learner import (
     ppo_minibatch_loss,
     recorded_behaviour,
 )
-from skurl.learn.normalize import RunningMeanStd
+from skurl.policy.normalize import RunningMeanStd
 from skurl.policy.twin_mlp import twin_forward
 from skurl.telemetry.metrics import get_metrics
 
