@@ -161,24 +161,18 @@ LEARNER_SETTINGS = [*SETTINGS, "catalog.kind=uniform", "catalog.skus=9", "sim.da
                     "deploy.collectors=2", "train.checkpoint_every=1", "eval.days=20", "eval.warmup=5"]
 
 
-@pytest.mark.slow
-def test_torchrun_learner_reads_the_store_and_matches_one_rank(tmp_path: Path) -> None:
-    """`python -m skurl.deploy.ddp_learner --nproc 2` (torchrun, gloo): 2 iterations from a
-    local rollout store of 2 collector shards; the checkpointed model equals one rank's."""
-    import subprocess
-    import sys
-
+def stored_rollouts(config: Config, root: Path, iterations: int) -> tuple[list[Rollout], int, int]:
+    """Random rollouts of `iterations` iterations in a local store at `root`, each as 2
+    collectors' shards (SKUs 0-3 and 4-8); the rollouts, obs width and action count."""
     from skurl.catalog import load_catalog
-    from skurl.learn.checkpoint import latest_checkpoint, model_state
     from skurl.sim.layout import layout_for
     from skurl.store.local import LocalRolloutStore
 
-    config = load_config(None, [*LEARNER_SETTINGS, "train.iterations=2"])  # as --iterations 2
     dim = layout_for(load_catalog(config.catalog), config.sim.review_days).schema.dim
     n_actions = config.policy.actions.n
-    store = LocalRolloutStore(tmp_path / "rollouts")
+    store = LocalRolloutStore(root)
     full = []
-    for it in range(2):
+    for it in range(iterations):
         r = _dim_rollout(config.catalog.skus, dim, n_actions, seed=it)
         r.policy_version = it
         full.append(r)
@@ -186,6 +180,20 @@ def test_torchrun_learner_reads_the_store_and_matches_one_rank(tmp_path: Path) -
             part = r.select_skus(cols)
             store.put_shard(it, f"c{k}", part.arrays(), {"policy_version": it, "sku_start": int(cols[0]),
                                                         "sku_count": cols.size, "rows": part.transitions})
+    return full, dim, n_actions
+
+
+@pytest.mark.slow
+def test_torchrun_learner_reads_the_store_and_matches_one_rank(tmp_path: Path) -> None:
+    """`python -m skurl.deploy.ddp_learner --nproc 2` (torchrun, gloo): 2 iterations from a
+    local rollout store of 2 collector shards; the checkpointed model equals one rank's."""
+    import subprocess
+    import sys
+
+    from skurl.learn.checkpoint import latest_checkpoint, model_state
+
+    config = load_config(None, [*LEARNER_SETTINGS, "train.iterations=2"])  # as --iterations 2
+    full, dim, n_actions = stored_rollouts(config, tmp_path / "rollouts", 2)
     run_dir = tmp_path / "learner"
     cmd = [sys.executable, "-m", ENTRY, "--nproc", "2", "--rollouts", str(tmp_path / "rollouts"),
            "--run-dir", str(run_dir), "--iterations", "2", "--wait-s", "30", "--no-baseline",
@@ -205,6 +213,30 @@ def test_torchrun_learner_reads_the_store_and_matches_one_rank(tmp_path: Path) -
         ref.update(r)
     assert meta["version"] == 2
     assert max_diff(got, ref.weights()) < 2e-5
+
+
+@pytest.mark.slow
+def test_one_rank_resumes_its_run_dir_and_is_the_single_process_learner(tmp_path: Path) -> None:
+    """A run dir with checkpoints is resumed: 1 iteration, then again up to 2, gives the
+    weights a Learner makes on the two rollouts, bit for bit (one rank is that Learner)."""
+    from skurl.learn.checkpoint import latest_checkpoint, model_state
+
+    settings = [*LEARNER_SETTINGS, "ppo.lr_schedule=constant"]  # the same lr whatever train.iterations
+    full, dim, n_actions = stored_rollouts(load_config(None, settings), tmp_path / "rollouts", 2)
+    run_dir = tmp_path / "run"
+    for iterations in (1, 2):
+        assert main(["--rollouts", str(tmp_path / "rollouts"), "--run-dir", str(run_dir), "--iterations",
+                     str(iterations), "--wait-s", "30", "--no-baseline",
+                     *[a for s in settings for a in ("--set", s)]]) == 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1]
+    path = latest_checkpoint(run_dir)
+    assert path is not None and path.name == "iter_000002"
+    ref = Learner(load_config(None, settings), dim, n_actions, "cpu")
+    for r in full:
+        ref.update(r)
+    got, _ = model_state(path)
+    assert max_diff(got, ref.weights()) == 0.0
 
 
 def test_learner_entry_reports_missing_shards_in_one_line(tmp_path: Path,
