@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from skurl.catalog_columns import COLUMNS
 from skurl.config_loader import apply_overrides, build, check, opt, read_yaml, section, to_dict
 from skurl.config_services import DeployConfig, RayConfig, RpcConfig, StoreConfig, SyncConfig
 from skurl.config_tracking import TrackingConfig
@@ -141,8 +142,6 @@ UNIFORM_COLUMNS = {
 
 def check_uniform_bounds(cfg: CatalogConfig) -> None:
     """Every uniform key within its catalog column's bounds (catalog/schema.py COLUMNS)."""
-    from skurl.catalog.schema import COLUMNS  # lazily: skurl.catalog imports this module
-
     bounds = {c.name: c for c in COLUMNS}
     for key, column in UNIFORM_COLUMNS.items():
         col = bounds[column]

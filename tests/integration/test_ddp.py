@@ -5,6 +5,7 @@ gets no SKU (N < ranks) still joins every collective."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 import traceback
@@ -22,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from skurl.buffer.rollout import Rollout
 from skurl.config import Config, load_config
+from skurl.deploy.ddp_learner import ENTRY, main
 from skurl.learn.ddp import DDPLearner, rank_slice
 from skurl.learn.learner import Learner
 
@@ -156,26 +158,21 @@ def test_global_advantage_normalization_differs_from_per_rank(two_ranks: Path) -
 
 
 LEARNER_SETTINGS = [*SETTINGS, "catalog.kind=uniform", "catalog.skus=9", "sim.days=12",
-                    "deploy.collectors=2", "train.checkpoint_every=1"]
+                    "deploy.collectors=2", "train.checkpoint_every=1", "eval.days=20", "eval.warmup=5"]
 
 
-def test_torchrun_learner_reads_the_store_and_matches_one_rank(tmp_path: Path) -> None:
-    """`python -m skurl.learn --nproc 2` (torchrun, gloo): 2 iterations from a local
-    rollout store of 2 collector shards; the checkpointed model equals one rank's."""
-    import subprocess
-    import sys
-
+def stored_rollouts(config: Config, root: Path, iterations: int) -> tuple[list[Rollout], int, int]:
+    """Random rollouts of `iterations` iterations in a local store at `root`, each as 2
+    collectors' shards (SKUs 0-3 and 4-8); the rollouts, obs width and action count."""
     from skurl.catalog import load_catalog
-    from skurl.learn.checkpoint import latest_checkpoint, model_state
     from skurl.sim.layout import layout_for
     from skurl.store.local import LocalRolloutStore
 
-    config = load_config(None, [*LEARNER_SETTINGS, "train.iterations=2"])  # as --iterations 2
     dim = layout_for(load_catalog(config.catalog), config.sim.review_days).schema.dim
     n_actions = config.policy.actions.n
-    store = LocalRolloutStore(tmp_path / "rollouts")
+    store = LocalRolloutStore(root)
     full = []
-    for it in range(2):
+    for it in range(iterations):
         r = _dim_rollout(config.catalog.skus, dim, n_actions, seed=it)
         r.policy_version = it
         full.append(r)
@@ -183,14 +180,31 @@ def test_torchrun_learner_reads_the_store_and_matches_one_rank(tmp_path: Path) -
             part = r.select_skus(cols)
             store.put_shard(it, f"c{k}", part.arrays(), {"policy_version": it, "sku_start": int(cols[0]),
                                                         "sku_count": cols.size, "rows": part.transitions})
+    return full, dim, n_actions
+
+
+@pytest.mark.slow
+def test_torchrun_learner_reads_the_store_and_matches_one_rank(tmp_path: Path) -> None:
+    """`python -m skurl.deploy.ddp_learner --nproc 2` (torchrun, gloo): 2 iterations from a
+    local rollout store of 2 collector shards; the checkpointed model equals one rank's."""
+    import subprocess
+    import sys
+
+    from skurl.learn.checkpoint import latest_checkpoint, model_state
+
+    config = load_config(None, [*LEARNER_SETTINGS, "train.iterations=2"])  # as --iterations 2
+    full, dim, n_actions = stored_rollouts(config, tmp_path / "rollouts", 2)
     run_dir = tmp_path / "learner"
-    cmd = [sys.executable, "-m", "skurl.learn", "--nproc", "2", "--rollouts", str(tmp_path / "rollouts"),
-           "--run-dir", str(run_dir), "--iterations", "2", "--wait-s", "30",
+    cmd = [sys.executable, "-m", ENTRY, "--nproc", "2", "--rollouts", str(tmp_path / "rollouts"),
+           "--run-dir", str(run_dir), "--iterations", "2", "--wait-s", "30", "--no-baseline",
            *[a for s in LEARNER_SETTINGS for a in ("--set", s)]]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=5 * TIMEOUT_S, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert '"world": 2' in summary[-1] and '"iterations": 2' in summary[-1]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1]  # rank 0's records only, once each
+    assert "eval_profit" in records[-1] and (run_dir / "eval.json").is_file()
     path = latest_checkpoint(run_dir)
     assert path is not None and path.name == "iter_000002"
     got, meta = model_state(path)
@@ -201,26 +215,48 @@ def test_torchrun_learner_reads_the_store_and_matches_one_rank(tmp_path: Path) -
     assert max_diff(got, ref.weights()) < 2e-5
 
 
+@pytest.mark.slow
+def test_one_rank_resumes_its_run_dir_and_is_the_single_process_learner(tmp_path: Path) -> None:
+    """A run dir with checkpoints is resumed: 1 iteration, then again up to 2, gives the
+    weights a Learner makes on the two rollouts, bit for bit (one rank is that Learner)."""
+    from skurl.learn.checkpoint import latest_checkpoint, model_state
+
+    settings = [*LEARNER_SETTINGS, "ppo.lr_schedule=constant"]  # the same lr whatever train.iterations
+    full, dim, n_actions = stored_rollouts(load_config(None, settings), tmp_path / "rollouts", 2)
+    run_dir = tmp_path / "run"
+    for iterations in (1, 2):
+        assert main(["--rollouts", str(tmp_path / "rollouts"), "--run-dir", str(run_dir), "--iterations",
+                     str(iterations), "--wait-s", "30", "--no-baseline",
+                     *[a for s in settings for a in ("--set", s)]]) == 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1]
+    path = latest_checkpoint(run_dir)
+    assert path is not None and path.name == "iter_000002"
+    ref = Learner(load_config(None, settings), dim, n_actions, "cpu")
+    for r in full:
+        ref.update(r)
+    got, _ = model_state(path)
+    assert max_diff(got, ref.weights()) == 0.0
+
+
 def test_learner_entry_reports_missing_shards_in_one_line(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from skurl.learn.__main__ import main
-
     code = main(["--rollouts", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "run"),
-                 "--iterations", "1", "--wait-s", "0.2", "--poll-s", "0.05",
+                 "--iterations", "1", "--wait-s", "0.2", "--poll-s", "0.05", "--no-baseline",
                  *[a for s in LEARNER_SETTINGS for a in ("--set", s)]])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "iteration 0 has 0 shards" in errors[0], errors
 
 
-@pytest.mark.parametrize("setting", ["train.warm_start=base-stock", "train.keep_best=true"])
-def test_learner_entry_refuses_what_needs_the_evaluation_loop_in_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str) -> None:
-    from skurl.learn.__main__ import main
-
+@pytest.mark.parametrize(("setting", "key"), [("train.collect_skus=3", "train.collect_skus"),
+                                            ("deploy.collector_addresses=[127.0.0.1:1]", "sync.backend")])
+def test_learner_entry_refuses_what_it_cannot_do_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str, key: str) -> None:
     code = main(["--rollouts", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "run"),
                  *[a for s in [*LEARNER_SETTINGS, setting] for a in ("--set", s)]])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1 and setting in errors[0], errors
+    assert code == 2 and len(errors) == 1 and key in errors[0], errors
+    assert not (tmp_path / "run").exists()  # nothing written
 
 
 def _dim_rollout(skus: int, dim: int, n_actions: int, seed: int) -> Rollout:
@@ -235,55 +271,3 @@ def _dim_rollout(skus: int, dim: int, n_actions: int, seed: int) -> Rollout:
     r.last_obs[:] = r.obs[-1]
     r.bootstrap[:] = 0.0
     return r
-
-
-class _StandInCollector:
-    """A collector backend for CollectorService: fixed random rollouts of `skus` SKUs."""
-
-    def __init__(self, skus: int, dim: int, n_actions: int, first_id: int) -> None:
-        self.skus, self.dim, self.n_actions, self.first_id = skus, dim, n_actions, first_id
-        self.version = -1
-
-    def set_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
-        self.version = version
-
-    def collect(self, seed: int, episode: int, version: int | None = None, record: bool = True) -> Rollout:
-        r = _dim_rollout(self.skus, self.dim, self.n_actions, seed=self.first_id + episode)
-        r.sku_ids[:] = np.arange(self.skus) + self.first_id
-        r.policy_version, r.seed, r.episode = self.version, seed, episode
-        return r
-
-
-def test_learner_drives_running_collectors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """With deploy.collector_addresses, rank 0 asks each `skurl collector` (CollectorService)
-    for its share of the iteration; the shards land in the store and are trained on."""
-    from skurl.catalog import load_catalog
-    from skurl.config import RpcConfig
-    from skurl.learn.__main__ import main
-    from skurl.rpc.collector_client import CollectorClient
-    from skurl.rpc.collector_server import CollectorServer, CollectorServicer
-    from skurl.sim.layout import layout_for
-    from skurl.store.local import LocalRolloutStore
-
-    config = load_config(None, LEARNER_SETTINGS)
-    dim = layout_for(load_catalog(config.catalog), config.sim.review_days).schema.dim
-    rpc, store = RpcConfig(timeout_s=30.0), LocalRolloutStore(tmp_path / "rollouts")
-    servers = [CollectorServer(CollectorServicer(f"c{k}", _StandInCollector(4 + k, dim, config.policy.actions.n, 4 * k),
-                                                 rpc, store=store), rpc) for k in range(2)]
-    try:
-        for server in servers:
-            client = CollectorClient(server.address, rpc)
-            client.update_weights(0, {"w": torch.zeros(2)})
-            client.close()
-        addresses = ",".join(s.address for s in servers)
-        code = main(["--rollouts", str(tmp_path / "rollouts"), "--run-dir", str(tmp_path / "run"),
-                     "--iterations", "1", "--wait-s", "30",
-                     *[a for s in [*LEARNER_SETTINGS, f"deploy.collector_addresses=[{addresses}]"]
-                       for a in ("--set", s)]])
-    finally:
-        for server in servers:
-            server.stop(0)
-    assert code == 0, capsys.readouterr().err
-    summary = capsys.readouterr().out.strip().splitlines()
-    assert '"transitions": 108.0' in summary[0] and '"iterations": 1' in summary[-1]  # 12 days x 9 SKUs
-    assert store.list_shards(0) == []  # trained and checkpointed: a restart needs them no more

@@ -248,7 +248,7 @@ def test_resume_with_every_checkpoint_damaged_is_one_error(tmp_path: Path) -> No
 def test_checkpoint_directories_without_meta_are_named_not_called_none(tmp_path: Path) -> None:
     """iter_XXXXXX directories that lost meta.json are not checkpoints; resume and eval say
     which ones they found instead of "no checkpoint yet"."""
-    from skurl.policy.learned import LearnedPolicy
+    from skurl.learn.run_policy import policy_of_run
 
     run = tmp_path / "run"
     train(tiny(), run, baseline=False)
@@ -258,7 +258,7 @@ def test_checkpoint_directories_without_meta_are_named_not_called_none(tmp_path:
     with pytest.raises(CheckpointError, match=want):
         resume(run, baseline=False)
     with pytest.raises(CheckpointError, match=want):
-        LearnedPolicy.from_run(run)
+        policy_of_run(run)
     with pytest.raises(UserError, match="already holds checkpoints"):  # a new run would replace them
         train(tiny(), run, baseline=False)
     assert (run / "checkpoints" / "iter_000004" / "state.safetensors").is_file()  # nothing removed

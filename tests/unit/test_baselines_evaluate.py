@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from skurl.catalog.uniform import uniform_catalog
-from skurl.collect.evaluate import TOTAL_FIELDS, evaluate
+from skurl.collect.evaluate import evaluate
 from skurl.config import CatalogConfig, SimConfig
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
+from skurl.sim.episode import TOTAL_FIELDS
 
 
 class ScriptedEnv:

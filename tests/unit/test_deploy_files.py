@@ -1,7 +1,7 @@
 """deploy/: the Dockerfiles and Kubernetes manifests, checked without Docker or a cluster.
 
 Manifests are parsed (yaml.safe_load_all); every `skurl ...` command line must parse with
-the real CLI parser, the learner's torchrun line with torchrun's and skurl.learn's parsers;
+the real CLI parser, the learner's torchrun line with torchrun's and skurl.deploy.ddp_learner's parsers;
 images come from the Dockerfiles; ports agree between containers, Services, arguments and
 the shared config (which must load); selectors and HPA targets point at real objects.
 """
@@ -19,7 +19,8 @@ import yaml
 
 from skurl.cli import build_parser
 from skurl.config import Config, load_config
-from skurl.learn.__main__ import build_parser as learner_parser
+from skurl.deploy.ddp_learner import ENTRY
+from skurl.deploy.ddp_learner import build_parser as learner_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -124,14 +125,14 @@ def test_skurl_command_lines_parse_with_the_cli(tmp_path: Path) -> None:
     shared_config(tmp_path)
 
 
-def test_learner_job_is_torchrun_of_skurl_learn(tmp_path: Path) -> None:
+def test_learner_job_is_torchrun_of_the_ddp_learner(tmp_path: Path) -> None:
     from torch.distributed.run import get_args_parser
 
     (job,) = find("Job", "skurl-learner")
     (c,) = pod_spec(job)["containers"]
     assert c["command"] == ["torchrun"]
     run = get_args_parser().parse_args(expand(c["args"]))
-    assert run.module and run.training_script == "skurl.learn"
+    assert run.module and run.training_script == ENTRY
     learner = learner_parser().parse_args(run.training_script_args)
     assert learner.config == f"{CONFIG_MOUNT}/config.yaml"
     gpus = c["resources"]["limits"]["nvidia.com/gpu"]

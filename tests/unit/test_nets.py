@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from skurl.collect.collector import ActionUniforms
+from skurl.policy.action_noise import ActionUniforms
 from skurl.policy.nets import ActorCritic, InferenceNets, sample_inverse_cdf
 
 OBS, ACTIONS = 12, 20

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from skurl.learn.normalize import RewardScaler, RunningMeanStd
+from skurl.learn.normalize import RewardScaler
+from skurl.policy.normalize import RunningMeanStd
 
 
 def batches(seed: int = 0) -> list[np.ndarray]:

@@ -18,42 +18,19 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from numba import njit, prange
 
 from skurl.buffer.rollout import Rollout
 from skurl.catalog.schema import Catalog
 from skurl.collect.reward_range import check_rewards, reward_bounds
 from skurl.errors import UserError
+from skurl.policy.action_noise import ActionUniforms
 from skurl.policy.actions import ActionGrid, bind_to_env, report_clipped
 from skurl.policy.bf16 import cpu_has_bf16, warn_if_emulated
 from skurl.policy.grid_center import GridCenter
 from skurl.policy.nets import ActorCritic, InferenceNets, input_tensor, sample_inverse_cdf
-from skurl.sim import rng
-from skurl.sim.api import STREAM_ACTION, Env
+from skurl.sim.api import Env
 
-_STREAM = np.int64(STREAM_ACTION)
 log = logging.getLogger("skurl.collect")
-
-
-class ActionUniforms:
-    """u(seed, episode, sku_id, day, STREAM_ACTION) in (0, 1): the sampling noise of one
-    episode, from the simulator's counter-based generator (sim/rng.py). Per-SKU keys are
-    derived once; `day(d)` draws float64 [N] for every SKU."""
-
-    def __init__(self, seed: int, episode: int, sku_ids: np.ndarray) -> None:
-        self.keys = rng.sku_keys(rng.run_key(seed, episode), np.ascontiguousarray(sku_ids, np.int64))
-        self.out = np.empty(self.keys.shape[0], np.float64)
-
-    def day(self, day: int) -> np.ndarray:
-        """Uniforms of `day` (a buffer overwritten by the next call)."""
-        _fill_uniforms(self.keys, np.int64(day), self.out)
-        return self.out
-
-
-@njit(cache=True, parallel=True)
-def _fill_uniforms(keys: np.ndarray, day: np.int64, out: np.ndarray) -> None:
-    for i in prange(keys.shape[0]):
-        out[i] = rng.uniform(keys[i], day, _STREAM, 0)
 
 
 class Timer(Protocol):

@@ -37,68 +37,21 @@ import numpy as np
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.policy.api import Policy
-from skurl.sim.api import DayMetrics, Env
+from skurl.sim.api import Env
+from skurl.sim.episode import (
+    COST_FIELDS,
+    make_env,
+    run_episode,
+    sku_cost,
+    sku_inventory_cost,
+)
 
-COST_FIELDS = ("holding_cost", "penalty_cost", "purchase_cost", "order_cost", "waste_cost")
-TOTAL_FIELDS = tuple(f.name for f in dataclasses.fields(DayMetrics))
 PER_SKU_FIELDS = ("per_sku_cost", "per_sku_profit", "per_sku_inventory_cost")
-
-
-def make_env(catalog: Catalog, sim_cfg: SimConfig, widths: tuple[int, int] = (0, 0)) -> Env:
-    """The in-process vectorized simulator (imported lazily: the sim is a sibling part).
-    `widths`: the whole catalog's feature widths when `catalog` is a subset of it
-    (sim/layout.py catalog_widths), so a network trained on the whole shows no mismatch."""
-    from skurl.sim.env import VectorEnv
-
-    return VectorEnv(catalog, sim_cfg, min_widths=widths)
 
 
 def eval_subset(catalog: Catalog, skus: int) -> Catalog:
     """The SKUs scored by evaluations (eval.skus): the first `skus` rows, or all with 0."""
     return catalog if skus == 0 or skus >= len(catalog) else catalog.subset(np.arange(skus))
-
-
-def totals_dict(totals: Any) -> dict[str, np.ndarray]:
-    """env.totals() as {field: float64 [N]}, whether it returns a DayMetrics or a mapping."""
-    if isinstance(totals, dict):
-        return {k: np.asarray(totals[k], dtype=np.float64) for k in TOTAL_FIELDS if k in totals}
-    return {k: np.asarray(getattr(totals, k), dtype=np.float64) for k in TOTAL_FIELDS}
-
-
-def sku_cost(totals: dict[str, np.ndarray]) -> np.ndarray:
-    return sum((totals[k] for k in COST_FIELDS), np.zeros_like(totals["demand"]))
-
-
-def sku_inventory_cost(totals: dict[str, np.ndarray], unit_cost: np.ndarray) -> np.ndarray:
-    """Per SKU: cost less the purchase of units sold or still in stock (module docstring)."""
-    return sku_cost(totals) - totals["purchase_cost"] + unit_cost * totals["waste"]
-
-
-def sku_objective(totals: dict[str, np.ndarray], reward: str) -> np.ndarray:
-    """What tuning minimizes per SKU: cost, or minus profit under sim.reward=profit."""
-    cost = sku_cost(totals)
-    return cost - totals["revenue"] if reward == "profit" else cost
-
-
-def run_episode(env: Env, policy: Policy, *, seed: int, episode: int, days: int, warmup: int,
-                ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Run warmup + days steps of one episode; per-SKU totals of the last `days` and the
-    mask of SKUs the env isolated as failed. The env must have sim.days >= warmup + days."""
-    reset_policy = getattr(policy, "reset", None)
-    if callable(reset_policy):
-        reset_policy()
-    obs = env.reset(seed, episode)
-    failed = np.zeros(env.num_skus, dtype=bool)
-    if warmup == 0:
-        env.reset_totals()
-    for t in range(warmup + days):
-        if t == warmup and warmup > 0:
-            env.reset_totals()
-        result = env.step(policy.orders(obs))
-        if result.failed.size:
-            failed |= result.failed
-        obs = result.obs
-    return totals_dict(env.totals()), failed
 
 
 @dataclass

@@ -54,9 +54,9 @@ def resolve_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog,
                    ) -> tuple[Policy, dict[str, Any] | None]:
     """The policy the flags ask for, and its tuning summary (None when not tuned)."""
     if getattr(args, "run", None):
-        from skurl.policy.learned import LearnedPolicy
+        from skurl.learn.run_policy import policy_of_run
 
-        return LearnedPolicy.from_run(args.run, catalog=catalog), None
+        return policy_of_run(args.run, catalog=catalog), None
     if args.policy is None:
         raise UserError(f"skurl eval: --policy is required (one of: {', '.join(POLICY_NAMES)})")
     name = check_policy_name(args.policy)

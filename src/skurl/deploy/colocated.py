@@ -107,13 +107,8 @@ class ColocatedRun:
         self.first_scalars: dict[str, Any] = {}  # for the record of this process's first iteration
         self.grid = self._grid(resume)
         env0 = self._env(0)
-        self.learner = Learner(cfg, env0.schema.dim, self.grid.n)
-        self.meta: dict[str, Any] = {}
-        if resume:
-            restored = restore_latest(self.learner, self.run_dir)
-            if restored is None:
-                raise no_checkpoint_error(self.run_dir, f"--resume {self.run_dir}")
-            self.meta = restored[1]
+        self.learner = self.make_learner(env0.schema.dim, self.grid.n)
+        self.meta: dict[str, Any] = self.restore() if resume else {}
         self.weights = InProcWeights(TRAINED)
         self.weights.publish(self.learner.version, self.learner.weights())
         self.model = ActorCritic.from_state(self.learner.weights())
@@ -124,6 +119,17 @@ class ColocatedRun:
         self.baseline: dict[str, Any] | None = None
         self.best = BestKeeper(self.run_dir, self.eval_catalog, self.learner.iteration) if cfg.train.keep_best else None
         self.last_eval: dict[str, Any] | None = None
+
+    def make_learner(self, obs_dim: int, n_actions: int) -> Learner:
+        """The run's learner (the DDP learner puts its own here)."""
+        return Learner(self.cfg, obs_dim, n_actions)
+
+    def restore(self) -> dict[str, Any]:
+        """Load the latest checkpoint into the learner; its meta."""
+        restored = restore_latest(self.learner, self.run_dir)
+        if restored is None:
+            raise no_checkpoint_error(self.run_dir, f"--resume {self.run_dir}")
+        return restored[1]
 
     def _grid(self, resume: bool) -> ActionGrid:
         """The run's action grid; policy.actions.z_center=tuned: centred on the baseline's

@@ -21,6 +21,8 @@ every statistic. Checkpoints and published weights are the unwrapped `self.model
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,8 +44,9 @@ from skurl.learn.learner import (
     ppo_minibatch_loss,
     recorded_behaviour,
 )
-from skurl.learn.normalize import RunningMeanStd
+from skurl.policy.normalize import RunningMeanStd
 from skurl.policy.twin_mlp import twin_forward
+from skurl.telemetry.metrics import get_metrics
 
 AdvantageNorm = Literal["global", "per_rank"]
 # Minibatch stats averaged over an iteration's minibatches (ppo_loss's keys).
@@ -141,14 +144,35 @@ class DDPLearner(Learner):
         super().__init__(cfg, obs_dim, n_actions, device)
         self.rank, self.world = rank_and_world()
         self.advantage_norm = advantage_norm  # per_rank only exists to measure what global buys
+        self.alone = not distributed() and advantage_norm == "global"  # one rank: Learner.update itself
+        if self.alone:
+            self.ddp: nn.Module = PolicyValueHeads(self.model.policy, self.model.value, self.compute_dtype)
+            return
         self.model.obs_norm = GlobalRunningMeanStd.like(self.model.obs_norm)
         self.reward_scaler.stats = GlobalRunningMeanStd.like(self.reward_scaler.stats)
         heads = PolicyValueHeads(self.model.policy, self.model.value, self.compute_dtype)
         if distributed():
             ids = [self.device] if self.device.type == "cuda" else None
-            self.ddp: nn.Module = DistributedDataParallel(heads, device_ids=ids)
+            self.ddp = DistributedDataParallel(heads, device_ids=ids)
         else:
             self.ddp = heads
+
+    @contextmanager
+    def local_statistics(self) -> Iterator[None]:
+        """The observation statistics merged on this rank alone, while rank 0 fits the
+        model without the others (the warm start's clone); every rank then takes its weights."""
+        norm = self.model.obs_norm
+        if not isinstance(norm, GlobalRunningMeanStd):
+            yield
+            return
+        local = RunningMeanStd(tuple(norm.mean.shape), eps=norm.eps, clip=norm.clip).to(norm.mean.device)
+        local.load_state_dict(norm.state_dict())
+        self.model.obs_norm = local
+        try:
+            yield
+        finally:
+            norm.load_state_dict(local.state_dict())
+            self.model.obs_norm = norm
 
     def close(self) -> None:
         """Drop the DDP wrapper (its reducer holds the process group) while the group is still
@@ -160,28 +184,35 @@ class DDPLearner(Learner):
         self.ddp = PolicyValueHeads(self.model.policy, self.model.value, self.compute_dtype)
         gc.collect()  # the DDP wrapper sits in reference cycles
 
-    def update(self, rollout: Rollout) -> dict[str, float]:
-        """One PPO iteration on the global rollout (every rank passes the same one)."""
+    def update(self, rollout: Rollout, train_policy: bool = True) -> dict[str, float]:
+        """One PPO iteration on the global rollout (every rank passes the same one); one
+        rank alone runs Learner.update, so it is bit for bit the single-process learner."""
+        if self.alone:
+            return super().update(rollout, train_policy)
         rollout = self._sample_skus(rollout)
         sl = rank_slice(rollout.num_skus, self.rank, self.world)
-        return self.update_slice(rollout.select_skus(np.arange(sl.start, sl.stop)), sl)
+        return self.update_slice(rollout.select_skus(np.arange(sl.start, sl.stop)), sl, train_policy)
 
-    def update_slice(self, part: Rollout, sl: RankSlice) -> dict[str, float]:
+    def update_slice(self, part: Rollout, sl: RankSlice, train_policy: bool = True) -> dict[str, float]:
         """One PPO iteration where this rank holds only columns `sl` of the global rollout
-        (`part`); ppo.sample_skus needs the global rollout: use update()."""
+        (`part`); ppo.sample_skus needs the global rollout: use update(). train_policy=False
+        fits the value net only."""
         if part.num_skus != sl.width:
             raise ValueError(f"update_slice: rollout has {part.num_skus} SKUs, slice {sl}")
+        self.train_policy = bool(train_policy)
         data = self._to_device(part)
         batch, prep_stats = self._prepare_slice(data, sl, behaviour=part.policy_version == self.version)
         lr = self.lr_at(self.iteration)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         stats = self._epochs_slice(batch, sl, part.days)
-        self.adapt_lr(stats["last_epoch_kl"])  # the kl is global: every rank takes the same lr
+        if self.train_policy:  # the kl is global: every rank takes the same lr
+            self.adapt_lr(stats["last_epoch_kl"])
         self.iteration += 1
         self.version += 1
-        return {**prep_stats, **stats, "lr": lr, "transitions": float(part.days * sl.total),
-                **self.sample_stat(sl.total)}
+        get_metrics().record_update(stats, self.version)
+        return {**prep_stats, **stats, "lr": lr, "ent_coef": self.ent_coef_at(self.iteration - 1),
+                "transitions": float(part.days * sl.total), **self.sample_stat(sl.total)}
 
     @torch.no_grad()
     def _prepare_slice(self, data: dict[str, torch.Tensor], sl: RankSlice,
@@ -296,7 +327,7 @@ class DDPLearner(Learner):
     def _slice_loss(self, batch: PreparedBatch, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Learner._minibatch_loss through the DDP wrapper (its forward arms the all-reduce)."""
         return ppo_minibatch_loss(self.ddp, batch.take(idx), self.ppo.clip, self.ppo.vf_coef,
-                                  self.ent_coef_at(self.iteration))
+                                  self.ent_coef_at(self.iteration), self.train_policy)
 
 
 def _local_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

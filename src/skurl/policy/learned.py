@@ -17,6 +17,7 @@ import torch
 from skurl.catalog.schema import Catalog
 from skurl.config import Config
 from skurl.errors import UserError
+from skurl.policy.action_noise import ActionUniforms
 from skurl.policy.actions import ActionGrid, report_clipped
 from skurl.policy.nets import ActorCritic, InferenceNets, greedy, input_tensor, sample_inverse_cdf
 from skurl.sim.api import Obs
@@ -64,7 +65,7 @@ class LearnedPolicy:
         self.seed = int(seed)
         self.info = dict(info or {})
         self._episode = -1
-        self._noise: Any = None  # collect.collector.ActionUniforms when sampling
+        self._noise: Any = None  # ActionUniforms when sampling
         self.nets_dim = model.obs_dim
         self.clipped_orders = 0  # SKU-days whose order was clipped into the env's range
 
@@ -72,8 +73,6 @@ class LearnedPolicy:
         """A new episode starts (evaluate() calls this): new sampling noise."""
         self._episode += 1
         if self.sample and self.sku_ids is not None:
-            from skurl.collect.collector import ActionUniforms
-
             self._noise = ActionUniforms(self.seed, self._episode, self.sku_ids)
 
     @torch.inference_mode()
@@ -130,39 +129,6 @@ class LearnedPolicy:
 
     def params(self) -> dict[str, Any]:
         return {"greedy": not self.sample, "actions": self.grid.kind, "n_actions": self.grid.n, **self.info}
-
-    @classmethod
-    def from_run(cls, run_dir: str | Path, *, catalog: Catalog | None = None, **kw: Any) -> LearnedPolicy:
-        """The policy of a training run: RUN_DIR/config.yaml + the checkpoint train.keep_best
-        kept in RUN_DIR/best, else its newest, skipping damaged ones for the next (the first
-        intact); `catalog`: the SKUs it will order for, in the env's row order (needed by
-        policy.actions.kind=cover)."""
-        from skurl.config import load_config
-        from skurl.learn.checkpoint import (
-            best_checkpoint,
-            first_intact_model,
-            list_checkpoints,
-            no_checkpoint_error,
-        )
-        from skurl.policy.grid_center import CENTER_FILE, load_center
-
-        run = Path(run_dir)
-        cfg = load_config(run_config_file(run, "run"))
-        best = best_checkpoint(run) if cfg.train.keep_best else None
-        candidates = ([best] if best is not None else []) + list_checkpoints(run)[::-1]
-        if not candidates:
-            raise no_checkpoint_error(run, f"run '{run}'")
-        path, state, meta = first_intact_model(candidates)
-        info = {"run": str(run), "checkpoint": path.name, "iteration": meta["iteration"], "version": meta["version"],
-                **({"selected": "best"} if path == best else {})}
-        grid = grid_for(cfg)
-        if grid.needs_center:  # only a tuned cover grid reads the run's centre
-            center = load_center(run)
-            if center is None:
-                raise UserError(f"run '{run}': policy.actions.z_center=tuned but no {CENTER_FILE} (expected the "
-                                "file `skurl train` writes before its first iteration)")
-            grid = grid.with_center(center)
-        return cls(ActorCritic.from_state(state), grid if catalog is None else grid.bind(catalog), info=info, **kw)
 
 
 def grid_for(cfg: Config, catalog: Catalog | None = None) -> ActionGrid:

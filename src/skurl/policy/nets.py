@@ -4,8 +4,8 @@
 to two separate MLPs, so one `state_dict` is the whole deployable policy. Collectors
 run `InferenceNets`, a frozen copy in float32 or bfloat16. Actions are sampled by
 inverse CDF with counter-based uniforms u(seed, episode, sku_id, day, STREAM_ACTION),
-so a SKU's action never depends on chunking, worker count or mode (the noise itself,
-`ActionUniforms`, lives with the collector: it needs the simulator's generator).
+so a SKU's action never depends on chunking, worker count or mode (the noise itself:
+policy/action_noise.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from skurl.learn.normalize import RunningMeanStd
+from skurl.policy.normalize import RunningMeanStd
 
 HIDDEN_GAIN = math.sqrt(2.0)  # orthogonal init gain for ReLU layers
 POLICY_HEAD_GAIN = 0.01  # near-uniform initial policy (Andrychowicz et al. 2021, "What matters in on-policy RL")

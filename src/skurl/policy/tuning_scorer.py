@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from skurl.catalog.schema import Catalog
-from skurl.collect.evaluate import make_env, run_episode, sku_objective
 from skurl.config import SimConfig
 from skurl.policy.baselines import Params, make_policy, summarize
+from skurl.sim.episode import make_env, run_episode, sku_objective
 
 Progress = Callable[[str], None]
 

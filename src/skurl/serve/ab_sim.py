@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow as pa
 
 from skurl.catalog.schema import Catalog
-from skurl.collect.evaluate import make_env, run_episode, sku_cost, sku_inventory_cost
 from skurl.config import SimConfig
 from skurl.policy.api import Policy
 from skurl.sim.api import Env, Obs
+from skurl.sim.episode import make_env, run_episode, sku_cost, sku_inventory_cost
 
 SUMMED = ("demand", "sales", "lost", "waste", "revenue")
 

@@ -25,9 +25,10 @@ import torch
 
 import skurl
 from skurl.errors import UserError
+from skurl.learn.run_policy import policy_of_run
 from skurl.policy.actions import ActionGrid
 from skurl.policy.grid_center import GridCenter, center_bytes, load_center
-from skurl.policy.learned import LearnedPolicy, run_config_file
+from skurl.policy.learned import run_config_file
 from skurl.policy.nets import ActorCritic
 from skurl.serve.decision import Decision
 from skurl.serve.snapshot import Widths
@@ -49,13 +50,13 @@ class RunModel:
 
 
 def load_run_model(run_dir: Path, probabilities: bool = False) -> RunModel:
-    """The run's kept policy (LearnedPolicy.from_run's checkpoint) as a Decision + metadata."""
+    """The run's kept policy (learn/run_policy.py's checkpoint) as a Decision + metadata."""
     from skurl.catalog import load_catalog
     from skurl.config import load_config
 
     cfg_path = run_config_file(run_dir, "--run")
     cfg = load_config(cfg_path)
-    policy = LearnedPolicy.from_run(run_dir)
+    policy = policy_of_run(run_dir)
     layout = layout_for(load_catalog(cfg.catalog), cfg.sim.review_days)
     if layout.dim != policy.nets_dim:
         raise UserError(f"--run {run_dir}: its catalog's observation has {layout.dim} features, the network "

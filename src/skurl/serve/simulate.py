@@ -16,13 +16,14 @@ def run_env(run_dir: Path, skus: int | None = None):
     """The run's catalog in a VectorEnv and its greedy LearnedPolicy bound to it."""
     from skurl.catalog import load_catalog
     from skurl.config import load_config
-    from skurl.policy.learned import LearnedPolicy, run_config_file
+    from skurl.learn.run_policy import policy_of_run
+    from skurl.policy.learned import run_config_file
     from skurl.sim import VectorEnv
 
     cfg = load_config(run_config_file(run_dir, "--run"))
     catalog = load_catalog(cfg.catalog, skus)
     env = VectorEnv(catalog, cfg.sim)
-    return env, LearnedPolicy.from_run(run_dir, catalog=catalog), cfg
+    return env, policy_of_run(run_dir, catalog=catalog), cfg
 
 
 def episode(run_dir: Path, seed: int, days: int | None = None) -> Iterator[tuple[Snapshot, np.ndarray]]:
