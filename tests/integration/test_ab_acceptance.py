@@ -59,7 +59,7 @@ def test_report_interval_contains_the_eval_difference(tmp_path: Path, capsys: py
     # CUPED (the rehearsal's pre-period as covariate) is much narrower. Its coverage is a
     # property of many splits, not of this one: over 100 splits of this catalog and policy
     # pair its 95% intervals held eval's difference 89-98 times per KPI (plain: 91-99), see
-    # docs/ab_acceptance.md (serve/ab_coverage.py); this split (seed 11) happens to miss it
+    # docs/ab_acceptance.md (commands/ab_coverage.py); this split (seed 11) happens to miss it
     # for inventory cost (+0.069 vs [-0.26, +0.04]).
     for kpi in ("profit_per_sku_day", "inventory_cost_per_sku_day", "fill_rate"):
         assert np.diff(cuped[kpi]["ci"])[0] < 0.5 * np.diff(report[kpi]["ci"])[0], (cuped[kpi], report[kpi])

@@ -2,7 +2,7 @@
 random splits of one catalog (a check of the report's statistics on simulator outcomes, not a
 command; docs/ab_acceptance.md has its figures):
 
-    python -m skurl.serve.ab_coverage RUN_DIR [SPLITS]
+    python -m skurl.commands.ab_coverage RUN_DIR [SPLITS]
 
 B is the run's trained policy, A the tuned forecast-base-stock. The pure worlds (every SKU on
 A, every SKU on B) and the pre-period (every SKU on A, the next seed) are simulated once; a
