@@ -4,7 +4,9 @@ of version max(0, k - N), deterministically and across a resume; N = 0 is today'
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -77,6 +79,7 @@ def test_staleness_zero_is_todays_loop(tmp_path: Path) -> None:
     assert not (tmp_path / "zero" / HISTORY_DIR).exists()
 
 
+@pytest.mark.slow  # three tiny runs: ~15-30 s on 2 cores
 @pytest.mark.parametrize("n", [1, 2])
 def test_fixed_staleness_trains_on_version_k_minus_n_deterministically(tmp_path: Path, n: int,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,6 +102,7 @@ def test_fixed_staleness_trains_on_version_k_minus_n_deterministically(tmp_path:
                            final_weights(tmp_path / "strict")["model/policy.net.0.weight"])
 
 
+@pytest.mark.slow  # three tiny runs: ~15-30 s on 2 cores
 @pytest.mark.parametrize("extra", [(), WARM], ids=["default", "warm_start"])
 def test_resume_in_the_middle_is_bit_identical(tmp_path: Path, extra: tuple[str, ...],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,3 +138,24 @@ def test_unbuilt_modes_are_one_line(tmp_path: Path) -> None:
     refuse_unbuilt(tiny().train, "ray")  # staleness 0 runs everywhere
     with pytest.raises(UserError, match=r"train.staleness_mode = 'bounded': not built"):
         ColocatedRun(tiny("train.staleness=1", "train.staleness_mode=bounded"), tmp_path / "r", baseline=False)
+
+
+def test_collecting_ahead_in_a_thread_changes_no_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[str] = []
+    collect = LocalCollectors.collect
+
+    def spy(self: LocalCollectors, *args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return collect(self, *args)
+
+    monkeypatch.setattr(LocalCollectors, "collect", spy)
+    train(tiny("train.staleness=1", "train.collect_ahead=false"), tmp_path / "sync", baseline=False)
+    assert threads == ["MainThread"] * 5
+    threads.clear()
+    train(tiny("train.staleness=1"), tmp_path / "ahead", baseline=False)
+    # iteration 0 in the loop's thread, 1..4 collected ahead while the learner trained
+    assert threads[0] == "MainThread" and all(t.startswith("collect-ahead") for t in threads[1:]), threads
+    assert len(threads) == 5  # none past the last iteration
+    assert_same(final_weights(tmp_path / "sync"), final_weights(tmp_path / "ahead"))
+    records = [json.loads(x) for x in (tmp_path / "ahead" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["learner_idle_seconds"] >= 0 and r["collector_idle_seconds"] >= 0 for r in records)

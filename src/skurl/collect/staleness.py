@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -93,13 +94,22 @@ class FixedStaleness:
     """Collectors that gather iteration k with version v_k - min(k, N), v_k the learner's.
 
     `latest` is the learner's publisher (its wait_for gives the newest weights); `inner` the
-    collectors that read weights from `history`. Each call records the lag and the time
-    the learner waited for the rollout (learner_idle) and the collectors for the learner."""
+    collectors that read weights from `history`. With `ahead`, once iteration k's rollout
+    is handed over a background thread collects k + 1 with v_k + 1 - min(k + 1, N), a
+    version already held (N >= 1), while the learner trains on k; the next call takes it
+    if it asks for that very job, else collects anew. Each call records the lag, the time
+    the learner waited for the rollout (learner_idle) and the collectors for work."""
 
-    def __init__(self, inner: Collectors, latest: Any, history: WeightHistory, staleness: int) -> None:
+    def __init__(self, inner: Collectors, latest: Any, history: WeightHistory, staleness: int,
+                 ahead: bool = False, iterations: int | None = None) -> None:
         self.inner, self.latest, self.history, self.staleness = inner, latest, history, staleness
-        self._returned: float | None = None  # when the previous rollout was handed over
+        self.iterations = iterations  # none is collected ahead past the run's last
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="collect-ahead") if ahead else None
+        self._pending: tuple[tuple[int, int, int], Future[Collected]] | None = None
+        self._finished: float | None = None  # when the last collection ended
+        self._collector_idle = 0.0  # since the last call
         self._fresh, self._transitions = 0, 0  # this process's, for sample_freshness
+        self._first = True
 
     def behaviour_version(self, iteration: int, version: int) -> int:
         """The version iteration `iteration` is collected with when the learner holds `version`."""
@@ -107,16 +117,41 @@ class FixedStaleness:
 
     def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
         called = time.perf_counter()
-        if self._returned is None and iteration == 0:
+        if self._first and iteration == 0:
             self.history.clear_directory()
+        self._first = False
         self.history.put(*self.latest.wait_for(version, timeout=60.0))
-        behaviour = self.behaviour_version(iteration, version)
-        batch = self.inner.collect(iteration, seed, behaviour, sample)
-        lag = version - batch.rollout.policy_version
+        job = (iteration, seed, self.behaviour_version(iteration, version))
+        batch = self._take(job)
+        if batch is None:
+            batch = self._run(job, sample)
         returned = time.perf_counter()
-        idle = {"learner_idle_seconds": returned - called,  # sync: the learner waits for the whole collection
-                "collector_idle_seconds": 0.0 if self._returned is None else called - self._returned}
-        self._returned = returned
+        if self._pool is not None and (self.iterations is None or iteration + 1 < self.iterations):
+            ahead = (iteration + 1, seed, self.behaviour_version(iteration + 1, version + 1))
+            self._pending = (ahead, self._pool.submit(self._run, ahead, sample))
+        idle = {"learner_idle_seconds": returned - called, "collector_idle_seconds": self._collector_idle}
+        self._collector_idle = 0.0
+        return self._with_lag(batch, version, job[2], idle)
+
+    def _take(self, job: tuple[int, int, int]) -> Collected | None:
+        """The background collection's rollout when it is `job`'s (None otherwise)."""
+        if self._pending is None:
+            return None
+        (ahead, future), self._pending = self._pending, None
+        batch = future.result()  # waits; re-raises the collection's error here
+        return batch if ahead == job else None
+
+    def _run(self, job: tuple[int, int, int], sample: SampleIndex) -> Collected:
+        began = time.perf_counter()
+        if self._finished is not None:
+            self._collector_idle += began - self._finished
+        try:
+            return self.inner.collect(job[0], job[1], job[2], sample)
+        finally:
+            self._finished = time.perf_counter()
+
+    def _with_lag(self, batch: Collected, version: int, behaviour: int, idle: dict[str, float]) -> Collected:
+        lag = version - batch.rollout.policy_version
         self._transitions += batch.rollout.rewards.size
         self._fresh += batch.rollout.rewards.size if lag == 0 else 0
         record_lag(lag, self._fresh / self._transitions, **idle)
@@ -124,6 +159,10 @@ class FixedStaleness:
                                          "policy_lag_versions": float(lag), "sample_freshness": float(lag == 0)})
 
     def close(self) -> None:
+        if self._pool is not None:
+            if self._pending is not None:
+                self._pending[1].cancel()
+            self._pool.shutdown(wait=True)
         self.inner.close()
 
 
@@ -136,11 +175,14 @@ def record_lag(lag: int, freshness: float, *, learner_idle_seconds: float, colle
     m.collector_idle_seconds_total.inc(collector_idle_seconds)
 
 
-def with_staleness(train: Any, latest: Any, run_dir: Path, local: Callable[[Any], Collectors]) -> Collectors:
+def with_staleness(train: Any, latest: Any, run_dir: Path, local: Callable[[Any], Collectors],
+                   sample_skus: int = 0) -> Collectors:
     """The run's collectors: `local(latest)` at train.staleness 0 (the sync barrier), else
-    FixedStaleness over `local(history)`."""
+    FixedStaleness over `local(history)` (collecting ahead unless the learner samples SKUs)."""
     n = train.staleness
     if n == 0:
         return local(latest)
     history = WeightHistory(n + 1, run_dir / HISTORY_DIR, keep_back=n + train.keep_checkpoints * train.checkpoint_every)
-    return FixedStaleness(local(history), latest, history, n)
+    # The learner's SKU sample of iteration k + 1 is drawn when it trains k + 1: not ahead.
+    ahead = train.collect_ahead and not sample_skus
+    return FixedStaleness(local(history), latest, history, n, ahead=ahead, iterations=train.iterations)
