@@ -159,3 +159,14 @@ def test_collecting_ahead_in_a_thread_changes_no_bit(tmp_path: Path, monkeypatch
     assert_same(final_weights(tmp_path / "sync"), final_weights(tmp_path / "ahead"))
     records = [json.loads(x) for x in (tmp_path / "ahead" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["learner_idle_seconds"] >= 0 and r["collector_idle_seconds"] >= 0 for r in records)
+
+
+def test_a_sku_sample_drawn_ahead_is_not_trained_on(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # ppo.sample_skus: the learner draws iteration k+1's sample when it trains k+1, so the
+    # rollout collected ahead may hold another sample: it is collected again, then no more ahead.
+    sampled = ("train.staleness=1", "ppo.sample_skus=20")
+    train(tiny(*sampled, "train.collect_ahead=false"), tmp_path / "sync", baseline=False)
+    with caplog.at_level("WARNING", logger="skurl.collect.staleness"):
+        train(tiny(*sampled), tmp_path / "ahead", baseline=False)
+    assert_same(final_weights(tmp_path / "sync"), final_weights(tmp_path / "ahead"))
+    assert "collecting in the loop from here on" in caplog.text

@@ -10,6 +10,7 @@ newest). N = 0 returns the inner collectors untouched: today's sync barrier.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import load, save
 
@@ -25,6 +27,7 @@ from skurl.collect.collectors import Collected, Collectors, SampleIndex
 from skurl.errors import UserError
 from skurl.telemetry.metrics import get_metrics
 
+_log = logging.getLogger(__name__)
 HISTORY_DIR = "stale_weights"
 _FILE = re.compile(r"v(\d{9})\.safetensors")
 Tensors = dict[str, torch.Tensor]
@@ -105,7 +108,8 @@ class FixedStaleness:
         self.inner, self.latest, self.history, self.staleness = inner, latest, history, staleness
         self.iterations = iterations  # none is collected ahead past the run's last
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="collect-ahead") if ahead else None
-        self._pending: tuple[tuple[int, int, int], Future[Collected]] | None = None
+        # the job collected ahead, its rollout, and the SKU samples it drew (to check at take)
+        self._pending: tuple[tuple[int, int, int], Future[Collected], list[Any]] | None = None
         self._finished: float | None = None  # when the last collection ended
         self._collector_idle = 0.0  # since the last call
         self._fresh, self._transitions = 0, 0  # this process's, for sample_freshness
@@ -122,24 +126,41 @@ class FixedStaleness:
         self._first = False
         self.history.put(*self.latest.wait_for(version, timeout=60.0))
         job = (iteration, seed, self.behaviour_version(iteration, version))
-        batch = self._take(job)
+        batch = self._take(job, sample)
         if batch is None:
             batch = self._run(job, sample)
         returned = time.perf_counter()
         if self._pool is not None and (self.iterations is None or iteration + 1 < self.iterations):
-            ahead = (iteration + 1, seed, self.behaviour_version(iteration + 1, version + 1))
-            self._pending = (ahead, self._pool.submit(self._run, ahead, sample))
+            self._start_ahead((iteration + 1, seed, self.behaviour_version(iteration + 1, version + 1)), sample)
         idle = {"learner_idle_seconds": returned - called, "collector_idle_seconds": self._collector_idle}
         self._collector_idle = 0.0
         return self._with_lag(batch, version, job[2], idle)
 
-    def _take(self, job: tuple[int, int, int]) -> Collected | None:
-        """The background collection's rollout when it is `job`'s (None otherwise)."""
+    def _take(self, job: tuple[int, int, int], sample: SampleIndex) -> Collected | None:
+        """The background collection's rollout when it is `job`'s and kept the SKU sample the
+        learner draws now (None otherwise). A sample drawn ahead differs under
+        ppo.sample_skus (the learner draws one per iteration): then stop collecting ahead."""
         if self._pending is None:
             return None
-        (ahead, future), self._pending = self._pending, None
+        (ahead, future, drawn), self._pending = self._pending, None
         batch = future.result()  # waits; re-raises the collection's error here
-        return batch if ahead == job else None
+        same_sample = all(_same_index(index, sample(n)) for n, index in drawn)
+        if not same_sample and self._pool is not None:
+            _log.warning("train.collect_ahead: the learner's SKU sample of an iteration is drawn when it "
+                         "trains it (ppo.sample_skus); collecting in the loop from here on")
+            self._pool.shutdown(wait=False)
+            self._pool = None
+        return batch if ahead == job and same_sample else None
+
+    def _start_ahead(self, job: tuple[int, int, int], sample: SampleIndex) -> None:
+        assert self._pool is not None
+        drawn: list[tuple[int, np.ndarray | None]] = []
+
+        def recorded(n: int) -> np.ndarray | None:
+            drawn.append((n, sample(n)))
+            return drawn[-1][1]
+
+        self._pending = (job, self._pool.submit(self._run, job, recorded), drawn)
 
     def _run(self, job: tuple[int, int, int], sample: SampleIndex) -> Collected:
         began = time.perf_counter()
@@ -166,6 +187,10 @@ class FixedStaleness:
         self.inner.close()
 
 
+def _same_index(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+
+
 def record_lag(lag: int, freshness: float, *, learner_idle_seconds: float, collector_idle_seconds: float) -> None:
     """Prometheus: the rollout's policy lag, the run's share of fresh transitions, idle times."""
     m = get_metrics()
@@ -175,14 +200,11 @@ def record_lag(lag: int, freshness: float, *, learner_idle_seconds: float, colle
     m.collector_idle_seconds_total.inc(collector_idle_seconds)
 
 
-def with_staleness(train: Any, latest: Any, run_dir: Path, local: Callable[[Any], Collectors],
-                   sample_skus: int = 0) -> Collectors:
+def with_staleness(train: Any, latest: Any, run_dir: Path, local: Callable[[Any], Collectors]) -> Collectors:
     """The run's collectors: `local(latest)` at train.staleness 0 (the sync barrier), else
-    FixedStaleness over `local(history)` (collecting ahead unless the learner samples SKUs)."""
+    FixedStaleness over `local(history)`."""
     n = train.staleness
     if n == 0:
         return local(latest)
     history = WeightHistory(n + 1, run_dir / HISTORY_DIR, keep_back=n + train.keep_checkpoints * train.checkpoint_every)
-    # The learner's SKU sample of iteration k + 1 is drawn when it trains k + 1: not ahead.
-    ahead = train.collect_ahead and not sample_skus
-    return FixedStaleness(local(history), latest, history, n, ahead=ahead, iterations=train.iterations)
+    return FixedStaleness(local(history), latest, history, n, ahead=train.collect_ahead, iterations=train.iterations)
