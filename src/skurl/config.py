@@ -340,8 +340,7 @@ class TrainConfig:
     )
     collect_ahead: bool = opt(
         True, "with train.staleness >= 1 (fixed): a background thread collects iteration k + 1 while "
-        "the learner trains on k (its version is fixed by k, not by timing: results are unchanged; "
-        "under ppo.sample_skus < the SKUs collected it stops after the first iteration)"
+        "the learner trains on k (its version is fixed by k, not by timing: results are unchanged)"
     )
     vtrace_rho_bar: float = opt(1.0, "V-trace truncation of the importance weight on each TD error (rho-bar > 0)")
     vtrace_c_bar: float = opt(1.0, "V-trace truncation of the trace-cutting weights c (c-bar > 0, <= rho-bar)")

@@ -8,16 +8,19 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
-from skurl.collect.collectors import LocalCollectors
-from skurl.collect.staleness import HISTORY_DIR, WeightHistory, refuse_unbuilt
+from skurl.buffer.rollout import Rollout
+from skurl.collect.collectors import Collected, LocalCollectors
+from skurl.collect.staleness import HISTORY_DIR, FixedStaleness, WeightHistory, refuse_unbuilt
 from skurl.config import Config, load_config
 from skurl.deploy.colocated import ColocatedRun, resume, train
 from skurl.errors import UserError
 from skurl.learn.checkpoint import load_checkpoint
 from skurl.learn.learner import Learner
+from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.metrics import get_metrics
 
 TINY = [
@@ -161,12 +164,44 @@ def test_collecting_ahead_in_a_thread_changes_no_bit(tmp_path: Path, monkeypatch
     assert all(r["learner_idle_seconds"] >= 0 and r["collector_idle_seconds"] >= 0 for r in records)
 
 
-def test_a_sku_sample_drawn_ahead_is_not_trained_on(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # ppo.sample_skus: the learner draws iteration k+1's sample when it trains k+1, so the
-    # rollout collected ahead may hold another sample: it is collected again, then no more ahead.
+def test_collecting_ahead_draws_the_next_iterations_sku_sample(tmp_path: Path) -> None:
+    # ppo.sample_skus: collectors keep the observations of the learner's sample, drawn per
+    # iteration; collecting k + 1 ahead asks for update k + 1's (Learner.sample_index).
     sampled = ("train.staleness=1", "ppo.sample_skus=20")
     train(tiny(*sampled, "train.collect_ahead=false"), tmp_path / "sync", baseline=False)
-    with caplog.at_level("WARNING", logger="skurl.collect.staleness"):
-        train(tiny(*sampled), tmp_path / "ahead", baseline=False)
+    train(tiny(*sampled), tmp_path / "ahead", baseline=False)
     assert_same(final_weights(tmp_path / "sync"), final_weights(tmp_path / "ahead"))
+
+
+class _Echo:
+    """Collectors whose rollout records the job and the SKU sample it was asked for."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[int, int, Any]] = []
+
+    def collect(self, iteration: int, seed: int, version: int, sample: Any) -> Collected:
+        self.jobs.append((iteration, version, sample(10)))
+        rollout = Rollout.allocate(2, np.arange(10), 1)
+        rollout.policy_version = version
+        return Collected(rollout)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_sample_drawn_ahead_that_differs_is_collected_again(caplog: pytest.LogCaptureFixture) -> None:
+    weights = InProcWeights("t")
+    history = WeightHistory(2, None, keep_back=0)
+    echo = _Echo()
+    stale = FixedStaleness(echo, weights, history, 1, ahead=True)
+    draws = iter(range(100))
+    sample = lambda n: np.array([next(draws)])  # noqa: E731 (every draw differs)
+    with caplog.at_level("WARNING", logger="skurl.collect.staleness"):
+        for k in range(3):
+            weights.publish(k, {"w": torch.zeros(1)})
+            batch = stale.collect(k, 0, k, sample)
+            assert batch.rollout.policy_version == max(0, k - 1)
+    stale.close()
+    # 0 in the loop, 1 ahead (refused: another sample), 1 again in the loop, then no more ahead
+    assert [(it, v) for it, v, _ in echo.jobs] == [(0, 0), (1, 0), (1, 0), (2, 1)]
     assert "collecting in the loop from here on" in caplog.text

@@ -31,6 +31,7 @@ _log = logging.getLogger(__name__)
 HISTORY_DIR = "stale_weights"
 _FILE = re.compile(r"v(\d{9})\.safetensors")
 Tensors = dict[str, torch.Tensor]
+SampleAt = Callable[[int, int], "np.ndarray | None"]  # (N SKUs, iteration) -> that update's SKU sample
 
 
 def refuse_unbuilt(train: Any, mode: str) -> None:
@@ -104,8 +105,9 @@ class FixedStaleness:
     the learner waited for the rollout (learner_idle) and the collectors for work."""
 
     def __init__(self, inner: Collectors, latest: Any, history: WeightHistory, staleness: int,
-                 ahead: bool = False, iterations: int | None = None) -> None:
+                 ahead: bool = False, iterations: int | None = None, sample_at: SampleAt | None = None) -> None:
         self.inner, self.latest, self.history, self.staleness = inner, latest, history, staleness
+        self.sample_at = sample_at  # the learner's SKU sample of (N SKUs, a later iteration)
         self.iterations = iterations  # none is collected ahead past the run's last
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="collect-ahead") if ahead else None
         # the job collected ahead, its rollout, and the SKU samples it drew (to check at take)
@@ -138,8 +140,9 @@ class FixedStaleness:
 
     def _take(self, job: tuple[int, int, int], sample: SampleIndex) -> Collected | None:
         """The background collection's rollout when it is `job`'s and kept the SKU sample the
-        learner draws now (None otherwise). A sample drawn ahead differs under
-        ppo.sample_skus (the learner draws one per iteration): then stop collecting ahead."""
+        learner draws now (None otherwise). Without `sample_at` a sample drawn ahead is the
+        learner's current iteration's, which differs under ppo.sample_skus: then stop
+        collecting ahead."""
         if self._pending is None:
             return None
         (ahead, future, drawn), self._pending = self._pending, None
@@ -157,7 +160,7 @@ class FixedStaleness:
         drawn: list[tuple[int, np.ndarray | None]] = []
 
         def recorded(n: int) -> np.ndarray | None:
-            drawn.append((n, sample(n)))
+            drawn.append((n, sample(n) if self.sample_at is None else self.sample_at(n, job[0])))
             return drawn[-1][1]
 
         self._pending = (job, self._pool.submit(self._run, job, recorded), drawn)
@@ -200,11 +203,14 @@ def record_lag(lag: int, freshness: float, *, learner_idle_seconds: float, colle
     m.collector_idle_seconds_total.inc(collector_idle_seconds)
 
 
-def with_staleness(train: Any, latest: Any, run_dir: Path, local: Callable[[Any], Collectors]) -> Collectors:
+def with_staleness(train: Any, latest: Any, run_dir: Path, local: Callable[[Any], Collectors],
+                   sample_at: SampleAt | None = None) -> Collectors:
     """The run's collectors: `local(latest)` at train.staleness 0 (the sync barrier), else
-    FixedStaleness over `local(history)`."""
+    FixedStaleness over `local(history)` (`sample_at`: the learner's SKU sample of a given
+    iteration, for collecting ahead under ppo.sample_skus)."""
     n = train.staleness
     if n == 0:
         return local(latest)
     history = WeightHistory(n + 1, run_dir / HISTORY_DIR, keep_back=n + train.keep_checkpoints * train.checkpoint_every)
-    return FixedStaleness(local(history), latest, history, n, ahead=train.collect_ahead, iterations=train.iterations)
+    return FixedStaleness(local(history), latest, history, n, ahead=train.collect_ahead, iterations=train.iterations,
+                          sample_at=sample_at)

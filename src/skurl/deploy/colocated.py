@@ -175,7 +175,7 @@ class ColocatedRun:
         t = self.cfg.train
         return with_staleness(t, self.weights, self.run_dir, lambda weights: LocalCollectors(
             self._env, len(self.shards), self.model, self.grid, weights, self.timer,
-            chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values))
+            chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values), self.learner.sample_index)
 
     def run(self, stop_after: int | None = None) -> TrainResult:
         """Iterate from the restored iteration to train.iterations (or stop after

@@ -246,14 +246,15 @@ class Learner:
         index = self.sample_index(rollout.num_skus)
         return rollout if index is None else rollout.select_skus(index)
 
-    def sample_index(self, num_skus: int) -> np.ndarray | None:
-        """The sorted SKU columns this iteration's update trains on out of `num_skus`
-        (ppo.sample_skus), None for all. A rollout of exactly these columns is taken as
-        is, so a caller may gather only them (the decoupled learner decodes no others)."""
+    def sample_index(self, num_skus: int, iteration: int | None = None) -> np.ndarray | None:
+        """The sorted SKU columns this iteration's update (or update `iteration`'s: a
+        collection ahead asks for the next) trains on out of `num_skus` (ppo.sample_skus),
+        None for all. A rollout of exactly these columns is taken as is, so a caller may
+        gather only them (the decoupled learner decodes no others)."""
         k = self.ppo.sample_skus
         if k == 0 or k >= num_skus:
             return None
-        gen = seeded_generator(self.cfg.train.seed, self.iteration, SKU_SAMPLE_KEY)
+        gen = seeded_generator(self.cfg.train.seed, self.iteration if iteration is None else iteration, SKU_SAMPLE_KEY)
         return torch.randperm(num_skus, generator=gen)[:k].sort().values.numpy()
 
     def _to_device(self, rollout: Rollout) -> dict[str, torch.Tensor]:
