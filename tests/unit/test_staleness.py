@@ -152,15 +152,20 @@ def test_collecting_ahead_in_a_thread_changes_no_bit(tmp_path: Path, monkeypatch
         return collect(self, *args)
 
     monkeypatch.setattr(LocalCollectors, "collect", spy)
-    train(tiny("train.staleness=1", "train.collect_ahead=false"), tmp_path / "sync", baseline=False)
+    # evaluations (every 2nd iteration) simulate while the next rollout is collected ahead
+    train(tiny("train.staleness=1", "train.eval_every=2", "train.collect_ahead=false"), tmp_path / "sync",
+          baseline=False)
     assert threads == ["MainThread"] * 5
     threads.clear()
-    train(tiny("train.staleness=1"), tmp_path / "ahead", baseline=False)
+    train(tiny("train.staleness=1", "train.eval_every=2"), tmp_path / "ahead", baseline=False)
     # iteration 0 in the loop's thread, 1..4 collected ahead while the learner trained
     assert threads[0] == "MainThread" and all(t.startswith("collect-ahead") for t in threads[1:]), threads
     assert len(threads) == 5  # none past the last iteration
     assert_same(final_weights(tmp_path / "sync"), final_weights(tmp_path / "ahead"))
     records = [json.loads(x) for x in (tmp_path / "ahead" / "metrics.jsonl").read_text().splitlines()]
+    strict = [json.loads(x) for x in (tmp_path / "sync" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("eval_cost") for r in records] == [r.get("eval_cost") for r in strict]
+    assert records[1]["eval_cost"] is not None
     assert all(r["learner_idle_seconds"] >= 0 and r["collector_idle_seconds"] >= 0 for r in records)
 
 
