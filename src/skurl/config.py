@@ -319,6 +319,30 @@ class TrainConfig:
         "at its own version in fp32, so only stale rollouts need them (halves collector inference)"
     )
     keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
+    staleness: int = opt(
+        0, "policy versions collectors may run behind the learner (near-on-policy training, "
+        "docs/near_on_policy.md); 0 = the sync barrier: every rollout comes from the newest weights"
+    )
+    staleness_mode: Literal["fixed", "bounded"] = opt(
+        "fixed", "with train.staleness > 0: fixed = iteration k trains on rollouts of exactly version "
+        "max(0, k - staleness) (deterministic); bounded = collectors use the newest weights they hold "
+        "and older shards are refused (not built in --mode colocated yet)"
+    )
+    max_lag: int = opt(
+        0, "circuit breaker: collectors pause while they lag more than this many versions; "
+        "0 = train.staleness, else an integer >= train.staleness"
+    )
+    staleness_correction: Literal["vtrace", "none"] = opt(
+        "vtrace", "targets of stale rollouts: vtrace = V-trace value targets and advantages "
+        "(truncated importance weights, Espeholt et al. 2018); none = plain GAE as if on-policy. "
+        "PPO's ratio is taken against the recorded behaviour log-probs either way"
+    )
+    collect_ahead: bool = opt(
+        True, "with train.staleness >= 1 (fixed): a background thread collects iteration k + 1 while "
+        "the learner trains on k (its version is fixed by k, not by timing: results are unchanged)"
+    )
+    vtrace_rho_bar: float = opt(1.0, "V-trace truncation of the importance weight on each TD error (rho-bar > 0)")
+    vtrace_c_bar: float = opt(1.0, "V-trace truncation of the trace-cutting weights c (c-bar > 0, <= rho-bar)")
     keep_best: bool = opt(
         False, "the run's result is the evaluated policy with the best objective on a validation seed "
         "(never a held-out one), kept in RUN_DIR/best: the final eval.json and `skurl eval --run` use it"
@@ -356,6 +380,12 @@ class TrainConfig:
         check(0.0 <= self.warm_start_smoothing < 1.0, "train.warm_start_smoothing", self.warm_start_smoothing,
               "a number in [0, 1)")
         check(self.warm_start_critic >= 0, "train.warm_start_critic", self.warm_start_critic, "an integer >= 0")
+        check(self.staleness >= 0, "train.staleness", self.staleness, "an integer >= 0 (0 = the sync barrier)")
+        check(self.max_lag == 0 or self.max_lag >= self.staleness, "train.max_lag", self.max_lag,
+              f"0 or an integer >= train.staleness ({self.staleness})")
+        check(self.vtrace_rho_bar > 0, "train.vtrace_rho_bar", self.vtrace_rho_bar, "a number > 0")
+        check(0 < self.vtrace_c_bar <= self.vtrace_rho_bar, "train.vtrace_c_bar", self.vtrace_c_bar,
+              f"a number in (0, train.vtrace_rho_bar = {self.vtrace_rho_bar}]")
 
 
 @dataclass(frozen=True)

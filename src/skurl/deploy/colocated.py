@@ -27,6 +27,7 @@ from skurl import atomic
 from skurl.catalog import Catalog, load_catalog
 from skurl.collect.collectors import Collectors, LocalCollectors
 from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
+from skurl.collect.staleness import refuse_unbuilt, with_staleness
 from skurl.config import Config, config_to_dict, load_config
 from skurl.deploy.best import BestKeeper, catalog_digest, validation_score, validation_seed
 from skurl.deploy.collect_report import time_shares
@@ -96,6 +97,7 @@ class ColocatedRun:
 
     def __init__(self, cfg: Config, run_dir: str | Path, *, resume: bool = False,
                  stream: IO[str] | None = None, baseline: bool = True) -> None:
+        refuse_unbuilt(cfg.train, self.mode)
         self.cfg, self.run_dir, self.stream = cfg, Path(run_dir), stream
         self.threads = set_threads(cfg)
         self.timer = StageTimer()
@@ -175,10 +177,11 @@ class ColocatedRun:
         return self._collectors
 
     def make_collectors(self) -> Collectors:
-        """In-process collectors over the training shards' envs."""
+        """In-process collectors over the training shards' envs (train.staleness: collect/staleness.py)."""
         t = self.cfg.train
-        return LocalCollectors(self._env, len(self.shards), self.model, self.grid, self.weights, self.timer,
-                               chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values)
+        return with_staleness(t, self.weights, self.run_dir, lambda weights: LocalCollectors(
+            self._env, len(self.shards), self.model, self.grid, weights, self.timer,
+            chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values), self.learner.sample_index)
 
     def run(self, stop_after: int | None = None) -> TrainResult:
         """Iterate from the restored iteration to train.iterations (or stop after

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
+from functools import partial
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ from skurl.learn.normalize import (
     rescale_output_layer,
 )
 from skurl.learn.ppo_loss import ppo_loss
+from skurl.learn.vtrace import ratio_stats, vtrace
 from skurl.policy.bf16 import warn_if_emulated
 from skurl.policy.nets import ActorCritic
 from skurl.policy.twin_mlp import twin_forward, twin_outputs
@@ -135,6 +137,17 @@ def recorded_behaviour(data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tor
     return data[Columns.LOGP].reshape(-1).float(), values, bootstrap
 
 
+def behaviour_logp(data: dict[str, torch.Tensor], logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The collector's recorded log-probs mu of a stale rollout's actions and log pi/mu
+    against the learner's current `logp` (train.staleness > 0); values are the learner's
+    own (V-trace corrects them), so only the log-probs must have been recorded."""
+    mu = data[Columns.LOGP].reshape(-1).float()
+    if not bool(torch.isfinite(mu).all()):
+        raise UserError("learner: a stale rollout carries non-finite behaviour log-probs (column logp); "
+                        "expected the collector's finite log-probabilities of the actions it took")
+    return mu, logp.float() - mu
+
+
 class Learner:
     def __init__(self, cfg: Config, obs_dim: int, n_actions: int, device: str | torch.device | None = None) -> None:
         self.cfg = cfg
@@ -233,14 +246,15 @@ class Learner:
         index = self.sample_index(rollout.num_skus)
         return rollout if index is None else rollout.select_skus(index)
 
-    def sample_index(self, num_skus: int) -> np.ndarray | None:
-        """The sorted SKU columns this iteration's update trains on out of `num_skus`
-        (ppo.sample_skus), None for all. A rollout of exactly these columns is taken as
-        is, so a caller may gather only them (the decoupled learner decodes no others)."""
+    def sample_index(self, num_skus: int, iteration: int | None = None) -> np.ndarray | None:
+        """The sorted SKU columns this iteration's update (or update `iteration`'s: a
+        collection ahead asks for the next) trains on out of `num_skus` (ppo.sample_skus),
+        None for all. A rollout of exactly these columns is taken as is, so a caller may
+        gather only them (the decoupled learner decodes no others)."""
         k = self.ppo.sample_skus
         if k == 0 or k >= num_skus:
             return None
-        gen = seeded_generator(self.cfg.train.seed, self.iteration, SKU_SAMPLE_KEY)
+        gen = seeded_generator(self.cfg.train.seed, self.iteration if iteration is None else iteration, SKU_SAMPLE_KEY)
         return torch.randperm(num_skus, generator=gen)[:k].sort().values.numpy()
 
     def _to_device(self, rollout: Rollout) -> dict[str, torch.Tensor]:
@@ -261,9 +275,12 @@ class Learner:
             self.model.obs_norm.update(obs, self.ppo.stats_decay)
             self.preserve_obs_norm(before)
         norm_obs = torch.cat([self.model.normalize(c) for c in obs.split(EVAL_ROWS)])
-        if behaviour:  # recomputed, so bf16 inference in collectors cannot bias the ratio
+        log_ratio = None  # log pi/mu of a stale rollout's actions under train.staleness > 0
+        if behaviour or self.cfg.train.staleness > 0:  # recomputed: bf16 collectors cannot bias the ratio
             old_logp, values = self._logp_values(norm_obs, actions)
             bootstrap = self._values(self.model.normalize(data[Columns.LAST_OBS]))
+            if not behaviour:  # near-on-policy: the ratio is against the policy that collected
+                old_logp, log_ratio = behaviour_logp(data, old_logp)
         else:  # stale rollout: only the recorded behaviour outputs are right
             old_logp, values, bootstrap = recorded_behaviour(data)
         # Centred first, so the scale is that of the differential returns, not of the
@@ -275,11 +292,12 @@ class Learner:
             self.reward_scaler.update(rewards, data[Columns.DONES], *by_sku)
             rewards = self.reward_scaler.scale(rewards, *by_sku)
             values, bootstrap = self.preserve_values(old_std, values, bootstrap)
-        adv, returns = self.advantages_and_returns(rewards, values.reshape(steps, n), bootstrap, data)
+        adv, returns = self.advantages_and_returns(rewards, values.reshape(steps, n), bootstrap, data, log_ratio)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
         mean, std = allreduce_mean_std(adv)
         batch = PreparedBatch(norm_obs, actions, old_logp, (adv - mean) / (std + 1e-8), returns, values)
         stats = {
+            **ratio_stats(log_ratio, self.cfg.train.vtrace_rho_bar),
             "explained_variance": _explained_variance(values, returns),
             "value_mean": float(values.mean()),
             "return_mean": float(returns.mean()),
@@ -321,14 +339,25 @@ class Learner:
         return values * factor, bootstrap * factor
 
     def advantages_and_returns(self, rewards: torch.Tensor, values: torch.Tensor, bootstrap: torch.Tensor,
-                               data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+                               data: dict[str, torch.Tensor],
+                               log_ratio: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE(gamma, gae_lambda) advantages [T, N] and the value targets: the same GAE's
-        returns, or TD(vf_lambda) returns when ppo.vf_lambda is set apart."""
+        returns, or TD(vf_lambda) returns when ppo.vf_lambda is set apart. With `log_ratio`
+        (a stale rollout's log pi/mu, [B]) and train.staleness_correction=vtrace, V-trace's
+        (learn/vtrace.py), which equal GAE's where pi = mu."""
         dones, terminals = data[Columns.DONES], data[Columns.TERMINALS]
-        adv, returns = gae(rewards, values, bootstrap, dones, terminals, self.ppo.gamma, self.ppo.gae_lambda)
+        targets = self._targets(log_ratio, values.shape)
+        adv, returns = targets(rewards, values, bootstrap, dones, terminals, self.ppo.gamma, self.ppo.gae_lambda)
         if 0 <= self.ppo.vf_lambda != self.ppo.gae_lambda:
-            _, returns = gae(rewards, values, bootstrap, dones, terminals, self.ppo.gamma, self.ppo.vf_lambda)
+            _, returns = targets(rewards, values, bootstrap, dones, terminals, self.ppo.gamma, self.ppo.vf_lambda)
         return adv, returns
+
+    def _targets(self, log_ratio: torch.Tensor | None, shape: torch.Size) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+        """gae, or vtrace bound to the rollout's ratios and the config's truncation levels."""
+        t = self.cfg.train
+        if log_ratio is None or t.staleness_correction == "none":
+            return gae
+        return partial(vtrace, log_ratio=log_ratio.reshape(shape), rho_bar=t.vtrace_rho_bar, c_bar=t.vtrace_c_bar)
 
     def _logp_values(self, norm_obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Behaviour log-probs and values in the update's compute dtype, by the same

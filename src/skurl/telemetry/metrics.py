@@ -64,6 +64,12 @@ ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
                 *_BUSINESS),
     "colocated": ("stage_seconds", *_UPDATE, "collector_reward_out_of_range_total"),
 }
+# Near-on-policy training (train.staleness): the learner's lag figures; the collectors' idle
+# time is a collector figure (the colocated role keeps its collector_ families to one).
+_STALENESS = ("policy_lag_versions", "sample_freshness", "stale_shards_refused_total", "learner_idle_seconds_total")
+ROLE_FAMILIES["colocated"] += _STALENESS
+ROLE_FAMILIES["learner"] += _STALENESS
+ROLE_FAMILIES["collector"] += ("collector_idle_seconds_total",)
 
 
 class SkurlMetrics:
@@ -143,6 +149,20 @@ class SkurlMetrics:
         self.barrier_wait_seconds = Histogram(
             "barrier_wait_seconds", "Seconds a collector waited at the weight-sync barrier",
             registry=r, buckets=_SLOW_BUCKETS)
+        # near-on-policy training (train.staleness, collect/staleness.py)
+        self.policy_lag_versions = Histogram(
+            "policy_lag_versions", "Policy versions between the learner and the rollout it trains on",
+            registry=r, buckets=(0, 1, 2, 3, 4, 5, 6, 8, 10, 16, 32))
+        self.sample_freshness = Gauge(
+            "sample_freshness", "Share of the transitions trained on so far that were collected at lag 0",
+            registry=r)
+        self.stale_shards_refused_total = Counter(
+            "stale_shards_refused_total", "Rollout shards refused for lagging more than train.staleness",
+            registry=r)
+        self.learner_idle_seconds_total = Counter(
+            "learner_idle_seconds_total", "Seconds the learner waited for rollouts", registry=r)
+        self.collector_idle_seconds_total = Counter(
+            "collector_idle_seconds_total", "Seconds collectors waited for the learner", registry=r)
         # business results of a policy, per run (evaluation or the last collection)
         self.business_fill_rate = Gauge(
             "business_fill_rate", "Units sold / units demanded", BUSINESS_LABELS, registry=r)
