@@ -20,6 +20,7 @@ import threading
 import time
 from typing import IO, Any
 
+from skurl.collect.staleness import refuse_unbuilt
 from skurl.config import Config
 from skurl.errors import ConfigError
 from skurl.rpc.collector_server import CollectorServer, CollectorServicer
@@ -43,6 +44,7 @@ def check_decoupled(cfg: Config) -> None:
         raise ConfigError(f"train.collect_skus = {cfg.train.collect_skus}: --mode decoupled "
                           "collects every SKU of the sim servers each iteration; expected 0 "
                           "(use ppo.sample_skus to train on a sample)")
+    refuse_unbuilt(cfg.train, "decoupled")  # before any process, directory or store exists
 
 
 class RoleCollectorServicer(CollectorServicer):
