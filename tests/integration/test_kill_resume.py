@@ -23,7 +23,7 @@ def _soak(tmp_path: Path, *args: str) -> dict:
 
 @pytest.mark.slow
 def test_colocated_training_survives_random_kills(tmp_path: Path) -> None:
-    out = _soak(tmp_path, "--kills", "3", "--seed", "5", "--set", "train.iterations=20")
+    out = _soak(tmp_path, "--kills", "2", "--seed", "5", "--set", "train.iterations=12")
     assert out["same_result"] and out["kills"] >= 1, out
 
 
@@ -31,6 +31,6 @@ def test_colocated_training_survives_random_kills(tmp_path: Path) -> None:
 def test_decoupled_training_survives_random_kills(tmp_path: Path, redis_url: str) -> None:
     """Simulator servers, collectors and learner are killed together (one process group);
     weights through a real Redis, shards in the run's local rollout store."""
-    out = _soak(tmp_path, "--mode", "decoupled", "--kills", "3", "--seed", "7", "--set", "train.iterations=20",
+    out = _soak(tmp_path, "--mode", "decoupled", "--kills", "2", "--seed", "7", "--set", "train.iterations=12",
                 "--set", "sync.backend=redis", "--set", f"sync.redis_url={redis_url}")
     assert out["same_result"] and out["kills"] >= 1, out
