@@ -34,13 +34,18 @@ def encode_weights(tensors: dict[str, torch.Tensor], version: int, model_key: st
     return WeightBlob(model_key, int(version), payload, hashlib.sha256(payload).hexdigest())
 
 
-def decode_weights(blob: WeightBlob) -> dict[str, torch.Tensor]:
-    """Tensors of `blob` after checking its sha256."""
+def check_sha256(blob: WeightBlob) -> None:
+    """WeightIntegrityError unless the payload's sha256 is the one the blob declares."""
     digest = hashlib.sha256(blob.payload).hexdigest()
     if digest != blob.sha256:
         raise WeightIntegrityError(
             f"weights '{blob.model_key}' version {blob.version}: sha256 {digest[:12]}..., expected {blob.sha256[:12]}..."
         )
+
+
+def decode_weights(blob: WeightBlob) -> dict[str, torch.Tensor]:
+    """Tensors of `blob` after checking its sha256."""
+    check_sha256(blob)
     try:
         return load(blob.payload)
     except Exception as exc:  # safetensors raises its own error types for bad headers

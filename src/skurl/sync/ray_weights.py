@@ -9,7 +9,6 @@ model) and keep their last good version. Every ray.get has a deadline.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from typing import Any
@@ -22,6 +21,7 @@ from skurl.sync.api import Tensors, WeightSyncTimeout
 from skurl.sync.codec import (
     WeightBlob,
     WeightIntegrityError,
+    check_sha256,
     decode_weights,
     encode_weights,
     spec_mismatch,
@@ -51,10 +51,7 @@ class WeightSlot:
         self._slot: VersionedSlot[WeightBlob] = VersionedSlot()
 
     def publish(self, blob: WeightBlob) -> int:
-        digest = hashlib.sha256(blob.payload).hexdigest()
-        if digest != blob.sha256:  # damaged on the way: never fanned out
-            raise WeightIntegrityError(f"weights '{blob.model_key}' version {blob.version}: sha256 "
-                                       f"{digest[:12]}..., expected {blob.sha256[:12]}...")
+        check_sha256(blob)  # damaged on the way: never fanned out
         if not self._slot.offer(blob.version, blob):
             raise ValueError(f"publish: version {blob.version} is not newer than {self._slot.version}")
         return blob.version
