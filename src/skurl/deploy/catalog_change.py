@@ -180,14 +180,9 @@ class CatalogChangeRun:
         run.widths = (max(run.widths[0], self.change.widths[0]), max(run.widths[1], self.change.widths[1]))
         return super()._env(shard)  # type: ignore[misc]
 
-    def iteration(self, it: int) -> dict[str, Any]:
-        run: Any = self
-        scalars = super().iteration(it)  # type: ignore[misc]
-        if self._new.size:
-            scalars["new_skus"] = float(self._new.size)
-            if self.change.iteration == it and not run._due(it, run.cfg.train.eval_every, run.cfg.train.iterations):
-                scalars.update(run.evaluate(it))  # their cost from their first iteration on
-        return scalars
+    def evaluation_due(self, it: int, end: int) -> bool:
+        """Also at the change: the new SKUs' cost from their first iteration on."""
+        return super().evaluation_due(it, end) or bool(self._new.size and self.change.iteration == it)  # type: ignore[misc]
 
     def make_collectors(self) -> Any:
         return _NewSkuRewards(super().make_collectors(), self._new)  # type: ignore[misc]
@@ -224,13 +219,15 @@ class CatalogChangeRun:
 
 
 class _NewSkuRewards:
-    """Collectors whose iteration scalars add the new SKUs' mean reward per SKU-day."""
+    """Collectors whose iteration scalars add the new SKUs' count and mean reward per SKU-day."""
 
     def __init__(self, inner: Any, new_ids: np.ndarray) -> None:
         self.inner, self.new_ids = inner, new_ids
 
     def collect(self, *args: Any, **kwargs: Any) -> Any:
         batch = self.inner.collect(*args, **kwargs)
+        if self.new_ids.size:
+            batch.scalars["new_skus"] = float(self.new_ids.size)
         rollout = batch.rollout
         mask = np.isin(rollout.sku_ids, self.new_ids)
         if mask.any():

@@ -208,7 +208,7 @@ class ColocatedRun:
                     if it == start:
                         scalars.update(warm)
                         scalars.update(self.first_scalars)
-                    if self._due(it, cfg.train.eval_every, end):
+                    if self.evaluation_due(it, end):
                         scalars.update(self.evaluate(it))
                     scalars["wall_seconds"] = time.perf_counter() - began  # since this process's run() began
                     logger.log(it, scalars)
@@ -278,6 +278,11 @@ class ColocatedRun:
         tuned = tune(cfg.train.warm_start, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
                      warmup=cfg.eval.warmup)  # the baseline's horizon (grid_center.tune_center)
         return tuned.params, tuned.objective
+
+    def evaluation_due(self, it: int, end: int) -> bool:
+        """Whether iteration `it` of a run ending before `end` ends with an evaluation
+        (every train.eval_every, and the last)."""
+        return self._due(it, self.cfg.train.eval_every, end)
 
     @staticmethod
     def _due(it: int, every: int, end: int) -> bool:
