@@ -42,9 +42,9 @@ from skurl.catalog.schema import Catalog
 from skurl.collect.evaluate import eval_subset, make_env, run_episode, sku_cost, sku_inventory_cost
 from skurl.commands.train_cmd import EMBEDDED
 from skurl.config import load_config
-from skurl.deploy.colocated import BASELINE
 from skurl.policy.baselines import make_policy
 from skurl.policy.tuning import tune
+from skurl.train.evaluation import BASELINE
 
 
 def _group_reduce(group: np.ndarray, values: np.ndarray, ufunc: np.ufunc, empty: float) -> np.ndarray:

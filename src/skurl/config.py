@@ -326,7 +326,7 @@ class TrainConfig:
     staleness_mode: Literal["fixed", "bounded"] = opt(
         "fixed", "with train.staleness > 0: fixed = iteration k trains on rollouts of exactly version "
         "max(0, k - staleness) (deterministic); bounded = collectors use the newest weights they hold "
-        "and older shards are refused (not built in --mode colocated yet)"
+        "and older shards are refused (not built yet)"
     )
     max_lag: int = opt(
         0, "circuit breaker: collectors pause while they lag more than this many versions; "

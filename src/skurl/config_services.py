@@ -151,9 +151,10 @@ class DeployConfig:
         "missing, and re-publications of weights no collector could load"
     )
     max_lost_share: float = opt(
-        0.05, "--mode ray: when collectors die during an iteration and their SKUs are at most this "
-        "share of the iteration's SKUs, the iteration trains without them (logged, counted in "
-        "collector_shares_lost_total); above it, it waits for replacements to re-collect them"
+        0.05, "every mode with remote collectors (decoupled, ray): when collectors die during an "
+        "iteration and their SKUs are at most this share of the iteration's SKUs, the iteration "
+        "trains without them (logged, counted in collector_shares_lost_total); above it, it waits "
+        "for restarted or replacement collectors to collect them again"
     )
     health_interval_s: float = opt(
         5.0, "--mode decoupled: seconds between the supervisor's grpc.health.v1 checks of each "

@@ -1,13 +1,17 @@
-"""The Collectors contract (collect/collectors.py), over the in-process collectors and the
-gRPC ones (collector and sim servers on loopback in this process, shards through a local
-rollout store): the same weights, seed and episode give the same Rollout bit for bit, in
-catalog row order, with the learner's SKU sample's observations only when it names one.
-(Ray's collectors are held to the same rollouts by tests/integration/test_ray_mode.py.)"""
+"""The Collectors contract (collect/collectors.py), over the three implementations: in
+process, gRPC (collector and sim servers on loopback in this process, shards through a
+local rollout store) and Ray actors (a local Ray instance). The same weights, seed and
+episode give the same Rollout bit for bit, in catalog row order; a collector may keep only
+the observations of the learner's SKU sample when it names one. Faults are injected by
+wrapping: a store that loses or corrupts a shard (collected again, the same rollout), a
+collector that dies (the collector-loss rule: the survivors' SKUs, bit for bit)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -23,7 +27,7 @@ from skurl.config import Config, load_config
 from skurl.policy.learned import grid_for
 from skurl.policy.nets import ActorCritic
 from skurl.sim.layout import catalog_widths, layout_for
-from skurl.store import open_store
+from skurl.store import CorruptShardError, open_store
 from skurl.sync.inproc import InProcWeights
 from skurl.sync.wire_versions import WireVersions
 from skurl.telemetry.stages import StageTimer
@@ -57,8 +61,9 @@ def local(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
 
 
 def grpc(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
-    from skurl.deploy.decoupled import HostedWeights, InProcessRoles
-    from skurl.deploy.decoupled_run import GrpcCollectors, WirePublisher
+    from skurl.remote.grpc_collectors import GrpcCollectors, WirePublisher
+    from skurl.remote.learner_weights import HostedWeights
+    from skurl.remote.supervisor import InProcessRoles
 
     catalog = load_catalog(cfg.catalog)
     hosted = HostedWeights(cfg)
@@ -69,6 +74,7 @@ def grpc(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
     collectors = GrpcCollectors(cfg, roles.collector_addresses, store, wire, model.state_dict, assembly,
                                 StageTimer(prometheus=False), grid_center=("", ""), run_name="contract",
                                 resumed=False)
+    collectors.roles = roles  # type: ignore[attr-defined]  # tests stop a collector
     try:
         yield collectors
     finally:
@@ -77,8 +83,27 @@ def grpc(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
         hosted.close()
 
 
+def on_ray(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
+    pytest.importorskip("ray")
+    from skurl.raycluster.cluster import RayCluster
+    from skurl.train.core import build_core
+
+    cfg = load_config(None, [*SETTINGS, f"store.url={cfg.store.url}", "sync.backend=inproc", "ray.num_cpus=2",
+                             "ray.num_workers=2"])
+    cluster = RayCluster(cfg)
+    try:
+        learner = SimpleNamespace(version=0, iteration=0, weights=model.state_dict)
+        trainer: Any = SimpleNamespace(core=build_core(cfg, Path(cfg.store.url), resume=False, tune_center=False),
+                                       model=ActorCritic.from_state(model.state_dict()), learner=learner,
+                                       resumed=False)
+        trainer.weights = cluster.weights(trainer)
+        yield cluster.collectors(trainer)
+    finally:
+        cluster.close()
+
+
 IMPLEMENTATIONS: dict[str, Callable[[Config, ActorCritic], Iterator[Collectors]]] = {
-    "local": local, "grpc": grpc}
+    "local": local, "grpc": grpc, "ray": on_ray}
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +130,77 @@ def rollouts(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
 def test_every_implementation_collects_the_in_process_rollout(
         rollouts: dict[tuple[str, str], Rollout], name: str, label: str) -> None:
     want, got = rollouts["local", label], rollouts[name, label]
+    if got.obs_sku_ids is None and want.obs_sku_ids is not None:  # it kept every SKU's observations
+        kept = np.searchsorted(got.sku_ids, want.obs_sku_ids)
+        got = dataclasses.replace(got, obs=got.obs[:, kept], last_obs=got.last_obs[kept],
+                                  obs_sku_ids=want.obs_sku_ids)
+    assert_same_rollout(want, got)
+    if label == "sample":
+        assert got.obs.shape[1] == got.num_skus // 4 + (got.num_skus % 4 > 0)
+    assert (got.seed, got.episode, got.policy_version) == (SEED, 0, 0)
+
+
+def assert_same_rollout(want: Rollout, got: Rollout) -> None:
     for key, a in want.arrays().items():
         b = got.arrays()[key]
         assert a.dtype == b.dtype and a.shape == b.shape, key
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), key
-    if label == "sample":
-        assert got.obs.shape[1] == got.num_skus // 4 + (got.num_skus % 4 > 0)
-    assert (got.seed, got.episode, got.policy_version) == (SEED, 0, 0)
+
+
+class LosingStore:
+    """Around the rollout store: the first listing leaves out collector c1's shard, the first
+    read of c0's shard comes back damaged (each once)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.lost, self.damaged = inner, False, False
+
+    def list_shards(self, iteration: int) -> Any:
+        listed = self.inner.list_shards(iteration)
+        if not self.lost:
+            self.lost = True
+            return [m for m in listed if m.collector_id != "c1"]
+        return listed
+
+    def get_shard(self, manifest: Any) -> Any:
+        if manifest.collector_id == "c0" and not self.damaged:
+            self.damaged = True
+            raise CorruptShardError(manifest.name, "sha256 mismatch (injected)")
+        return self.inner.get_shard(manifest)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.integration
+def test_a_lost_or_damaged_shard_is_collected_again_to_the_same_rollout(
+        rollouts: dict[tuple[str, str], Rollout], tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    parts = grpc(cfg, model_for(cfg))
+    collectors: Any = next(parts)
+    try:
+        collectors.store = store = LosingStore(collectors.store)
+        got = collectors.collect(0, SEED, 0, lambda n: None)
+    finally:
+        parts.close()
+    assert store.lost and store.damaged
+    assert_same_rollout(rollouts["local", "all"], got.rollout)
+    assert got.scalars["recollected_shares"] == 2 and got.scalars["corrupt_shards"] == 1
+
+
+@pytest.mark.integration
+def test_a_dead_collector_within_max_lost_share_leaves_the_survivors_rollout(
+        rollouts: dict[tuple[str, str], Rollout], tmp_path: Path) -> None:
+    cfg = dataclasses.replace(config(tmp_path), deploy=dataclasses.replace(
+        config(tmp_path).deploy, max_lost_share=0.6, reconnect_timeout_s=5.0))
+    parts = grpc(cfg, model_for(cfg))
+    collectors: Any = next(parts)
+    try:
+        collectors.roles.collectors.pop(1).close()  # collector c1 dies: its calls fail as unavailable
+        got = collectors.collect(0, SEED, 0, lambda n: None)
+    finally:
+        parts.close()
+    want = rollouts["local", "all"]
+    kept = np.flatnonzero(np.isin(want.sku_ids, got.rollout.sku_ids))
+    assert 0 < kept.size < want.num_skus and got.scalars["lost_skus"] == want.num_skus - kept.size
+    assert got.scalars["lost_collectors"] == 1 and got.scalars["lost_recollected"] == 0
+    assert_same_rollout(want.select_skus(kept), got.rollout)

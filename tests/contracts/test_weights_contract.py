@@ -184,7 +184,7 @@ def ray_module() -> Any:
 def local_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray")
     from skurl.config import RayConfig
-    from skurl.deploy.ray_mode import start_ray
+    from skurl.raycluster.cluster import start_ray
 
     started = start_ray(RayConfig(num_cpus=1))
     yield

@@ -20,11 +20,11 @@ from skurl.catalog.schema import Catalog
 from skurl.cli import main
 from skurl.config import load_config
 from skurl.deploy import colocated
-from skurl.deploy.catalog_change import CHANGE_FILE, CatalogChange
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
 from skurl.policy.learned import CONFIG_FILE
 from skurl.sim.layout import catalog_widths
 from skurl.telemetry.logger import read_metrics
+from skurl.train.catalog_change import CHANGE_FILE, CatalogChange
 
 SKUS, CHANGED = 300, 30
 SETTINGS = ["catalog.kind=file", "sim.days=10", "policy.hidden=[16,16]", "ppo.epochs=1", "ppo.minibatch=512",

@@ -19,8 +19,8 @@ import torch
 from skurl.config import load_config
 from skurl.deploy import colocated
 from skurl.deploy.ddp_learner import ENTRY
-from skurl.deploy.decoupled import LocalCluster
 from skurl.learn.checkpoint import best_checkpoint, latest_checkpoint, model_state
+from skurl.remote.supervisor import LocalCluster
 
 SETTINGS = [
     "catalog.skus=240", "sim.days=8", "policy.hidden=[16,16]", "ppo.epochs=2", "ppo.minibatch=256",

@@ -16,9 +16,9 @@ import torch
 from skurl.cli import main
 from skurl.config import Config, load_config
 from skurl.deploy import colocated, decoupled
-from skurl.deploy.shard_envs import CatalogSchemaEnv, assign_shards, column_map
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
+from skurl.remote.shard_envs import CatalogSchemaEnv, assign_shards
 from skurl.sim.api import ObsSchema
 from skurl.telemetry.logger import read_metrics
 
@@ -236,14 +236,13 @@ class _FakeEnv:
         return Obs(feats, raw, self.schema)
 
 
-def test_a_shard_is_shown_with_the_catalog_schema() -> None:
+def test_a_shard_must_show_the_catalog_schema() -> None:
+    """Sim servers build every shard at the catalog's widths; no part widens features, so a
+    shard of another schema (a server on another catalog config) is one line."""
+    assert CatalogSchemaEnv(_FakeEnv(), _FakeEnv.schema).reset(0).features.shape == (2, 4)
     wide = ObsSchema(fields=(("on_hand", 1), ("pipeline", 4), ("dow", 1)))
-    assert column_map(wide, wide) is None
-    assert column_map(_FakeEnv.schema, wide) == [(0, 0, 1), (1, 1, 2), (5, 3, 1)]
-    obs = CatalogSchemaEnv(_FakeEnv(), wide).reset(0)
-    np.testing.assert_array_equal(obs.features, [[1, 2, 3, 0, 0, 4], [5, 6, 7, 0, 0, 8]])
-    with pytest.raises(UserError, match="wider than the catalog"):
-        column_map(wide, _FakeEnv.schema)
+    with pytest.raises(UserError, match=r"shows 4 features .* expected the catalog's 6"):
+        CatalogSchemaEnv(_FakeEnv(), wide)
 
 
 @pytest.mark.parametrize(("argv", "match"), [

@@ -13,6 +13,7 @@ from test_decoupled import Delegating, assert_same_training, tiny
 from skurl.deploy import colocated, decoupled
 from skurl.store import open_store
 from skurl.telemetry.logger import read_metrics
+from skurl.train.loop import recorded_mode
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,7 @@ def test_resume_continues_in_the_runs_own_mode(tmp_path: Path, capsys: pytest.Ca
     run_dir = tmp_path / "run"
     assert main(["train", "--mode", "decoupled", "--config", str(config), "--run-dir", str(run_dir),
                  "--no-baseline"]) == 0
-    assert colocated.recorded_mode(run_dir) == "decoupled"
+    assert recorded_mode(run_dir) == "decoupled"
     assert main(["train", "--resume", str(run_dir), "--iterations", "2", "--no-baseline"]) == 0
     assert "in --mode decoupled, the mode it was started in" in capsys.readouterr().err
     logs = read_metrics(run_dir / "metrics.jsonl")
@@ -76,4 +77,4 @@ def test_resume_continues_in_the_runs_own_mode(tmp_path: Path, capsys: pytest.Ca
                  "--no-baseline"]) == 0
     last = read_metrics(run_dir / "metrics.jsonl")[-1]
     assert last["iteration"] == 2 and "shards_from_store" not in last
-    assert colocated.recorded_mode(run_dir) == "colocated"
+    assert recorded_mode(run_dir) == "colocated"

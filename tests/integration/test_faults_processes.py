@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from prometheus_client import CollectorRegistry
 from test_decoupled import Delegating, assert_same_training, tiny
 
 from skurl.deploy import colocated, decoupled
+from skurl.rpc.collector_client import CollectorClient
 from skurl.telemetry.logger import read_metrics
+from skurl.telemetry.metrics import use_registry
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +69,45 @@ def test_killed_collector_and_sim_server_are_restarted_and_training_is_unchanged
     assert_same_training(reference, run_dir)
 
 
+class KillingC1(Delegating):
+    """Kills collector c1 before iteration 1's collection; before iteration 2's waits until
+    the supervisor's restart of it answers again."""
+
+    def collect(self, it: int, *args: Any) -> Any:
+        if it in (1, 2):
+            cluster = json.loads((self.run.run_dir / "decoupled" / "cluster.json").read_text())
+            (child,) = [c for c in cluster["collectors"] if c["name"] == "c1"]
+            if it == 1:
+                kill(child["pid"])
+            else:
+                CollectorClient(child["address"], connect_timeout_s=120).close()  # waits for it to serve
+        return self.inner.collect(it, *args)
+
+
+def test_a_lost_share_within_max_lost_share_is_trained_without_and_counted(tmp_path: Path) -> None:
+    """The collector-loss rule of every mode (collect/lost_share.py), here decoupled: c1's
+    SKUs (half of them) are within deploy.max_lost_share=0.6, so iteration 1 trains on c0's
+    alone; the supervisor restarts c1, which collects iteration 2 whole again."""
+    with use_registry(CollectorRegistry()) as metrics:
+        decoupled.train(tiny("sync.backend=grpc", "deploy.max_lost_share=0.6"), tmp_path / "run",
+                        baseline=False, wrap=KillingC1)
+    logs = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    skus, days = tiny().catalog.skus, tiny().sim.days
+    lost = logs[1]
+    assert lost["lost_collectors"] == 1 and lost["lost_recollected"] == 0
+    assert 0 < lost["lost_skus"] < skus and lost["lost_share"] == lost["lost_skus"] / skus
+    assert lost["transitions"] == days * (skus - lost["lost_skus"])  # only c0's columns
+    for r in (logs[0], logs[2]):
+        assert r["lost_collectors"] == 0 and r["transitions"] == days * skus
+    assert metrics.registry.get_sample_value("collector_shares_lost_total") == 1
+    assert metrics.registry.get_sample_value("collector_lost_skus_total") == lost["lost_skus"]
+
+
 def test_a_hung_sim_server_is_killed_and_restarted_by_its_health_checks(tmp_path: Path) -> None:
     """SIGSTOP leaves the process alive but deaf: the supervisor's grpc.health.v1 probes
     miss deploy.health_failures times, it kills the process and starts it on its port."""
-    from skurl.deploy.decoupled import HostedWeights, LocalCluster
+    from skurl.remote.learner_weights import HostedWeights
+    from skurl.remote.supervisor import LocalCluster
     from skurl.rpc.health import probe
 
     cfg = tiny("sync.backend=grpc", "deploy.collectors=1", "deploy.health_interval_s=0.5",

@@ -17,7 +17,9 @@ from test_decoupled import assert_same_training, tiny
 
 from skurl.config import Config
 from skurl.deploy import colocated
-from skurl.deploy.decoupled import InProcessRoles, RedisWeights, run_with_collectors
+from skurl.deploy.decoupled import run_with_collectors
+from skurl.remote.learner_weights import RedisWeights
+from skurl.remote.supervisor import InProcessRoles
 from skurl.rpc.collector_client import CollectorClient
 from skurl.rpc.errors import RequestRejectedError
 from skurl.sync.codec import encode_weights

@@ -22,9 +22,11 @@ from test_ray_mode import ITERATIONS, config, final_weights, local_ray  # noqa: 
 
 from skurl.config import Config  # noqa: E402
 from skurl.deploy import ray_mode  # noqa: E402
-from skurl.deploy.ray_collect import RayCollectors, Share  # noqa: E402
+from skurl.raycluster.cluster import RayCluster  # noqa: E402
+from skurl.raycluster.collectors import RayCollectors, Share  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
 from skurl.telemetry.metrics import use_registry  # noqa: E402
+from skurl.train.loop import Trainer  # noqa: E402
 
 KILL_AT, VICTIM = 1, 1
 TWO = ("ray.collectors=2", "ppo.reward_scale=sku")
@@ -43,24 +45,21 @@ class KillingCollectors(RayCollectors):
         return ref
 
 
-def train(cfg: Config, run_dir: Path) -> ray_mode.RayRun:
-    run = ray_mode.RayRun(cfg, run_dir, baseline=False)
+def train(cfg: Config, run_dir: Path) -> tuple[Trainer, RayCluster]:
+    run = ray_mode.trainer(cfg, run_dir, baseline=False)
     run.collectors.fanout = KillingCollectors  # type: ignore[attr-defined]
     KillingCollectors.killed = False
-    try:
-        run.run()
-    finally:
-        run.close()
-    return run
+    run.run()
+    return run, run.collectors.cluster  # type: ignore[attr-defined]
 
 
 def test_a_small_lost_share_is_trained_without_and_counted(tmp_path: Path) -> None:
     with use_registry(CollectorRegistry()) as metrics:
-        run = train(config(*TWO, "deploy.max_lost_share=0.6"), tmp_path / "run")
+        run, cluster = train(config(*TWO, "deploy.max_lost_share=0.6"), tmp_path / "run")
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["iteration"] for r in records] == list(range(ITERATIONS))
     lost = records[KILL_AT]
-    victim_skus = next(s.rows.size for s in run.placements[0].shares if s.index == VICTIM)
+    victim_skus = next(s.rows.size for s in cluster.placements[0].shares if s.index == VICTIM)
     assert lost["lost_collectors"] == 1 and lost["lost_skus"] == victim_skus
     assert 0 < lost["lost_share"] <= 0.6
     skus, days = run.cfg.catalog.skus, run.cfg.sim.days
@@ -72,7 +71,7 @@ def test_a_small_lost_share_is_trained_without_and_counted(tmp_path: Path) -> No
     assert metrics.registry.get_sample_value("collector_lost_skus_total") == victim_skus
     # Per-SKU reward statistics saw the lost SKUs in 2 iterations, the others in 3.
     scaler = run.learner.reward_scaler
-    victim_ids = torch.from_numpy(run.catalog.sku_id[next(s.rows for s in run.placements[0].shares
+    victim_ids = torch.from_numpy(run.core.catalog.sku_id[next(s.rows for s in cluster.placements[0].shares
                                                           if s.index == VICTIM)])
     seen = torch.isin(scaler.ids, victim_ids)
     assert int(seen.sum()) == victim_skus

@@ -19,13 +19,14 @@ from skurl.catalog.partition import partition  # noqa: E402
 from skurl.catalog.schema import Catalog  # noqa: E402
 from skurl.collect.collector import Collector  # noqa: E402
 from skurl.config import Config, RayConfig, load_config  # noqa: E402
-from skurl.deploy.ray_actors import ShardSpec, WorkerSlot, ray_shard_env, start_collector  # noqa: E402
-from skurl.deploy.ray_mode import start_ray  # noqa: E402
 from skurl.policy.learned import grid_for  # noqa: E402
 from skurl.policy.nets import ActorCritic  # noqa: E402
+from skurl.raycluster.actors import ShardSpec, WorkerSlot, ray_shard_env, start_collector  # noqa: E402
+from skurl.raycluster.cluster import start_ray  # noqa: E402
 from skurl.rpc.multi_shard import MultiShardEnv  # noqa: E402
 from skurl.sim.api import Env, StepResult  # noqa: E402
 from skurl.sim.env import VectorEnv  # noqa: E402
+from skurl.sim.layout import catalog_widths  # noqa: E402
 from skurl.sim.replaying import ReplayingEnv  # noqa: E402
 from skurl.sync.ray_weights import RayWeights, start_weight_slot  # noqa: E402
 
@@ -72,9 +73,10 @@ def ray_shards(catalog: Catalog, cfg: Config, max_restarts: int) -> tuple[list[W
         slot = WorkerSlot(w, 0.5, 1, max_restarts, TIMEOUT_S)
         sub = catalog.subset(rows)
         ref = ray.put(sub)
-        schema = ray.get(slot.handle.add_env.remote("k", ref, cfg.sim), timeout=TIMEOUT_S)
+        widths = catalog_widths(catalog)  # the run's, as every shard is built
+        schema = ray.get(slot.handle.add_env.remote("k", ref, cfg.sim, widths), timeout=TIMEOUT_S)
         slots.append(slot)
-        envs.append(ray_shard_env(slot, "k", ref, sub.sku_id, schema, cfg.sim, TIMEOUT_S))
+        envs.append(ray_shard_env(slot, "k", ref, sub.sku_id, schema, cfg.sim, TIMEOUT_S, widths=widths))
     return slots, envs, parts
 
 
@@ -131,7 +133,8 @@ def test_failing_sku_is_isolated_and_reported_by_id(catalog: Catalog, cfg: Confi
     model = model_for(VectorEnv(catalog, cfg.sim), cfg)
     RayWeights(weights_slot, "ppo", TIMEOUT_S).publish(0, model.state_dict())
     actor = start_collector("c0", cfg, weights_slot)
-    specs = [ShardSpec(s, e.catalog_ref, e.sku_ids, e.schema, rows) for s, e, rows in zip(slots, envs, parts, strict=True)]
+    specs = [ShardSpec(s, e.catalog_ref, e.sku_ids, e.schema, catalog_widths(catalog), rows)
+             for s, e, rows in zip(slots, envs, parts, strict=True)]
     assert ray.get(actor.add_env.remote("k", specs), timeout=TIMEOUT_S) == len(catalog)
 
     reply = ray.get(actor.collect.remote("k", 7, 2, 0), timeout=TIMEOUT_S)

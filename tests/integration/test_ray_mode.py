@@ -19,6 +19,7 @@ from skurl.config import Config, RayConfig, load_config  # noqa: E402
 from skurl.deploy import colocated, ray_mode  # noqa: E402
 from skurl.errors import ConfigError  # noqa: E402
 from skurl.learn.checkpoint import latest_checkpoint, model_state  # noqa: E402
+from skurl.raycluster.cluster import start_ray  # noqa: E402
 
 ITERATIONS = 3
 SETTINGS = ["catalog.skus=300", "catalog.seed=3", "sim.days=10", "policy.hidden=[16,16]", "ppo.epochs=2",
@@ -29,7 +30,7 @@ SETTINGS = ["catalog.skus=300", "catalog.seed=3", "sim.days=10", "policy.hidden=
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray() -> Iterator[None]:
-    started = ray_mode.start_ray(RayConfig(num_cpus=2))
+    started = start_ray(RayConfig(num_cpus=2))
     yield
     if started:
         ray.shutdown()

@@ -17,7 +17,7 @@ from test_ray_mode import ITERATIONS, config, final_weights, local_ray  # noqa: 
 
 from skurl.cli import main  # noqa: E402
 from skurl.deploy import colocated, ray_mode  # noqa: E402
-from skurl.deploy.ray_collect import RayCollectors  # noqa: E402
+from skurl.raycluster.collectors import RayCollectors  # noqa: E402
 from skurl.store.local import LocalRolloutStore  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
 
@@ -41,13 +41,10 @@ def test_restarted_learner_trains_on_the_stored_shards(tmp_path: Path) -> None:
     colocated.train(config(), reference, baseline=False)
     store_dir, run_dir = tmp_path / "rollouts", tmp_path / "ray"
     cfg = config("ray.rollouts=store", f"store.url={store_dir}")
-    run = ray_mode.RayRun(cfg, run_dir, baseline=False)
+    run = ray_mode.trainer(cfg, run_dir, baseline=False)
     run.collectors.fanout = DiesAfterCollecting  # type: ignore[attr-defined]
-    try:
-        with pytest.raises(LearnerDied):
-            run.run()
-    finally:
-        run.close()
+    with pytest.raises(LearnerDied):
+        run.run()  # closes the actors
     stored = LocalRolloutStore(store_dir).list_shards(DIES_AT)
     assert [m.collector_id for m in stored] == ["ray-collector-0"]
 

@@ -15,12 +15,13 @@ from test_ray_mode import ITERATIONS, config, final_weights  # noqa: E402
 
 from skurl.config import RayConfig  # noqa: E402
 from skurl.deploy import colocated, ray_mode  # noqa: E402
+from skurl.raycluster.cluster import start_ray  # noqa: E402
 from skurl.store.local import LocalRolloutStore  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray() -> Iterator[None]:
-    started = ray_mode.start_ray(RayConfig(num_cpus=2))
+    started = start_ray(RayConfig(num_cpus=2))
     yield
     if started:
         ray.shutdown()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from skurl.config import Config, load_config
-from skurl.deploy.colocated import ColocatedRun, resume, train
+from skurl.deploy.colocated import resume, train
 from skurl.errors import UserError
 from skurl.learn.checkpoint import (
     CheckpointError,
@@ -24,6 +24,7 @@ from skurl.learn.checkpoint import (
     save_checkpoint,
 )
 from skurl.learn.learner import Learner
+from skurl.train.evaluation import Evaluator
 
 TINY = [
     "catalog.kind=uniform", "catalog.skus=48", "catalog.lead_time=2", "sim.days=12", "sim.reward=cost",
@@ -73,14 +74,14 @@ def test_resume_continues_bit_exactly(tmp_path: Path, extra: tuple[str, ...]) ->
 
 
 def _crash_evaluating(m: pytest.MonkeyPatch, at: int) -> None:
-    evaluate = ColocatedRun.evaluate
+    evaluate = Evaluator.evaluate
 
-    def crash(self: ColocatedRun, it: int) -> dict:
+    def crash(self: Evaluator, it: int) -> dict:
         if it == at:
             raise RuntimeError("simulated crash")
         return evaluate(self, it)
 
-    m.setattr(ColocatedRun, "evaluate", crash)
+    m.setattr(Evaluator, "evaluate", crash)
 
 
 def test_a_crash_while_evaluating_loses_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +142,7 @@ def test_a_kept_policy_past_the_restart_point_is_dropped(tmp_path: Path, monkeyp
     cfg = tiny("train.eval_every=1", "train.keep_best=true", "train.checkpoint_every=10")
     with monkeypatch.context() as m:
         _crash_evaluating(m, 2)
-        m.setattr("skurl.deploy.colocated.validation_score", lambda result, reward: 1e9)
+        m.setattr("skurl.train.evaluation.validation_score", lambda result, reward: 1e9)
         with pytest.raises(RuntimeError, match="simulated crash"):
             train(cfg, tmp_path / "crashed", baseline=False)
     other = tiny("train.eval_every=1", "train.keep_best=true", "train.checkpoint_every=10", "train.seed=1")

@@ -154,8 +154,8 @@ def test_keep_best_survives_a_resume(tmp_path: Path) -> None:
 def test_keep_best_starts_afresh_on_other_skus(tmp_path: Path) -> None:
     from skurl.catalog import load_catalog
     from skurl.config import load_config
-    from skurl.deploy.best import BestKeeper
     from skurl.learn.learner import Learner
+    from skurl.train.best import BestKeeper
 
     cfg = load_config(None, [*TINY, "train.keep_best=true"])
     catalog = load_catalog(cfg.catalog)
@@ -170,8 +170,8 @@ def test_keep_best_starts_afresh_on_other_skus(tmp_path: Path) -> None:
 def test_a_damaged_kept_policy_is_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from skurl.catalog import load_catalog
     from skurl.config import load_config
-    from skurl.deploy.best import BestKeeper
     from skurl.learn.learner import Learner
+    from skurl.train.best import BestKeeper
 
     cfg = load_config(None, [*TINY, "train.keep_best=true"])
     catalog = load_catalog(cfg.catalog)

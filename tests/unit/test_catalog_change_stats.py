@@ -10,9 +10,9 @@ import torch
 from skurl.catalog.schema import Catalog
 from skurl.catalog.uniform import uniform_catalog
 from skurl.config import load_config
-from skurl.deploy.catalog_change import check_fits, seed_new_sku_stats
 from skurl.errors import CatalogError
 from skurl.learn.normalize import RewardScaler, SkuRewardScaler
+from skurl.train.catalog_change import check_fits, seed_new_sku_stats
 
 
 def catalog(ids: list[int], categories: list[int]) -> Catalog:

@@ -1,4 +1,4 @@
-"""The decisions of deploy/ray_collect.py without Ray: which lost shares an iteration
+"""The decisions of raycluster/collectors.py without Ray: which lost shares an iteration
 proceeds without, and how the surviving collectors' rollouts are put together."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from skurl.buffer.assemble import AssemblyError, ShardAssembly
 from skurl.buffer.rollout import Rollout
 from skurl.config import load_config
-from skurl.deploy.ray_collect import Placement, RayCollectors, Share, _assemble
+from skurl.raycluster.collectors import Placement, RayCollectors, Share
 from skurl.sim.api import ObsSchema
 from skurl.telemetry.metrics import use_registry
 
@@ -27,13 +28,20 @@ def rollout(ids: np.ndarray, days: int = 3, dim: int = 2) -> Rollout:
     return r
 
 
-def test_assemble_puts_columns_in_row_order_and_keeps_only_the_rows_present() -> None:
+def test_assembly_puts_columns_in_row_order_and_keeps_only_the_rows_present() -> None:
     ids = np.array([10, 11, 12, 13, 14, 15])
-    a, b = np.array([0, 2, 4]), np.array([1, 5])  # collector of rows 3 lost
-    out = _assemble([rollout(ids[a]), rollout(ids[b])], [a, b], 6)
+    a, b = np.array([0, 2, 4]), np.array([1, 5])  # collector of row 3 lost
+    assembly = ShardAssembly(ids, 3, 2)
+    parts = [rollout(ids[a]).arrays(), rollout(ids[b]).arrays()]
+    out = assembly.assemble(parts, version=1, seed=2, episode=3, missing_ok=True)
     assert out.num_skus == 5
     assert out.sku_ids.tolist() == [10, 11, 12, 14, 15]
     assert out.rewards[2].tolist() == [10, 11, 12, 14, 15] and out.last_obs[:, 0].tolist() == [10, 11, 12, 14, 15]
+    assert (out.policy_version, out.seed, out.episode) == (1, 2, 3)
+    with pytest.raises(AssemblyError, match="SKU 13 is in 0 shards"):
+        assembly.assemble(parts, version=1, seed=2, episode=3)  # without missing_ok every SKU is needed
+    with pytest.raises(AssemblyError, match="SKU 10 is in 2 shards"):
+        assembly.assemble([*parts, rollout(ids[a]).arrays()], version=1, seed=2, episode=3, missing_ok=True)
 
 
 def collectors(max_lost_share: float, sizes: list[int]) -> tuple[RayCollectors, list[int]]:
@@ -51,7 +59,7 @@ def test_proceed_at_most_the_threshold_else_wait(threshold: float, lost: list[in
     rc, replaced = collectors(threshold, [5, 95])
     with use_registry(CollectorRegistry()) as m:
         loss = rc._handle_loss([rc.placement.shares[i] for i in lost])
-    assert loss.waited is waited and loss.collectors == lost
+    assert loss.waited is waited and loss.collectors == [f"ray-collector-{i}" for i in lost]
     assert loss.skus == sum((5, 95)[i] for i in lost) and loss.share == pytest.approx(loss.skus / 100)
     assert replaced == lost  # replaced either way, before the next iteration
     assert m.registry.get_sample_value("collector_shares_lost_total") == (0 if waited else len(lost))

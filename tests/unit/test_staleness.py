@@ -16,12 +16,13 @@ from skurl.buffer.rollout import Rollout
 from skurl.collect.collectors import Collected, LocalCollectors
 from skurl.collect.staleness import HISTORY_DIR, FixedStaleness, WeightHistory, refuse_unbuilt
 from skurl.config import Config, load_config
-from skurl.deploy.colocated import ColocatedRun, resume, train
+from skurl.deploy.colocated import resume, train, trainer
 from skurl.errors import UserError
 from skurl.learn.checkpoint import load_checkpoint
 from skurl.learn.learner import Learner
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.metrics import get_metrics
+from skurl.train.loop import Parts, Trainer
 
 TINY = [
     "catalog.kind=uniform", "catalog.skus=48", "catalog.lead_time=2", "sim.days=12", "sim.reward=cost",
@@ -66,18 +67,16 @@ def lag_sum() -> float:
     return get_metrics().registry.get_sample_value("policy_lag_versions_sum") or 0.0
 
 
-class TodaysRun(ColocatedRun):
+def todays_collectors(run: Trainer) -> LocalCollectors:
     """The loop as it was before train.staleness: LocalCollectors on the learner's weights."""
-
-    def make_collectors(self) -> LocalCollectors:
-        t = self.cfg.train
-        return LocalCollectors(self._env, len(self.shards), self.model, self.grid, self.weights, self.timer,
-                               chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values)
+    t, core = run.cfg.train, run.core
+    return LocalCollectors(core.local_env, len(core.shards), run.model, core.grid, run.weights, core.timer,
+                           chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values)
 
 
 def test_staleness_zero_is_todays_loop(tmp_path: Path) -> None:
     train(tiny(), tmp_path / "zero", baseline=False)
-    TodaysRun(tiny(), tmp_path / "today", baseline=False).run()
+    Trainer(tiny(), tmp_path / "today", Parts("colocated", todays_collectors), baseline=False).run()
     assert_same(final_weights(tmp_path / "zero"), final_weights(tmp_path / "today"))
     assert not (tmp_path / "zero" / HISTORY_DIR).exists()
 
@@ -136,11 +135,13 @@ def test_weight_history_is_exact_kept_and_pruned(tmp_path: Path) -> None:
 
 
 def test_unbuilt_modes_are_one_line(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"train.staleness = 1: .* --mode colocated only .*--mode decoupled"):
-        refuse_unbuilt(tiny("train.staleness=1").train, "decoupled")
-    refuse_unbuilt(tiny().train, "ray")  # staleness 0 runs everywhere
+    for mode in ("colocated", "decoupled", "ray"):  # fixed staleness is built in every mode
+        refuse_unbuilt(tiny("train.staleness=1").train, mode)
+    with pytest.raises(UserError, match=r"train.staleness = 1: .* not built for ddp"):
+        refuse_unbuilt(tiny("train.staleness=1").train, "ddp")
+    refuse_unbuilt(tiny().train, "ddp")  # staleness 0 runs everywhere
     with pytest.raises(UserError, match=r"train.staleness_mode = 'bounded': not built"):
-        ColocatedRun(tiny("train.staleness=1", "train.staleness_mode=bounded"), tmp_path / "r", baseline=False)
+        trainer(tiny("train.staleness=1", "train.staleness_mode=bounded"), tmp_path / "r", baseline=False)
 
 
 def test_collecting_ahead_in_a_thread_changes_no_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

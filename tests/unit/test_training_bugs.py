@@ -19,7 +19,7 @@ from skurl.catalog import load_catalog
 from skurl.cli import main
 from skurl.collect.evaluate import eval_subset, make_env
 from skurl.config import ActionsConfig, load_config
-from skurl.deploy.colocated import ColocatedRun
+from skurl.deploy import colocated
 from skurl.errors import UserError
 from skurl.policy.actions import ActionGrid
 from skurl.policy.learned import LearnedPolicy
@@ -102,12 +102,13 @@ def test_in_training_eval_scores_the_weights_it_labels(tmp_path: Path) -> None:
                              "policy.actions.kind=units", "policy.hidden=[8,8]", "ppo.epochs=2",
                              "ppo.minibatch=50", "ppo.lr=0.01", "train.torch_threads=1",
                              "eval.days=3", "eval.warmup=1"])
-    run = ColocatedRun(cfg, tmp_path / "run", baseline=False)
+    run = colocated.trainer(cfg, tmp_path / "run", baseline=False)
+    assert run.evaluator is not None
     scored: list[LearnedPolicy] = []
-    score = run._score
-    run._score = lambda policy: (scored.append(policy), score(policy))[1]  # type: ignore[method-assign]
+    score = run.evaluator._score
+    run.evaluator._score = lambda policy: (scored.append(policy), score(policy))[1]  # type: ignore[method-assign]
     run.iteration(0)
-    run.evaluate(0)
+    run.evaluator.evaluate(0)
     policy = scored[0]
     assert policy.info["version"] == run.learner.version == 1
     x = torch.randn(16, run.learner.model.obs_dim)

@@ -90,10 +90,12 @@ class ShardAssembly:
         return ""
 
     def assemble(self, shards: Iterable[dict[str, np.ndarray]], *, version: int, seed: int,
-                 episode: int) -> Rollout:
+                 episode: int, missing_ok: bool = False) -> Rollout:
         """The unpacked, checked shards as one Rollout in catalog row order; each SKU must
-        be in exactly one shard. With `chosen`, obs and last_obs hold the sample's rows
-        (Rollout.obs_sku_ids), which Learner.update restricts to as it would a full one."""
+        be in exactly one shard (`missing_ok`: at most one, and the rollout holds the SKUs
+        present only: shares lost to dead collectors). With `chosen`, obs and last_obs hold
+        the sample's rows (Rollout.obs_sku_ids), which Learner.update restricts to as it
+        would a full one."""
         n = len(self.sku_ids)
         out = Rollout.allocate(self.days, self.sku_ids, self.obs_dim if self.chosen is None else 0)
         seen = np.zeros(n, np.int32)
@@ -110,12 +112,18 @@ class ShardAssembly:
                 out.last_obs[rows] = arrays[Columns.LAST_OBS]
             else:
                 placed.append((arrays[OBS_ROWS], arrays[Columns.OBS], arrays[Columns.LAST_OBS]))
-        if not (seen == 1).all():
-            i = int(np.argmax(seen != 1))
+        bad = (seen > 1) if missing_ok else (seen != 1)
+        if bad.any():
+            i = int(np.argmax(bad))
             raise AssemblyError(f"iteration {episode}: SKU {int(self.sku_ids[i])} is in "
                                 f"{int(seen[i])} shards, expected exactly one")
         out.policy_version, out.seed, out.episode = version, seed, episode
-        return out if self.chosen is None else self._with_sample(out, placed)
+        if self.chosen is not None:
+            if missing_ok and not seen.all():
+                raise AssemblyError("a rollout missing some SKUs cannot hold the learner's SKU sample; "
+                                    "expected every share collected")
+            return self._with_sample(out, placed)
+        return out if seen.all() else out.select_skus(np.flatnonzero(seen))
 
     def _with_sample(self, full: Rollout, placed: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Rollout:
         assert self.chosen is not None

@@ -1,6 +1,6 @@
 """The seam between the training loop and whoever collects: one iteration's rollout, from
 collectors in this process, collector processes over gRPC or Ray actors alike. The loop
-(deploy/colocated.py, ColocatedRun.iteration) calls nothing else, so every mode shares it.
+(train/loop.py, Trainer.iteration) calls nothing else, so every mode shares it.
 """
 
 from __future__ import annotations

@@ -35,15 +35,15 @@ SampleAt = Callable[[int, int], "np.ndarray | None"]  # (N SKUs, iteration) -> t
 
 
 def refuse_unbuilt(train: Any, mode: str) -> None:
-    """train.staleness > 0 runs only where it is built (colocated, fixed): one line elsewhere."""
+    """train.staleness > 0 runs where it is built (fixed: colocated, decoupled, ray): one
+    line elsewhere."""
     if train.staleness == 0:
         return
-    if mode != "colocated":
-        raise UserError(f"train.staleness = {train.staleness}: near-on-policy training is built for "
-                        f"--mode colocated only so far; expected train.staleness=0 with --mode {mode}")
+    if mode not in ("colocated", "decoupled", "ray"):
+        raise UserError(f"train.staleness = {train.staleness}: near-on-policy training is not built for "
+                        f"{mode} yet; expected train.staleness=0")
     if train.staleness_mode != "fixed":
-        raise UserError(f"train.staleness_mode = {train.staleness_mode!r}: not built in --mode colocated yet; "
-                        "expected fixed")
+        raise UserError(f"train.staleness_mode = {train.staleness_mode!r}: not built yet; expected fixed")
 
 
 class WeightHistory:

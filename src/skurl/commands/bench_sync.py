@@ -3,10 +3,10 @@
     skurl bench sync [--backend redis|grpc] [--subscribers 2] [--publishes 100]
                      [--interval 0.1] [--config FILE] [--set k=v ...] [--json]
 
-The learner's side is what `--mode decoupled` uses (deploy/decoupled.py `open_weights`:
+The learner's side is what `--mode decoupled` uses (remote/learner_weights.py `open_weights`:
 Redis at sync.redis_url, or a WeightSyncService hosted in this process); each subscriber
 is a separate process following the versions the way a collector does
-(deploy/roles.py `open_subscriber` + wait_for, checksum and shape checks included) and
+(remote/roles.py `open_subscriber` + wait_for, checksum and shape checks included) and
 printing the wall-clock time it holds each one. Weights are the default policy and value
 networks (policy.hidden, the default catalog's observation width). A publish's latency
 is from the start of `publish()` until the last subscriber holds that version; the
@@ -49,7 +49,7 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def run_sync(args: argparse.Namespace) -> int:
-    from skurl.deploy.decoupled import open_weights
+    from skurl.remote.learner_weights import open_weights
 
     if args.subscribers < 1 or args.publishes < 1 or args.interval < 0:
         raise UserError(f"bench sync: --subscribers {args.subscribers} --publishes {args.publishes} "
@@ -170,7 +170,7 @@ class _Subscribers:
 def _subscribe(config_path: str) -> None:
     """A subscriber process: follow the versions as a collector does, print each held one."""
     from skurl.config import load_config
-    from skurl.deploy.roles import open_subscriber
+    from skurl.remote.roles import open_subscriber
     from skurl.sync.api import WeightSyncTimeout
 
     cfg = load_config(config_path, [])

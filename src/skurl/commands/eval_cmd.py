@@ -126,7 +126,7 @@ def feature_widths(full: Catalog, run: str | None) -> tuple[int, int]:
     fewer pipeline or age columns); a run whose catalog changed keeps its network's widths."""
     widths = catalog_widths(full)
     if run:
-        from skurl.deploy.catalog_change import CatalogChange
+        from skurl.train.catalog_change import CatalogChange
 
         change = CatalogChange.load(Path(run))
         if change is not None:

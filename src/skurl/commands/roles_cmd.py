@@ -72,7 +72,7 @@ def _port(value: int | None, flag: str) -> None:
 
 
 def _collector(args: argparse.Namespace) -> int:
-    from skurl.deploy.roles import run_collector
+    from skurl.remote.roles import run_collector
 
     j, k = _index(args.index)
     _port(args.port, "--port")

@@ -77,7 +77,7 @@ def _serving_metrics(port: int, command: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from skurl.commands import train_tracked
-    from skurl.deploy import colocated
+    from skurl.train.evaluation import BASELINE
 
     repeats = getattr(args, "repeats", 1)
     if repeats < 1:
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.resume or args.run_dir)
     result = train_tracked.tracked(train_tracked.resolved_config(args, extra), run_dir,
                                    lambda: train_once(args, extra))
-    return _finish(args, result, colocated.BASELINE)
+    return _finish(args, result, BASELINE)
 
 
 def _prepare(args: argparse.Namespace) -> list[str]:
@@ -129,10 +129,7 @@ def train_once(args: argparse.Namespace, extra: list[str]) -> Any:
     mode = getattr(args, "mode", "colocated")
     catalog = getattr(args, "catalog", None)
     if args.resume and _changes_catalog(args.resume, catalog, list(args.overrides)):
-        from skurl.deploy import catalog_change
-
-        return catalog_change.resume(args.resume, catalog, list(args.overrides) + extra, mode=mode,
-                                     address=getattr(args, "address", None), baseline=not args.no_baseline)
+        return _resume_changed(args, catalog, list(args.overrides) + extra, mode)
     if mode == "decoupled":
         from skurl.deploy import decoupled as runner
     else:
@@ -146,10 +143,28 @@ def train_once(args: argparse.Namespace, extra: list[str]) -> Any:
     return runner.train(config_from_args(args, extra), Path(args.run_dir), baseline=not args.no_baseline)
 
 
+def _resume_changed(args: argparse.Namespace, catalog: str | None, overrides: list[str], mode: str) -> Any:
+    """--resume RUN --catalog NEW (or catalog.* overrides): the run on its changed SKU set."""
+    from skurl.train.catalog_change import resume_changed
+
+    if mode == "ray":
+        from skurl.deploy import ray_mode
+
+        address = getattr(args, "address", None)
+        return resume_changed(ray_mode.parts, args.resume, catalog, overrides, baseline=not args.no_baseline,
+                              configure=lambda cfg: ray_mode.with_address(cfg, address))
+    if mode != "colocated":
+        raise UserError(f"skurl train --catalog: --mode {mode} cannot change the SKU set yet; "
+                        "expected --mode colocated or ray")
+    from skurl.deploy import colocated
+
+    return resume_changed(lambda cfg: colocated.parts(), args.resume, catalog, overrides, baseline=not args.no_baseline)
+
+
 def _mode(args: argparse.Namespace) -> str:
     """--mode; with --resume and no --mode, the mode the run was started in (its MODE_FILE;
     colocated for runs that predate it)."""
-    from skurl.deploy.colocated import recorded_mode
+    from skurl.train.loop import recorded_mode
 
     mode = getattr(args, "mode", None)
     if mode is None and args.resume:
@@ -220,9 +235,9 @@ def _check_run_dir(run_dir: Path) -> None:
 
 
 def _changes_catalog(run_dir: str, catalog: str | None, overrides: list[str]) -> bool:
-    """--resume through deploy/catalog_change.py: with --catalog or catalog.* overrides, or
+    """--resume through train/catalog_change.py: with --catalog or catalog.* overrides, or
     for a run whose SKU set changed before (its network keeps its first feature widths)."""
-    from skurl.deploy.catalog_change import CHANGE_FILE
+    from skurl.train.catalog_change import CHANGE_FILE
 
     touched = any(o.strip().startswith("catalog.") for o in overrides)
     return bool(catalog) or touched or (Path(run_dir) / CHANGE_FILE).is_file()

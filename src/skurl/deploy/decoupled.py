@@ -1,367 +1,51 @@
 """`skurl train --mode decoupled`: sim servers, collectors and the learner as processes.
 
-Wiring only, like Sample Factory's parallel runner: on this machine start
-deploy.sim_servers `skurl serve-sim` processes (catalog shards, groups kept together) and
-deploy.collectors `skurl collector` processes on free loopback ports, connect them by
-gRPC, the weight sync backend (Redis at sync.redis_url, or a WeightSyncService hosted
-here) and the rollout store (store.url; by default RUN_DIR/rollouts), and run the
-learner loop (deploy/decoupled_run.py) in this process. A supervisor thread restarts a
-process that dies on its own port (collectors replay a lost sim server's episode). Every
-process serves Prometheus /metrics; RUN_DIR/decoupled/cluster.json lists the addresses.
-For several machines start the roles alone: skurl serve-sim / collector / learner.
+Wiring only, like Sample Factory's parallel runner: start the sim servers and collectors
+on this machine (remote/supervisor.py), connect the weight sync backend
+(remote/learner_weights.py) and the rollout store (store.url; by default RUN_DIR/rollouts),
+and run the one loop (train/loop.py) with GrpcCollectors (remote/grpc_collectors.py) in
+this process. For several machines start the roles alone: skurl serve-sim / collector / learner.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import os
-import re
-import socket
-import subprocess
-import sys
-import threading
-import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
-from skurl.atomic import write_text
-from skurl.config import Config, StoreConfig, config_to_dict, load_config
-from skurl.deploy.colocated import TrainResult
-from skurl.deploy.decoupled_run import DecoupledRun, Wrap
-from skurl.deploy.roles import READY, check_decoupled
-from skurl.errors import ConfigError, UserError
+from skurl.config import Config, load_config
+from skurl.errors import ConfigError
 from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
-from skurl.rpc.health import Liveness
+from skurl.remote.grpc_collectors import Driven
+from skurl.remote.learner_weights import open_weights
+from skurl.remote.roles import check_decoupled
+from skurl.remote.supervisor import LocalCluster, RestartsCounted, with_run_store
+from skurl.store import open_store
 from skurl.telemetry.metrics import get_metrics
+from skurl.train.evaluation import TRAINED
+from skurl.train.loop import Parts, Trainer, TrainResult
 
 log = logging.getLogger("skurl.deploy")
-CLUSTER_DIR = "decoupled"
-_SIM_READY = re.compile(r"serving shard \d+/\d+ \(\d+ SKUs\) on (\S+?)(?:; metrics on (\S+))?$")
-_POLL_S = 0.2
+Wrap = Callable[[Any, Trainer], Any]  # (the run's collectors, the trainer) -> a wrapper (tests inject faults)
 
 
-# ---------------------------------------------------------------------- weights backends
-class RedisWeights:
-    """The learner's side of sync.backend=redis."""
-
-    def __init__(self, cfg: Config) -> None:
-        from skurl.sync.redis_sync import RedisWeightPublisher
-
-        self._pub = RedisWeightPublisher.from_config(cfg.sync, cfg.store)  # one line if unreachable
-        self.address: str | None = None
-
-    def publish(self, version: int, tensors: dict[str, Any]) -> None:
-        self._pub.publish(version, tensors)
-
-    def server_restarts(self) -> int:
-        return self._pub.server_restarts()
-
-    def published_version(self) -> int | None:
-        return self._pub.published_version()
-
-    def close(self) -> None:
-        self._pub.close()
-
-
-class HostedWeights:
-    """sync.backend=grpc: a WeightSyncService in the learner's process; publishing puts
-    the encoded weights straight into it, collectors follow its Subscribe stream."""
-
-    def __init__(self, cfg: Config, host: str = "127.0.0.1") -> None:
-        from skurl.rpc.weights_server import WeightSyncServer
-
-        self._server = WeightSyncServer(cfg.rpc, host, cfg.deploy.weights_port)
-        self._key = cfg.sync.key
-        self.address: str | None = self._server.address
-
-    def publish(self, version: int, tensors: dict[str, Any]) -> None:
-        from skurl.rpc.weights_client import to_message
-        from skurl.sync.codec import encode_weights
-
-        self._server.servicer.put(to_message(encode_weights(tensors, version, self._key)))
-
-    def published_version(self) -> int | None:
-        held = self._server.servicer.held(self._key)
-        return None if held is None else int(held.version)
-
-    def close(self) -> None:
-        self._server.stop()
-
-
-def open_weights(cfg: Config, host: str = "127.0.0.1") -> RedisWeights | HostedWeights:
+def learner_trainer(cfg: Config, run_dir: str | Path, addresses: list[str], backend: Any, *,
+                    resume: bool = False, stream: IO[str] | None = None, baseline: bool = True) -> Trainer:
+    """The loop over running collectors; a checkpoint drops the shards a resume no longer
+    needs, and each evaluation's business figures go to Prometheus."""
     check_decoupled(cfg)
-    return RedisWeights(cfg) if cfg.sync.backend == "redis" else HostedWeights(cfg, host)
-
-
-# ---------------------------------------------------------------------- local processes
-@dataclass
-class Child:
-    """One role process: its `skurl` arguments, port (kept over restarts), log, info."""
-
-    name: str
-    args: list[str]
-    log_path: Path
-    port: int = 0
-    metrics_port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    restarts: int = 0
-
-
-class LocalCluster:
-    """deploy.sim_servers sim servers and deploy.collectors collectors on this machine."""
-
-    def __init__(self, cfg: Config, run_dir: Path, weights_address: str | None) -> None:
-        self.cfg = cfg
-        self.dir = run_dir / CLUSTER_DIR
-        self.run_name = run_dir.name
-        self.weights_address = weights_address
-        self.sims: list[Child] = []
-        self.collectors: list[Child] = []
-        self.failed: str | None = None
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        d = cfg.deploy
-        self._liveness = Liveness(d.health_timeout_s, d.health_failures, d.health_interval_s)
-
-    @property
-    def collector_addresses(self) -> list[str]:
-        return [c.info["address"] for c in self.collectors]
-
-    def start(self) -> None:
-        """Sim servers and collectors at once (the sims' ports are picked first, so the
-        collectors know them and connect as soon as the servers listen), then the
-        supervisor."""
-        self._spawn_all(self._sim_children(pick_ports=True))
-        self._spawn_all(self._collector_children())
-        self._wait_all([*self.sims, *self.collectors])
-        self.supervise()
-
-    def start_sims(self) -> list[str]:
-        """Only the deploy.sim_servers `skurl serve-sim` processes; their addresses."""
-        self._wait_all(self._spawn_all(self._sim_children(pick_ports=False)))
-        return [s.info["address"] for s in self.sims]
-
-    def _metrics_port(self, offset: int) -> int:
-        base = self.cfg.deploy.metrics_base_port  # learner on it, then sims, then collectors
-        return base + offset if base else 0
-
-    def _sim_children(self, pick_ports: bool) -> list[Child]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        sim_cfg = self._write_config("sim.yaml", self.cfg)
-        n = self.cfg.deploy.sim_servers
-        self.sims = [Child(f"sim-{i}", ["serve-sim", "--config", str(sim_cfg), "--shard", f"{i}/{n}"],
-                           self.dir / f"sim-{i}.log", port=_free_port() if pick_ports else 0,
-                           metrics_port=self._metrics_port(1 + i)) for i in range(n)]
-        return self.sims
-
-    def _collector_children(self) -> list[Child]:
-        d = self.cfg.deploy
-        roles = dataclasses.replace(self.cfg, deploy=dataclasses.replace(
-            d, sim_addresses=[s.info.get("address") or f"127.0.0.1:{s.port}" for s in self.sims],
-            weights_address=self.weights_address or ""))
-        role_cfg = self._write_config("roles.yaml", roles)
-        n, k = len(self.sims), d.collectors
-        self.collectors = [Child(f"c{j}", ["collector", "--config", str(role_cfg), "--index", f"{j}/{k}",
-                                           "--id", f"c{j}", "--run", self.run_name],
-                                 self.dir / f"c{j}.log", metrics_port=self._metrics_port(1 + n + j))
-                           for j in range(k)]
-        return self.collectors
-
-    def supervise(self) -> None:
-        """Start the thread that restarts dead processes."""
-        self._thread = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
-        self._thread.start()
-
-    @property
-    def restarts(self) -> int:
-        """Restarts of all children so far."""
-        return sum(c.restarts for c in (*self.sims, *self.collectors))
-
-    def describe(self) -> dict[str, Any]:
-        def child(c: Child) -> dict[str, Any]:
-            return dict(c.info, name=c.name, pid=c.proc.pid if c.proc else None, restarts=c.restarts)
-
-        return {"weights": self.weights_address, "sims": [child(c) for c in self.sims],
-                "collectors": [child(c) for c in self.collectors]}
-
-    def write_description(self) -> None:
-        """RUN_DIR/decoupled/cluster.json: addresses, current pids and restarts (rewritten
-        after each restart, atomically, so operators and chaos tests read live pids)."""
-        write_text(self.dir / "cluster.json", json.dumps(self.describe(), indent=1))
-
-    def stop(self) -> None:
-        """Collectors first (they close their sessions on the sim servers), then sims."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        for group in (self.collectors, self.sims):
-            _terminate([c.proc for c in group if c.proc is not None])
-
-    # -------------------------------------------------------------------- internals
-    def _write_config(self, name: str, cfg: Config) -> Path:
-        path = self.dir / name
-        path.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-        return path
-
-    def _spawn(self, child: Child) -> None:
-        cmd = [sys.executable, "-m", "skurl.cli", *child.args, "--host", "127.0.0.1",
-               "--port", str(child.port), "--metrics-port", str(child.metrics_port)]
-        env = {**os.environ, "GRPC_VERBOSITY": "ERROR", "PYTHONUNBUFFERED": "1"}
-        with child.log_path.open("ab") as out:  # the child keeps its own descriptor
-            child.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                          stdin=subprocess.DEVNULL)
-        child.info["log"] = str(child.log_path)
-
-    def _spawn_all(self, children: list[Child]) -> list[Child]:
-        for c in children:
-            c.info["log_offset"] = c.log_path.stat().st_size if c.log_path.exists() else 0
-            self._spawn(c)
-        return children
-
-    def _wait_all(self, children: list[Child]) -> None:
-        deadline = time.monotonic() + self.cfg.deploy.start_timeout_s
-        for c in children:
-            c.info.update(self._wait_ready(c, c.info.pop("log_offset", 0), deadline))
-            c.port = int(c.info["address"].rsplit(":", 1)[1])
-            c.metrics_port = int(c.info["metrics"].rsplit(":", 1)[1].split("/")[0])
-
-    def _wait_ready(self, child: Child, offset: int, deadline: float) -> dict[str, Any]:
-        """The child's READY information, read from its log (UserError if it exits or
-        does not get ready by the deadline, with its last log line)."""
-        assert child.proc is not None
-        while True:
-            with child.log_path.open("rb") as f:
-                f.seek(offset)
-                lines = f.read().decode(errors="replace").splitlines()
-            for line in lines:
-                info = _parse_ready(line)
-                if info is not None:
-                    return info
-            if child.proc.poll() is not None:
-                last = next((x for x in reversed(lines) if x.strip()), "(no output)")
-                raise UserError(f"{child.name} exited with code {child.proc.returncode} before "
-                                f"it was ready: {last.strip()} (log: {child.log_path})")
-            if time.monotonic() > deadline:
-                raise UserError(f"{child.name} was not ready within deploy.start_timeout_s="
-                                f"{self.cfg.deploy.start_timeout_s:g} s (log: {child.log_path})")
-            time.sleep(_POLL_S)
-
-    def _supervise(self) -> None:
-        """Restart a dead child on its own port, up to deploy.max_restarts times; a live one
-        that stops answering its grpc.health.v1 checks is killed first (rpc/health.py)."""
-        while not self._stopping.wait(_POLL_S):
-            for c in (*self.sims, *self.collectors):
-                if c.proc is None or self._stopping.is_set():
-                    continue
-                if c.proc.poll() is None:
-                    if not self._hung(c):
-                        continue
-                    log.warning("%s stopped answering grpc.health.v1 checks; killing it", c.name)
-                    c.proc.kill()
-                    c.proc.wait()
-                if c.restarts >= self.cfg.deploy.max_restarts:
-                    if self.failed is None:
-                        self.failed = (f"{c.name} died {c.restarts + 1} times (code "
-                                       f"{c.proc.returncode}); see {c.log_path}")
-                        log.error("%s", self.failed)
-                    continue
-                c.restarts += 1
-                log.warning("%s exited with code %s; restarting it on port %d (restart %d of %d)",
-                            c.name, c.proc.returncode, c.port, c.restarts, self.cfg.deploy.max_restarts)
-                self._spawn(c)
-                self._liveness.restarted(c.name, hold_s=self.cfg.deploy.start_timeout_s)
-                get_metrics().process_restarts_total.labels(child=c.name).inc()
-                self.write_description()
-
-    def _hung(self, child: Child) -> bool:
-        """deploy.health_interval_s > 0: the child failed deploy.health_failures checks in a row."""
-        address = child.info.get("address")
-        return bool(self.cfg.deploy.health_interval_s and address
-                    and self._liveness.stopped_answering(child.name, address))
-
-
-def _terminate(procs: list[subprocess.Popen[bytes]], grace_s: float = 10.0) -> None:
-    """SIGTERM (a graceful stop), then SIGKILL for whoever is still there after grace_s."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        try:
-            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def _free_port() -> int:
-    """A loopback port free right now (a server started on it soon will very likely get it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _parse_ready(line: str) -> dict[str, Any] | None:
-    if line.startswith(READY):
-        info: dict[str, Any] = json.loads(line[len(READY):])
-        return info
-    m = _SIM_READY.search(line.strip())
-    if m:
-        metrics = m.group(2) or ""
-        return {"role": "sim", "address": m.group(1),
-                "metrics": f"http://{metrics}" if metrics and "://" not in metrics else metrics}
-    return None
-
-
-class InProcessRoles:
-    """Sim servers and collectors as servers inside this process (tests, debugging): the
-    same servicers and clients as the processes above, without their start-up cost."""
-
-    def __init__(self, cfg: Config, weights_address: str | None = None) -> None:
-        from skurl.catalog import load_catalog
-        from skurl.deploy.roles import CollectorProcess
-        from skurl.rpc.env_server import serve_shards
-
-        d = cfg.deploy
-        self.sims = serve_shards(load_catalog(cfg.catalog), cfg.sim, cfg.rpc, d.sim_servers,
-                                 d.partition)
-        self.collectors: list[Any] = []
-        try:
-            self.cfg = dataclasses.replace(cfg, deploy=dataclasses.replace(
-                d, sim_addresses=[s.address for s in self.sims],
-                weights_address=weights_address or ""))
-            for j in range(d.collectors):
-                self.collectors.append(CollectorProcess(self.cfg, f"c{j}", j, d.collectors))
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def collector_addresses(self) -> list[str]:
-        return [c.info["address"] for c in self.collectors]
-
-    def close(self) -> None:
-        for c in self.collectors:
-            c.close()
-        for s in self.sims:
-            s.stop(0)
-
-
-# ---------------------------------------------------------------------- entry points
-def with_run_store(cfg: Config, run_dir: Path) -> Config:
-    """store.url left at its default means a directory inside the run dir (absolute, so
-    every process finds the same one)."""
-    if cfg.store.url != StoreConfig().url:
-        return cfg
-    url = str((run_dir / "rollouts").resolve())
-    return dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, url=url))
+    store = open_store(cfg.store)
+    driven = Driven(addresses, backend, store)
+    trainer = Trainer(cfg, run_dir, Parts("decoupled", driven.collectors, weights=driven.weights, close=driven.close),
+                      resume=resume, stream=stream, baseline=baseline)
+    trainer.on_checkpoint.append(lambda it: store.delete_before(trainer.learner.iteration))
+    evaluator = trainer.evaluator
+    assert evaluator is not None
+    evaluator.on_evaluated.append(
+        lambda it, out: get_metrics().record_business(trainer.run_dir.name, TRAINED, evaluator.last))
+    return trainer
 
 
 def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str], *,
@@ -380,17 +64,13 @@ def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str],
     port = cfg.deploy.metrics_base_port if metrics_port is None else metrics_port
     metrics = serve_metrics(port, addr=host)
     try:
-        run = DecoupledRun(cfg, run_dir, collectors, weights, resume=resume, stream=stream,
-                           baseline=baseline)
-        run.metrics_url = metrics.url
+        trainer = learner_trainer(cfg, run_dir, collectors, weights, resume=resume, stream=stream,
+                                  baseline=baseline)
+        trainer.metrics_url = metrics.url
         if wrap is not None:
-            run.wrap_collectors(wrap)
-        try:
-            log.info("learner metrics on %s; weights on %s", metrics.url,
-                     weights.address or cfg.sync.redis_url)
-            return run.run(stop_after)
-        finally:
-            run.close()
+            trainer.parts.wraps.append(lambda inner: wrap(inner, trainer))
+        log.info("learner metrics on %s; weights on %s", metrics.url, weights.address or cfg.sync.redis_url)
+        return trainer.run(stop_after)
     finally:
         metrics.close()
         if own_weights:
@@ -400,7 +80,7 @@ def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str],
 def run_learner(cfg: Config, run_dir: str | Path, *, resume: bool = False,
                 stream: IO[str] | None = None, baseline: bool = True,
                 metrics_port: int | None = None, host: str = "127.0.0.1") -> Any:
-    """`skurl learner`: DecoupledRun over the collectors of deploy.collector_addresses."""
+    """`skurl learner`: the loop over the collectors of deploy.collector_addresses."""
     if not cfg.deploy.collector_addresses:
         raise ConfigError("deploy.collector_addresses is empty: `skurl learner` drives running "
                           "collectors (skurl collector); list their host:port")
@@ -421,37 +101,14 @@ def _launch(cfg: Config, run_dir: Path, *, resume: bool, stream: IO[str] | None,
     try:
         cluster.start()
         cluster.write_description()
-        return run_with_collectors(cfg, run_dir, cluster.collector_addresses, weights=weights,
-                                   resume=resume, stream=stream, stop_after=stop_after,
-                                   baseline=baseline, wrap=_counting_restarts(cluster, weights, wrap))
+        def counted(inner: Any, trainer: Trainer) -> Any:
+            return RestartsCounted(wrap(inner, trainer) if wrap else inner, cluster, weights)
+
+        return run_with_collectors(cfg, run_dir, cluster.collector_addresses, weights=weights, resume=resume,
+                                   stream=stream, stop_after=stop_after, baseline=baseline, wrap=counted)
     finally:
         cluster.stop()
         weights.close()
-
-
-class _RestartsCounted:
-    """The run's collectors, each iteration's scalars adding the restarts so far
-    (metrics.jsonl and TensorBoard): `process_restarts`, the supervisor's, and with
-    sync.backend=redis `redis_restarts`, those of Redis seen between publishes."""
-
-    def __init__(self, inner: Any, cluster: LocalCluster, weights: Any) -> None:
-        self.inner, self.cluster, self.weights = inner, cluster, weights
-
-    def collect(self, *args: Any, **kwargs: Any) -> Any:
-        got = self.inner.collect(*args, **kwargs)
-        got.scalars["process_restarts"] = float(self.cluster.restarts)
-        if hasattr(self.weights, "server_restarts"):
-            got.scalars["redis_restarts"] = float(self.weights.server_restarts())
-        return got
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def _counting_restarts(cluster: LocalCluster, weights: Any, wrap: Wrap | None) -> Wrap:
-    def wrapped(inner: Any, run: Any) -> Any:
-        return _RestartsCounted(wrap(inner, run) if wrap else inner, cluster, weights)
-    return wrapped
 
 
 def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,

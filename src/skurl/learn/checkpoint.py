@@ -45,7 +45,7 @@ class DamagedCheckpointError(CheckpointError):
     """A checkpoint's files are not what was written (checksum, unreadable file)."""
 
 
-BEST_DIR = "best"  # RUN_DIR/best/checkpoints: the policy train.keep_best keeps (deploy/best.py)
+BEST_DIR = "best"  # RUN_DIR/best/checkpoints: the policy train.keep_best keeps (train/best.py)
 
 
 def best_checkpoint(run_dir: str | Path) -> Path | None:

@@ -7,7 +7,7 @@ pretraining on an expert's decisions before RL is the recipe of AlphaGo's policy
 own baselines, tuned by simulation on the training SKUs (policy/tuning.py), so the run
 starts at the baseline's cost and PPO spends its iterations on improving it.
 
-Steps (ColocatedRun.warm_start): tune the baseline; `record` episodes of it on the
+Steps (train/warm_start.py): tune the baseline; `record` episodes of it on the
 training env, each decision mapped to the nearest action of the grid (the env steps with
 that action's units, so the states are those the clone will meet); `clone` the policy
 net by cross-entropy on them (the observation normalizer first takes their moments).

@@ -80,62 +80,30 @@ class LeanDay:
 
 class SimWorker:
     """Simulator shards in one Ray worker process (a Ray actor class: see `WorkerSlot`).
-
-    A shard sizes some feature fields from its own SKUs (sim/layout.py); `add_env(...,
-    wide)` makes it show the SKU set's schema (each field at its widest over the shards,
-    extra columns zero, as the whole-set env shows them), so that shards merged by
-    different collectors all have the features one whole-set env would have."""
+    Every shard is built at the run's observation widths (train/core.py, the env spec), so
+    shards merged by different collectors all show the features one whole-set env would."""
 
     def __init__(self, worker_id: int, threads: int) -> None:
         self.worker_id = worker_id
         self.threads = threads
         self.envs: dict[str, Any] = {}
-        self.wide: dict[str, tuple[ObsSchema, list[tuple[int, int, int]], np.ndarray]] = {}
 
     def ping(self) -> int:
         return os.getpid()
 
-    def add_env(self, key: str, catalog: Catalog, sim: SimConfig, wide: ObsSchema | None = None,
-                widths: tuple[int, int] = (0, 0)) -> ObsSchema:
-        """Build shard `key` at least `widths` = (A, P) wide (the network's: VectorEnv
-        min_widths); its own schema comes back (then `widen` to the set's)."""
+    def add_env(self, key: str, catalog: Catalog, sim: SimConfig, widths: tuple[int, int] = (0, 0)) -> ObsSchema:
+        """Build shard `key` at least `widths` = (A, P) wide (VectorEnv min_widths); its schema."""
         from skurl.sim.env import VectorEnv
 
         sim = dataclasses.replace(sim, threads=sim.threads or self.threads)
         self.envs[key] = VectorEnv(catalog, sim, min_widths=widths)
-        self.wide.pop(key, None)
-        if wide is not None:
-            self.widen(key, wide)
         return self.envs[key].schema
 
-    def widen(self, key: str, wide: ObsSchema) -> None:
-        env = self.envs[key]
-        own = env.schema
-        if own == wide:
-            self.wide.pop(key, None)
-            return
-        cols, dst, src = [], 0, 0
-        for (name, w), (wide_name, wide_w) in zip(own.fields, wide.fields, strict=True):
-            if name != wide_name or w > wide_w:
-                raise ValueError(f"shard '{key}': field {name}[{w}] does not fit {wide_name}[{wide_w}]")
-            cols.append((dst, src, w))
-            dst, src = dst + wide_w, src + w
-        self.wide[key] = (wide, cols, np.zeros((env.num_skus, wide.dim), np.float32))
-
-    def _obs(self, key: str, obs: Obs) -> Obs:
-        if key not in self.wide:
-            return obs
-        schema, cols, out = self.wide[key]
-        for dst, src, w in cols:
-            out[:, dst:dst + w] = obs.features[:, src:src + w]
-        return Obs(out, obs.raw, schema)
-
     def reset(self, key: str, seed: int, episode: int) -> Obs:
-        return self._obs(key, self.envs[key].reset(seed, episode))
+        return self.envs[key].reset(seed, episode)
 
     def step(self, key: str, orders: np.ndarray) -> StepResult:
-        result = self.envs[key].step(orders)
-        return dataclasses.replace(result, obs=self._obs(key, result.obs))
+        return self.envs[key].step(orders)
 
     def reset_lean(self, key: str, seed: int, episode: int, raw: bool = False) -> LeanDay:
         return LeanDay.of(self.reset(key, seed, episode), raw=raw)
@@ -205,9 +173,9 @@ class RayShard:
     unless raw=True (the raw state comes whole: the cover grid reads it)."""
 
     def __init__(self, slot: WorkerSlot, key: str, catalog_ref: Any, sku_ids: np.ndarray,
-                 schema: ObsSchema, sim: SimConfig, timeout_s: float, *, lean: bool = False,
-                 raw: bool = False) -> None:
-        self.lean, self.raw = lean, raw
+                 schema: ObsSchema, sim: SimConfig, timeout_s: float, *, widths: tuple[int, int] = (0, 0),
+                 lean: bool = False, raw: bool = False) -> None:
+        self.lean, self.raw, self.widths = lean, raw, widths
         self.slot, self.key, self.catalog_ref = slot, key, catalog_ref
         self.sku_ids = np.asarray(sku_ids, np.int64)
         self._schema, self.sim, self.timeout_s = schema, sim, timeout_s
@@ -242,7 +210,7 @@ class RayShard:
     def rebuild(self, episode: EpisodeLog, cause: BaseException) -> None:
         handle = self.slot.alive()
         what = f"ray sim worker {self.slot.worker_id}: rebuilding shard '{self.key}'"
-        get(handle.add_env.remote(self.key, self.catalog_ref, self.sim, self._schema), self.timeout_s, what)
+        get(handle.add_env.remote(self.key, self.catalog_ref, self.sim, self.widths), self.timeout_s, what)
         if episode.episode is not None:
             seed, ep = episode.episode
             get(handle.replay.remote(self.key, seed, ep, episode.orders), self.timeout_s, what)
@@ -265,7 +233,8 @@ class ShardSpec:
     slot: WorkerSlot
     catalog_ref: Any  # ObjectRef of the shard's Catalog (owned by the driver)
     sku_ids: np.ndarray
-    schema: ObsSchema  # the SKU set's schema, which the worker shows (SimWorker.widen)
+    schema: ObsSchema  # the run's schema, which every shard shows
+    widths: tuple[int, int]  # the run's (A, P) the shard is built at (again on a rebuild)
     rows: np.ndarray  # the shard's rows within the collector's SKUs (index map)
 
 
@@ -293,15 +262,15 @@ class CollectorWorker:
     def add_env(self, key: str, specs: list[ShardSpec], center: bytes | None = None) -> int:
         """SKU set `key`: one Env over these worker shards (its Collector comes with the
         first weights, which give the model's shapes). `center`: the cover grid's tuned
-        centre as safetensors bytes, when it has one (deploy/remote_grid.py)."""
-        from skurl.deploy.remote_grid import needs_raw
+        centre as safetensors bytes, when it has one (remote/remote_grid.py)."""
         from skurl.policy.grid_center import center_from_bytes
+        from skurl.remote.remote_grid import needs_raw
         from skurl.rpc.multi_shard import MultiShardEnv
 
         timeout, raw = self.cfg.ray.get_timeout_s, needs_raw(self.cfg)
         slots = [self.slots.setdefault(s.slot.worker_id, s.slot) for s in specs]
-        envs = [ray_shard_env(slot, key, s.catalog_ref, s.sku_ids, s.schema, self.cfg.sim, timeout, lean=True,
-                              raw=raw) for slot, s in zip(slots, specs, strict=True)]
+        envs = [ray_shard_env(slot, key, s.catalog_ref, s.sku_ids, s.schema, self.cfg.sim, timeout, widths=s.widths,
+                              lean=True, raw=raw) for slot, s in zip(slots, specs, strict=True)]
         self.shards[key] = envs
         self.envs[key] = MultiShardEnv(envs, [s.rows for s in specs])
         self.collectors.pop(key, None)

@@ -1,9 +1,9 @@
-"""--mode decoupled's parts for the one loop (ColocatedRun.iteration): GrpcCollectors
-(`skurl collector` processes over gRPC, shards through the rollout store) and the weights
-under wire versions. The minibatch order depends only on (seed, iteration), so the
-weights equal `--mode colocated`'s bit for bit. Wire versions: collectors accept only
-growing versions, so what is published may run ahead of the learner's version (weights
-published again, a Redis key holding newer ones); run_dir/wire_versions.jsonl maps back.
+"""Decoupled mode's collectors for the one loop (train/loop.py): GrpcCollectors (`skurl
+collector` processes over gRPC, shards through the rollout store) and the weights under
+wire versions. The minibatch order depends only on (seed, iteration), so the weights
+equal `--mode colocated`'s bit for bit. Wire versions: collectors accept only growing
+versions, so what is published may run ahead of the learner's version (weights published
+again, a Redis key holding newer ones); run_dir/wire_versions.jsonl maps back.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import grpc
 import numpy as np
@@ -23,18 +22,16 @@ import numpy as np
 from skurl.buffer.assemble import ShardAssembly, sample_mask
 from skurl.buffer.rollout import Rollout
 from skurl.collect.collectors import Collected
+from skurl.collect.lost_share import judge_loss
+from skurl.collect.staleness import with_staleness
 from skurl.config import Config
-from skurl.deploy.collect_report import CollectReport, report_scalars, rollout_scalars
-from skurl.deploy.colocated import TRAINED, ColocatedRun
-from skurl.deploy.remote_grid import publish_center
-from skurl.deploy.roles import check_decoupled
-from skurl.deploy.shard_envs import business_from_totals
 from skurl.errors import UserError
+from skurl.remote.collect_report import CollectReport, report_scalars, rollout_scalars
+from skurl.remote.shard_envs import business_from_totals
 from skurl.rpc.collector_client import CollectorClient
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
-from skurl.sim.layout import layout_for
-from skurl.store import CorruptShardError, ShardManifest, open_store
-from skurl.sync.wire_versions import WIRE_FILE, WireVersions
+from skurl.store import CorruptShardError, ShardManifest
+from skurl.sync.wire_versions import WireVersions
 from skurl.telemetry.metrics import get_metrics
 
 log = logging.getLogger("skurl.deploy")
@@ -43,18 +40,6 @@ _UNAVAILABLE_PAUSE_S = 0.5
 
 class CollectError(UserError):
     """An iteration's data could not be collected (shards still bad after the retries)."""
-
-
-class _SchemaOnly:
-    """What ColocatedRun asks of its first env: the observation schema (the learner
-    simulates nothing; the sim servers' shards together have the catalog's schema)."""
-
-    def __init__(self, schema: Any) -> None:
-        self.schema = schema
-
-
-# A wrapper around a run's GrpcCollectors (given the run): fault injection in tests.
-Wrap = Callable[["GrpcCollectors", "DecoupledRun"], Any]
 
 
 class WirePublisher:
@@ -117,6 +102,7 @@ class GrpcCollectors:
         self.version = 0  # the learner version of the iteration being collected
         self.seed = cfg.train.seed  # and its seed
         self.clients: dict[str, CollectorClient] = {}
+        self._skus_of: dict[str, int] = {}  # each collector's SKUs, from its last shard
         self._pool: ThreadPoolExecutor | None = None
         try:
             self._connect(addresses)
@@ -141,7 +127,8 @@ class GrpcCollectors:
         with self.timer.stage("gather"):
             rollout, scalars = self._assemble(iteration, shares, report)
         self._record_metrics(report)
-        return Collected(rollout, {**scalars, **report_scalars(report, self.weights.publish_unix)})
+        return Collected(rollout, {**scalars, **report_scalars(report, self.weights.publish_unix),
+                                   **report.loss.scalars()})
 
     def _connect(self, addresses: Sequence[str]) -> None:
         for address in addresses:
@@ -171,7 +158,8 @@ class GrpcCollectors:
     # ------------------------------------------------------------------ collection
     def _collect_shares(self, it: int, ids: list[str],
                         report: CollectReport) -> dict[str, tuple[ShardManifest, dict]]:
-        """Collect `ids`' shares of iteration `it`, again for shards that come back bad."""
+        """Collect `ids`' shares of iteration `it`, again for shards that come back bad;
+        collectors found dead are judged by the collector-loss rule (collect/lost_share.py)."""
         got: dict[str, tuple[ShardManifest, dict]] = {}
         pending = list(ids)
         for attempt in range(1 + self.cfg.deploy.collect_retries):
@@ -180,7 +168,10 @@ class GrpcCollectors:
                 log.warning("iteration %d: collecting the shares of %s again", it, pending)
             with self.timer.stage("collect"):
                 t0 = time.perf_counter()
-                replies = self._collect_all(it, pending, report)
+                replies = self._collect_all(it, pending, report, patient=bool(attempt))
+                if not attempt:
+                    replies.update(self._judge_lost(it, [c for c in pending if c not in replies], replies, report))
+                    pending = [c for c in pending if c not in report.loss.collectors or report.loss.waited]
                 report.collect_wall += time.perf_counter() - t0
             with self.timer.stage("gather"):
                 found = self._read_shares(it, pending, report, replies)
@@ -192,15 +183,37 @@ class GrpcCollectors:
                            f"or missing after deploy.collect_retries={self.cfg.deploy.collect_retries} "
                            "re-collections")
 
-    def _collect_all(self, it: int, ids: list[str], report: CollectReport) -> dict[str, dict]:
-        futures = {cid: self._pool.submit(self._collect_one, cid, it, report) for cid in ids}
-        errors = [f.exception() for f in futures.values()]
-        for exc in errors:
-            if exc is not None:
-                raise exc
-        return {cid: f.result() for cid, f in futures.items()}
+    def _judge_lost(self, it: int, lost: list[str], replies: dict[str, dict],
+                    report: CollectReport) -> dict[str, dict]:
+        """The rule for collectors that were unreachable: train without their SKUs, or wait
+        for them (a launcher restarts them) and collect their shares; the latter's replies."""
+        if not lost:
+            return {}
+        n = len(self.assembly.sku_ids)
+        covered = sum(int(json.loads(r["manifest_json"])["sku_count"]) for r in replies.values()
+                      if r.get("manifest_json"))
+        unknown = [c for c in lost if c not in self._skus_of]
+        rest = max(n - covered - sum(self._skus_of[c] for c in lost if c in self._skus_of), 0)
+        skus = {c: self._skus_of.get(c, rest // max(len(unknown), 1)) for c in lost}
+        sampled = self.assembly.chosen is not None  # the learner's SKU sample needs every share
+        threshold = 0.0 if sampled else self.cfg.deploy.max_lost_share
+        report.loss = judge_loss(skus, n, threshold, f"iteration {it}" + (" (ppo.sample_skus: every share is needed)"
+                                                                         if sampled else ""))
+        return self._collect_all(it, lost, report, patient=True) if report.loss.waited else {}
 
-    def _collect_one(self, cid: str, it: int, report: CollectReport) -> dict[str, Any]:
+    def _collect_all(self, it: int, ids: list[str], report: CollectReport, *, patient: bool) -> dict[str, dict]:
+        """Replies of `ids`; impatient: a collector found unreachable is left out (not waited for)."""
+        futures = {cid: self._pool.submit(self._collect_one, cid, it, report, patient) for cid in ids}
+        out = {}
+        for cid, f in futures.items():
+            exc = f.exception()
+            if exc is None:
+                out[cid] = f.result()
+            elif patient or not isinstance(exc, ServerUnavailableError):
+                raise exc
+        return out
+
+    def _collect_one(self, cid: str, it: int, report: CollectReport, patient: bool) -> dict[str, Any]:
         cfg, client = self.cfg, self.clients[cid]
         deadline = time.monotonic() + cfg.deploy.reconnect_timeout_s
         republished = 0
@@ -214,7 +227,7 @@ class GrpcCollectors:
                 report.rpc_seconds[cid] = time.perf_counter() - start
                 return reply
             except ServerUnavailableError:
-                if time.monotonic() > deadline:
+                if not patient or time.monotonic() > deadline:
                     raise
                 time.sleep(_UNAVAILABLE_PAUSE_S)  # a launcher restarts a lost collector
             except RequestRejectedError as exc:
@@ -252,6 +265,7 @@ class GrpcCollectors:
                 say("iteration %d: shard %s %s; not trained on", it, manifest.name, problem)
                 continue
             report.metas[cid] = _meta(manifest)
+            self._skus_of[cid] = manifest.sku_count
             out[cid] = (manifest, arrays)
         return out
 
@@ -297,8 +311,8 @@ class GrpcCollectors:
                   report: CollectReport) -> tuple[Rollout, dict[str, float]]:
         """The shards as the co-located Rollout (buffer/assemble.py) and the figures of the
         whole rollout (taken before a SKU sample keeps its own obs only)."""
-        out = self.assembly.assemble((arrays for _, arrays in shares.values()),
-                                     version=self.version, seed=self.seed, episode=it)
+        out = self.assembly.assemble((arrays for _, arrays in shares.values()), version=self.version,
+                                     seed=self.seed, episode=it, missing_ok=bool(report.loss.collectors))
         return out, rollout_scalars(out, report)
 
     # ------------------------------------------------------------------ figures
@@ -318,57 +332,62 @@ class GrpcCollectors:
             m.record_business(self.run_name, "collect", business_from_totals(totals, sku_days, self.cfg.sim.backorders))
 
 
-class DecoupledRun(ColocatedRun):
-    """The loop (ColocatedRun) with GrpcCollectors and the weights on the sync backend."""
-
-    mode = "decoupled"
-
-    def __init__(self, cfg: Config, run_dir: str | Path, collectors: Sequence[str], weights: Any,
-                 *, resume: bool = False, stream: IO[str] | None = None, baseline: bool = True,
-                 run_name: str | None = None) -> None:
-        check_decoupled(cfg)
-        super().__init__(cfg, run_dir, resume=resume, stream=stream, baseline=baseline)
-        self.store = open_store(cfg.store)
-        self.run_name = run_name or self.run_dir.name
-        self.metrics_url: str | None = None  # this process's /metrics, once served
-        assembly = ShardAssembly(self.catalog.sku_id, cfg.sim.days, self.learner.model.obs_dim)
-        grpc_collectors = GrpcCollectors(
-            cfg, collectors, self.store, WirePublisher(weights, WireVersions(self.run_dir / WIRE_FILE)),
-            self.learner.weights, assembly, self.timer, resumed=resume, run_name=self.run_name,
-            grid_center=publish_center(self.store, self.grid.tuned))  # the collectors' cover grid
-        # The first wire version every collector and the sync backend will take as newer.
-        grpc_collectors.weights.wire.raise_floor(grpc_collectors.version_floor(weights))
-        self.weights = grpc_collectors.weights
-        self._collectors = grpc_collectors
-
-    def wrap_collectors(self, wrap: Wrap) -> None:
-        """Put `wrap(collectors, run)` in place of the collectors (tests inject faults)."""
-        self._collectors = wrap(self._collectors, self)
-
-    def _env(self, shard: int) -> Any:
-        return _SchemaOnly(layout_for(self.catalog, self.cfg.sim.review_days).schema)
-
-    def warm_start_env(self) -> Any:
-        return self._local_env(0)  # the learner records the baseline itself, as colocated does
-
-    def close(self) -> None:
-        if self._collectors is not None:
-            self._collectors.close()
-
-    def checkpoint(self, it: int) -> bool:
-        saved = super().checkpoint(it)
-        if saved:
-            self.store.delete_before(self.learner.iteration)  # resume needs no older shards
-        return saved
-
-    def evaluate(self, it: int) -> dict[str, Any]:
-        out = super().evaluate(it)
-        if self.last_eval is not None:
-            get_metrics().record_business(self.run_name, TRAINED, self.last_eval)
-        return out
-
-
 def _meta(manifest: ShardManifest) -> dict[str, Any]:
     """A shard's collector meta with the manifest's own fields it was split from."""
     return {**manifest.meta, "policy_version": manifest.policy_version,
             "sku_count": manifest.sku_count, "rows": manifest.rows}
+
+
+def driven_collectors(trainer: Any, addresses: Sequence[str], backend: Any, store: Any, *,
+                      resumed: bool, run_name: str, assembly: ShardAssembly | None = None) -> GrpcCollectors:
+    """GrpcCollectors over `addresses` for `trainer` (its core and learner), their weights
+    on `backend` under wire versions, starting above what any collector or the backend holds."""
+    from skurl.remote.remote_grid import publish_center
+    from skurl.sync.wire_versions import WIRE_FILE, WireVersions
+
+    core, learner, cfg = trainer.core, trainer.learner, trainer.cfg
+    assembly = assembly or ShardAssembly(core.catalog.sku_id, cfg.sim.days, learner.model.obs_dim)
+    grpc_collectors = GrpcCollectors(
+        cfg, addresses, store, WirePublisher(backend, WireVersions(core.run_dir / WIRE_FILE)),
+        learner.weights, assembly, core.timer, resumed=resumed, run_name=run_name,
+        grid_center=publish_center(store, core.grid.tuned))  # the collectors' cover grid
+    grpc_collectors.weights.wire.raise_floor(grpc_collectors.version_floor(backend))
+    return grpc_collectors
+
+
+class Driven:
+    """Decoupled mode's collectors and weights for the loop's Parts, built together:
+    GrpcCollectors publish under wire versions on the sync backend. Under train.staleness
+    the loop's publisher stays in process and the collectors publish each iteration's
+    behaviour version, from the weight history, to the wire (collect/staleness.py), so a
+    collector holds exactly that version when it collects."""
+
+    def __init__(self, addresses: Sequence[str], backend: Any, store: Any) -> None:
+        self.addresses, self.backend, self.store = addresses, backend, store
+        self.grpc: GrpcCollectors | None = None
+
+    def weights(self, trainer: Any) -> Any:
+        self.grpc = driven_collectors(trainer, self.addresses, self.backend, self.store,
+                                      resumed=trainer.resumed, run_name=trainer.run_dir.name)
+        if trainer.cfg.train.staleness == 0:
+            return self.grpc.weights
+        from skurl.train.loop import in_process_weights
+
+        return in_process_weights(trainer)
+
+    def collectors(self, trainer: Any) -> Any:
+        grpc_collectors = self.grpc
+        assert grpc_collectors is not None, "weights are built first"
+        t = trainer.cfg.train
+        if t.staleness == 0:
+            return grpc_collectors
+
+        def from_history(history: Any) -> GrpcCollectors:
+            grpc_collectors.weights_of = lambda: history.wait_for(grpc_collectors.version, timeout=60.0)[1]
+            return grpc_collectors
+
+        return with_staleness(t, trainer.weights, trainer.run_dir, from_history, trainer.learner.sample_index)
+
+    def close(self) -> None:
+        if self.grpc is not None:
+            self.grpc.close()

@@ -1,11 +1,11 @@
 """The process mains of the decoupled deployment's roles (DESIGN 6): collector and learner.
 
-A collector process drives some sim servers' shards (deploy/shard_envs.py) with the
+A collector process drives some sim servers' shards (remote/shard_envs.py) with the
 policy, serves CollectorService (rpc/collector_server.py) for the learner, follows the
 weights on the sync backend (Redis, or the learner's WeightSyncService) into the
 servicer's slot, writes each episode as its shard of the iteration to the rollout store,
 and exports collector_* metrics, the barrier wait and the episode's business metrics.
-The learner role is DecoupledRun (deploy/decoupled_run.py) over collectors given by
+The learner role is the loop with GrpcCollectors (deploy/decoupled.py) over collectors given by
 address. `skurl collector` / `skurl learner` (commands/roles_cmd.py) run them alone, for a
 deployment across machines; `skurl train --mode decoupled` starts them all on one.
 """
@@ -62,11 +62,11 @@ class RoleCollectorServicer(CollectorServicer):
         self._run_name = run_name
         self._received: dict[int, float] = {}  # version -> unix time it was offered
         self._barrier_wait = 0.0
-        self._center_sha = ""  # the cover grid's tuned centre in use (deploy/remote_grid.py)
+        self._center_sha = ""  # the cover grid's tuned centre in use (remote/remote_grid.py)
 
     def _prepare(self, request: Any) -> None:
         """Centre the cover grid on the blob the request names, once per centre."""
-        from skurl.deploy.remote_grid import fetch_center
+        from skurl.remote.remote_grid import fetch_center
 
         sha = request.grid_center_sha256
         if sha and sha != self._center_sha:
@@ -182,15 +182,15 @@ class CollectorProcess:
                  host: str = "127.0.0.1", port: int = 0, metrics_port: int = 0,
                  run_name: str = "skurl") -> None:
         from skurl.collect.collector import Collector
-        from skurl.deploy.colocated import set_threads
-        from skurl.deploy.remote_grid import needs_raw
-        from skurl.deploy.shard_envs import assign_shards, collector_env
         from skurl.policy.learned import grid_for
         from skurl.policy.nets import ActorCritic
+        from skurl.remote.remote_grid import needs_raw
+        from skurl.remote.shard_envs import assign_shards, collector_env
         from skurl.rpc.feature_delta import warm_up as warm_up_delta
         from skurl.store import open_store
         from skurl.telemetry.metrics import serve_metrics
         from skurl.telemetry.stages import StageTimer
+        from skurl.train.core import set_threads
 
         check_decoupled(cfg)
         addresses = list(cfg.deploy.sim_addresses)
@@ -241,7 +241,7 @@ class CollectorProcess:
 def _catalog_rows(cfg: Config, env: Any) -> Any:
     """The catalog rows of the collector's SKUs, in its env's order (the cover grid's)."""
     from skurl.catalog import load_catalog
-    from skurl.deploy.remote_grid import catalog_rows_for
+    from skurl.remote.remote_grid import catalog_rows_for
 
     return catalog_rows_for(load_catalog(cfg.catalog), env.sku_ids, "collector")
 

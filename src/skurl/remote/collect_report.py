@@ -1,6 +1,6 @@
 """What one decoupled iteration's collection went through, as metrics.jsonl scalars.
 
-Kept apart from the learner loop (deploy/decoupled_run.py): pure functions of the
+Kept apart from the learner loop (remote/grpc_collectors.py): pure functions of the
 CollectReport the loop fills in, the assembled rollout and the publish times.
 """
 
@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from skurl.buffer.rollout import Rollout
+from skurl.collect.collectors import reward_spread
+from skurl.collect.lost_share import Loss
 
 
 @dataclass
@@ -26,23 +28,21 @@ class CollectReport:
     republished: int = 0
     from_store: int = 0
     collect_wall: float = 0.0
+    loss: Loss = field(default_factory=Loss)  # collectors found dead (collect/lost_share.py)
 
 
 def rollout_scalars(rollout: Rollout, report: CollectReport) -> dict[str, float]:
     """Reward figures over every collected SKU, and collection throughput."""
     # Summed day by day as the co-located collector does, so the figures are equal.
     reward_sum = sum(float(rollout.rewards[d].sum(dtype=np.float64)) for d in range(rollout.days))
-    per_sku = rollout.rewards.mean(axis=0, dtype=np.float64)
-    p5, p50, p95 = np.percentile(per_sku, [5, 50, 95])
     transitions = rollout.transitions
     return {"reward_mean": reward_sum / max(transitions, 1), "transitions": float(transitions),
-            "transitions_per_s": transitions / max(report.collect_wall, 1e-9),
-            "reward_p5": p5, "reward_p50": p50, "reward_p95": p95}
+            "transitions_per_s": transitions / max(report.collect_wall, 1e-9), **reward_spread(rollout)}
 
 
 def report_scalars(report: CollectReport, publish_unix: Mapping[int, float]) -> dict[str, float]:
     """Barrier, weights lag, collector stage times and fault counts of an iteration's
-    collection (time_shares() makes shares of the iteration's time of them);
+    collection;
     `publish_unix`: wire version -> when the learner published it."""
     metas = report.metas.values()
 
@@ -67,14 +67,3 @@ def report_scalars(report: CollectReport, publish_unix: Mapping[int, float]) -> 
         "republished_weights": float(report.republished), "shards_from_store": float(report.from_store),
         "sim_replays": float(sum(int(m.get("sim_replays", 0)) for m in metas)),
     }
-
-
-def time_shares(scalars: Mapping[str, Any], seconds: float) -> dict[str, float]:
-    """Shares of an iteration that took `seconds`: waiting at the barrier, and collectors
-    idle (not busy answering the learner), where the collection reported those times."""
-    out = {}
-    if "barrier_wait_s" in scalars:
-        out["barrier_share"] = float(scalars["barrier_wait_s"]) / max(seconds, 1e-9)
-    if "collector_busy_s" in scalars:
-        out["collector_idle_share"] = max(1.0 - float(scalars["collector_busy_s"]) / max(seconds, 1e-9), 0.0)
-    return out

@@ -15,8 +15,8 @@ import torch.distributed as dist
 
 from skurl.buffer.assemble import ShardAssembly, sample_mask
 from skurl.collect.collectors import Collected, SampleIndex
-from skurl.deploy.collect_report import CollectReport, rollout_scalars
 from skurl.errors import UserError
+from skurl.remote.collect_report import CollectReport, rollout_scalars
 from skurl.store import CorruptShardError, ShardManifest
 
 _DIGEST = 32  # bytes of a shard's sha256

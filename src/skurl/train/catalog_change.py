@@ -1,33 +1,6 @@
-"""`skurl train --resume RUN --catalog NEW`: continue a run on a changed SKU set.
-
-SKU ids are the identity: SKUs of NEW whose ids the run trained on keep everything they
-had; ids only in NEW are added, ids no longer in NEW are removed. What carries over:
-
-- The network: one shared policy, so it serves any SKU set whose features fit its input.
-  Feature widths (sim/layout.py) follow the catalog's longest shelf life A and longest
-  lead time + supplier delay P, so a changed catalog could change the input width. The
-  width is therefore fixed by the network, not the catalog: the run's (A, P) are read
-  from RUN_DIR/catalog_change.json (written at the first change) or from the catalog of
-  the run's own config, and NEW's environments are built at least that wide
-  (VectorEnv min_widths; the extra columns are zero, exactly what a SKU with a shorter
-  lead time or shelf life shows in the original catalog). A NEW whose SKUs need more
-  columns than the network has is refused with one line naming the SKU and field.
-- Shards, Ray placements and the evaluation sample are recomputed from NEW.
-- Normalization. The observation normalizer is global (one running mean/std per feature
-  over all SKU-days; features are in days of demand, so SKUs of any size share it): new
-  SKUs simply use it. With ppo.reward_scale=sku each SKU has its own running moments of
-  its discounted returns (learn/normalize.SkuRewardScaler, kept in the checkpoint by SKU
-  id). "Their category's statistics" means: a new SKU's moments start as its category's
-  pooled moments over the kept SKUs of that category (count-weighted mean of the per-SKU
-  means and variances, i.e. the typical within-SKU return variance, not the spread
-  between SKUs), with the category's median count as weight, so its own data take over
-  at the rate of ppo.stats_decay. A category with no kept SKU starts from all kept SKUs.
-  Removed SKUs' moments are dropped. With reward_scale=global there is nothing per SKU.
-- Report: the first iteration on NEW is evaluated; metrics.jsonl gets new_skus_* keys
-  (training reward of the new SKUs each iteration; their evaluated cost and the tuned
-  baseline's cost on them at every evaluation) and report.md a "New SKUs" section. The
-  baseline is re-tuned for NEW (the old baseline.json is kept as baseline.before_iter_K.json).
-"""
+"""`skurl train --resume RUN --catalog NEW`: continue a run on a changed SKU set. SKU ids
+are the identity; the network, its feature widths and the per-SKU reward statistics carry
+over, new SKUs start from their category's statistics (docs/catalog_change.md)."""
 
 from __future__ import annotations
 
@@ -35,6 +8,7 @@ import io
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,11 +19,11 @@ import torch
 from skurl import atomic
 from skurl.catalog import Catalog, load_catalog
 from skurl.config import Config, load_config
-from skurl.deploy.colocated import BASELINE, BASELINE_FILE, ColocatedRun, TrainResult
 from skurl.errors import CatalogError, UserError
 from skurl.learn.checkpoint import load_latest, no_checkpoint_error
 from skurl.policy.learned import run_config_file
 from skurl.sim.layout import catalog_widths, schema_for
+from skurl.train.evaluation import BASELINE, BASELINE_FILE, TRAINED
 
 log = logging.getLogger("skurl.catalog_change")
 
@@ -152,69 +126,48 @@ def trained_widths(run_dir: Path, cfg: Config) -> tuple[int, int]:
     return catalog_widths(load_catalog(cfg.catalog))
 
 
-class CatalogChangeRun:
-    """Mixin over ColocatedRun / RayRun (listed first): feature widths of the trained
-    network, new SKUs' statistics, evaluation and scalars. `change.added` is None for a
-    run that never changed its SKU set but resumes through here."""
+class ChangeSteps:
+    """The steps a changed SKU set adds around a Trainer (built on the changed catalog at
+    the network's feature widths, `change.widths`): new SKUs' reward statistics seeded from
+    their category's, an evaluation at the change, and new_skus_* scalars. `old_ids` None:
+    the SKU set does not change now (a run changed earlier, resumed through here)."""
 
-    def __init__(self, cfg: Config, run_dir: str | Path, *, change: CatalogChange, old_ids: np.ndarray | None,
-                 **kwargs: Any) -> None:
-        self.change = change
+    def __init__(self, trainer: Any, change: CatalogChange, old_ids: np.ndarray | None) -> None:
+        self.trainer, self.change = trainer, change
         self._scores: dict[str, Any] = {}
-        super().__init__(cfg, run_dir, resume=True, **kwargs)  # type: ignore[call-arg]
-        run: Any = self
+        run_dir, learner = trainer.run_dir, trainer.learner
         if old_ids is not None:  # changed now: seed statistics, re-tune the baseline
-            baseline = run.run_dir / BASELINE_FILE
+            baseline = run_dir / BASELINE_FILE
             if baseline.is_file():
-                baseline.rename(run.run_dir / f"baseline.before_iter_{run.learner.iteration}.json")
-            seeded = seed_new_sku_stats(run.learner.reward_scaler, run.catalog, change.added)
+                baseline.rename(run_dir / f"baseline.before_iter_{learner.iteration}.json")
+            seeded = seed_new_sku_stats(learner.reward_scaler, trainer.core.catalog, change.added)
             print(f"skurl: --catalog: from iteration {change.iteration} on {change.skus} SKUs: "
                   f"{change.added.size} added, {change.removed} removed (shards recomputed; "
                   f"{seeded} new SKUs' reward statistics start from their category's)", file=sys.stderr)
-            change.save(run.run_dir)
-        self._new = np.asarray(change.added if change.added is not None else [], np.int64)
+            change.save(run_dir)
+        self.new = np.asarray(change.added if change.added is not None else [], np.int64)
+        trainer.parts.wraps.append(lambda inner: _NewSkuRewards(inner, self.new))
+        trainer.evaluations_due.append(lambda it: bool(self.new.size and change.iteration == it))
+        if trainer.evaluator is not None:
+            trainer.evaluator.on_scored.append(self._scored)
+            trainer.evaluator.on_evaluated.append(self._evaluated)
 
-    def _env(self, shard: int) -> Any:
-        run: Any = self
-        # ColocatedRun sets its catalog's widths just before the first _env: widen them to the network's.
-        run.widths = (max(run.widths[0], self.change.widths[0]), max(run.widths[1], self.change.widths[1]))
-        return super()._env(shard)  # type: ignore[misc]
+    def _scored(self, name: str, result: Any) -> None:
+        self._scores[name] = result
+        if name == BASELINE and self.new.size and self.change.baseline_new_skus_cost is None:
+            self.change.baseline_new_skus_cost = self._new_cost(result)
+            self.change.save(self.trainer.run_dir)
 
-    def evaluation_due(self, it: int, end: int) -> bool:
-        """Also at the change: the new SKUs' cost from their first iteration on."""
-        return super().evaluation_due(it, end) or bool(self._new.size and self.change.iteration == it)  # type: ignore[misc]
-
-    def make_collectors(self) -> Any:
-        return _NewSkuRewards(super().make_collectors(), self._new)  # type: ignore[misc]
-
-    def _score(self, policy: Any) -> Any:
-        result = super()._score(policy)  # type: ignore[misc]
-        self._scores[policy.name] = result
-        return result
-
-    def _baseline(self) -> dict[str, Any]:
-        result = super()._baseline()  # type: ignore[misc]
-        run: Any = self
-        if BASELINE in self._scores and self._new.size and self.change.baseline_new_skus_cost is None:
-            self.change.baseline_new_skus_cost = self._new_cost(self._scores[BASELINE])
-            self.change.save(run.run_dir)
-        return result
-
-    def evaluate(self, it: int) -> dict[str, Any]:
-        from skurl.deploy.colocated import TRAINED
-
-        out = super().evaluate(it)  # type: ignore[misc]
-        if self._new.size and TRAINED in self._scores:
+    def _evaluated(self, it: int, out: dict[str, Any]) -> None:
+        if self.new.size and TRAINED in self._scores:
             cost = self._new_cost(self._scores[TRAINED])
             if cost is not None:
                 out["new_skus_eval_cost"] = cost
                 if self.change.baseline_new_skus_cost is not None:
                     out["new_skus_baseline_cost"] = self.change.baseline_new_skus_cost
-        return out
 
     def _new_cost(self, result: Any) -> float | None:
-        run: Any = self
-        mask = np.isin(run.eval_catalog.sku_id, self._new)
+        mask = np.isin(self.trainer.evaluator.catalog.sku_id, self.new)
         return float(result.per_sku_cost[mask].mean()) if mask.any() else None
 
 
@@ -236,10 +189,6 @@ class _NewSkuRewards:
 
     def close(self) -> None:
         self.inner.close()
-
-
-class ChangedColocatedRun(CatalogChangeRun, ColocatedRun):
-    pass
 
 
 def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str]) -> tuple[Config, CatalogChange, np.ndarray | None]:
@@ -270,20 +219,15 @@ def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str])
     return cfg, CatalogChange(widths, int(meta["iteration"]), added, removed, len(new)), old_ids
 
 
-def resume(run_dir: str | Path, catalog_path: str | None, overrides: list[str] | None = None, *,
-           mode: str = "colocated", address: str | None = None, baseline: bool = True,
-           stop_after: int | None = None) -> TrainResult:
-    """Resume `run_dir` (--mode colocated or ray) on `catalog_path` (or on its own catalog,
-    keeping the network's feature widths of an earlier change)."""
-    cfg, change, old_ids = prepare(run_dir, catalog_path, list(overrides or []))
-    if mode == "ray":
-        from skurl.deploy import ray_mode
+def resume_changed(parts_for: Callable[[Config], Any], run_dir: str | Path, catalog_path: str | None,
+                   overrides: list[str] | None = None, *, baseline: bool = True,
+                   stop_after: int | None = None, configure: Callable[[Config], Config] = lambda c: c) -> Any:
+    """Resume `run_dir` on `catalog_path` (or on its own catalog, keeping the network's
+    feature widths of an earlier change), with the mode's parts `parts_for(cfg)`."""
+    from skurl.train.loop import Trainer
 
-        cfg = ray_mode.with_address(cfg, address)
-        changed_ray_run = type("ChangedRayRun", (CatalogChangeRun, ray_mode.RayRun), {})
-        return ray_mode._run(changed_ray_run(cfg, run_dir, change=change, old_ids=old_ids, baseline=baseline),
-                             stop_after)
-    if mode != "colocated":
-        raise UserError(f"skurl train --catalog: --mode {mode} cannot change the SKU set yet; "
-                        "expected --mode colocated or ray")
-    return ChangedColocatedRun(cfg, run_dir, change=change, old_ids=old_ids, baseline=baseline).run(stop_after)
+    cfg, change, old_ids = prepare(run_dir, catalog_path, list(overrides or []))
+    cfg = configure(cfg)
+    trainer = Trainer(cfg, run_dir, parts_for(cfg), resume=True, baseline=baseline, at_least=change.widths)
+    ChangeSteps(trainer, change, old_ids)
+    return trainer.run(stop_after)

@@ -179,25 +179,6 @@ def replaying_remote_env(address: str, cfg: RpcConfig, reconnect_timeout_s: floa
     return ReplayingEnv(GrpcShard(address, cfg, reconnect_timeout_s, connect_timeout_s, **shown))
 
 
-def column_map(inner: ObsSchema, outer: ObsSchema) -> list[tuple[int, int, int]] | None:
-    """(dst start, src start, width) per field to widen `inner` features to `outer`; None
-    when they are equal. Same field names in the same order, each no wider than outer."""
-    if inner == outer:
-        return None
-    if [n for n, _ in inner.fields] != [n for n, _ in outer.fields]:
-        raise UserError(f"observation fields {[n for n, _ in inner.fields]} differ from the "
-                        f"catalog's {[n for n, _ in outer.fields]}")
-    cols, dst, src = [], 0, 0
-    for (name, w), (_, wide) in zip(inner.fields, outer.fields, strict=True):
-        if w > wide:
-            raise UserError(f"observation field '{name}' is {w} wide, wider than the "
-                            f"catalog's {wide}")
-        if w:
-            cols.append((dst, src, w))
-        dst, src = dst + wide, src + w
-    return cols
-
-
 BUSINESS_SUMS = ("demand", "sales", "lost", "waste", "on_hand_end")
 
 
@@ -213,17 +194,19 @@ def business_from_totals(totals: dict[str, float], sku_days: int, backorders: bo
 
 
 class CatalogSchemaEnv:
-    """`env` with features widened to the catalog's `schema` (zeros in the extra columns,
-    exactly what the whole-catalog env shows there) and the episode's business totals,
-    from the step's metrics or, when every env of `sums_from` has them, their
-    `metric_sums` (lean replies carry sums, not per-SKU metrics)."""
+    """`env`, which shows the catalog's `schema` (sim servers build every shard at the
+    catalog's widths: no part widens features), with the episode's business totals, from
+    the step's metrics or, when every env of `sums_from` has them, their `metric_sums`
+    (lean replies carry sums, not per-SKU metrics)."""
 
     def __init__(self, env: Any, schema: ObsSchema, sums_from: Sequence[Any] = ()) -> None:
+        if env.schema != schema:
+            raise UserError(f"a sim server's shard shows {env.schema.dim} features {list(env.schema.fields)}, "
+                            f"expected the catalog's {schema.dim} {list(schema.fields)} (same catalog config "
+                            "on every server?)")
         self.env = env
         self._sums_from = list(sums_from)
         self._schema = schema
-        self._cols = column_map(env.schema, schema)
-        self._features: np.ndarray | None = None
         self.totals: dict[str, float] = {}
         self.days = 0
 
@@ -242,7 +225,7 @@ class CatalogSchemaEnv:
     def reset(self, seed: int, episode: int = 0) -> Obs:
         self.totals = dict.fromkeys(BUSINESS_SUMS, 0.0)
         self.days = 0
-        return self._widen(self.env.reset(seed, episode))
+        return self.env.reset(seed, episode)
 
     def step(self, orders: np.ndarray) -> StepResult:
         result = self.env.step(orders)
@@ -252,8 +235,7 @@ class CatalogSchemaEnv:
         for name in BUSINESS_SUMS:
             self.totals[name] += sum(s[name] for s in sums)
         self.days += 1
-        return StepResult(obs=self._widen(result.obs), reward=result.reward, done=result.done,
-                          metrics=result.metrics, failed=result.failed)
+        return result
 
     def business(self, backorders: bool = False) -> dict[str, float]:
         """The episode so far as report.PolicyResult-like keys (record_business)."""
@@ -264,16 +246,6 @@ class CatalogSchemaEnv:
 
     def close(self) -> None:
         self.env.close()
-
-    def _widen(self, obs: Obs) -> Obs:
-        if self._cols is None:
-            return obs
-        if self._features is None or self._features.shape[0] != obs.features.shape[0]:
-            self._features = np.zeros((obs.features.shape[0], self._schema.dim), np.float32)
-        out = self._features
-        for dst, src, w in self._cols:
-            out[:, dst:dst + w] = obs.features[:, src:src + w]
-        return Obs(features=out, raw=obs.raw, schema=self._schema)
 
 
 def collector_env(addresses: Sequence[str], shards: Sequence[int], cfg: RpcConfig,

@@ -1,22 +1,6 @@
-"""One iteration's collection in --mode ray, fanned out to collector actors, and what
-happens when collectors die during it.
-
-Each collector actor holds a share of the iteration's SKU set (its workers' shards). When
-actors die mid-collection (deploy.max_lost_share):
-
-- their SKUs are at most max_lost_share of the set: the iteration proceeds without them.
-  The rollout holds only the surviving collectors' SKU columns (GAE runs per column; the
-  observation and reward statistics are updated from the SKUs present only); the loss is
-  logged with the collector ids and share and counted in collector_shares_lost_total /
-  collector_lost_skus_total. Such an iteration differs from an undisturbed run by design.
-- above it: the iteration waits. The driver, as the actors' supervisor, starts a
-  replacement actor under the same id, hands it the dead one's shards and re-collects
-  its share with the same weights, seed and episode: every random draw is a pure
-  function of (seed, episode, SKU, day, stream), so the data equal an undisturbed run's.
-
-Either way dead collectors are replaced before the next iteration (at most
-deploy.max_restarts times each over the run).
-"""
+"""One iteration's collection in --mode ray, fanned out to collector actors. Collectors
+that die during it are judged by the collector-loss rule (collect/lost_share.py) and
+replaced under the same id; re-collected shares equal an undisturbed run's (docs/modes.md)."""
 
 from __future__ import annotations
 
@@ -27,14 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from skurl.buffer.assemble import ShardAssembly
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.collect.collector import CollectStats
+from skurl.collect.lost_share import Loss, judge_loss
 from skurl.errors import UserError
 from skurl.sim.api import ObsSchema
-from skurl.telemetry.metrics import get_metrics
 
 if TYPE_CHECKING:
-    from skurl.deploy.ray_actors import ShardSpec
+    from skurl.raycluster.actors import ShardSpec
 
 log = logging.getLogger("skurl.ray")
 
@@ -64,21 +49,12 @@ class Placement:
     schema: ObsSchema
     shares: list[Share]
     catalog_refs: list[Any]  # kept alive here: workers rebuild shards from them
-
-
-@dataclasses.dataclass
-class Loss:
-    """What an iteration lost to dead collectors (empty when none died)."""
-
-    collectors: list[int] = dataclasses.field(default_factory=list)
-    skus: int = 0
-    share: float = 0.0
-    waited: bool = False
+    sku_ids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # in row order
 
 
 class RayCollectors:
-    """What ColocatedRun.iteration asks of a collector, fanned out to collector actors.
-    `run` is the RayRun: its cfg, model, timer, store() and replace_collector()."""
+    """What Trainer.iteration asks of a collector, fanned out to collector actors.
+    `run` is the RayCluster: its cfg, model, timer, store(), collector_actors and replace_collector()."""
 
     def __init__(self, run: Any, placement: Placement) -> None:
         self.run, self.placement = run, placement
@@ -91,7 +67,7 @@ class RayCollectors:
 
     def set_weights(self, version: int, tensors: Any) -> None:
         # The actors take these weights from the slot themselves; the driver's model
-        # (evaluated by ColocatedRun) follows them as a local collector's would.
+        # (evaluated by the Evaluator) follows them as a local collector's would.
         self.version = version
         self.run.model.load_state_dict(tensors)
 
@@ -125,7 +101,11 @@ class RayCollectors:
         p = self.placement
         kept = [s for s in p.shares if s.index in replies]
         answers = [replies[s.index] for s in kept]
-        rollout = _assemble([self._rollout(r) for r in answers], [s.rows for s in kept], p.num_skus)
+        parts = [self._rollout(r) for r in answers]
+        first = parts[0]
+        assembly = ShardAssembly(p.sku_ids, first.days, first.obs.shape[2])  # the one assembly of every mode
+        rollout = assembly.assemble((part.arrays() for part in parts), version=first.policy_version,
+                                    seed=first.seed, episode=first.episode, missing_ok=len(kept) < len(p.shares))
         self.stats = _merge_stats([r["stats"] for r in answers], time.perf_counter() - start)
         self.failed_sku_ids = sorted(i for r in answers for i in r["failed_sku_ids"])
         self.recoveries = sum(r["recoveries"] for r in answers)
@@ -164,7 +144,7 @@ class RayCollectors:
         """Each collector's reply, or its share in the lost list when its actor died."""
         from ray.exceptions import RayActorError, RayTaskError
 
-        from skurl.deploy.ray_actors import get
+        from skurl.raycluster.actors import get
 
         rc, key = self.run.cfg.ray, self.placement.key
         by_index = {s.index: s for s in self.placement.shares}
@@ -179,21 +159,10 @@ class RayCollectors:
         return replies, lost
 
     def _handle_loss(self, lost: list[Share]) -> Loss:
-        if not lost:
-            return Loss()
-        p, threshold = self.placement, self.run.cfg.deploy.max_lost_share
-        skus = sum(int(s.rows.size) for s in lost)
-        waited = skus / p.num_skus > threshold or len(lost) == len(p.shares)  # nothing left to train on
-        loss = Loss([s.index for s in lost], skus, skus / p.num_skus, waited=waited)
-        what = (f"ray collectors {_ids(lost)} died collecting '{p.key}': {skus} of {p.num_skus} SKUs "
-                f"({100 * loss.share:.1f}%, deploy.max_lost_share {100 * threshold:g}%)")
-        if loss.waited:
-            log.warning("%s; waiting for their replacements to re-collect them", what)
-        else:
-            log.warning("%s; the iteration proceeds without them", what)
-            metrics = get_metrics()
-            metrics.collector_shares_lost_total.inc(len(lost))
-            metrics.collector_lost_skus_total.inc(skus)
+        """The collector-loss rule (collect/lost_share.py); the dead are replaced either way."""
+        p = self.placement
+        loss = judge_loss({f"ray-collector-{s.index}": int(s.rows.size) for s in lost}, p.num_skus,
+                          self.run.cfg.deploy.max_lost_share, f"'{p.key}'")
         self._replace(lost)
         return loss
 
@@ -225,23 +194,4 @@ def _merge_stats(stats: list[dict[str, Any]], seconds: float) -> CollectStats:
     out.infer_seconds = max(s["infer_seconds"] for s in stats)
     out.sim_seconds = max(s["sim_seconds"] for s in stats)
     out.clipped_orders = sum(int(s.get("clipped_orders", 0)) for s in stats)
-    return out
-
-
-def _assemble(parts: list[Rollout], rows: list[np.ndarray], n: int) -> Rollout:
-    """The collectors' rollouts as one, SKU columns in the SKU set's row order. With a
-    lost share, only the rows present (`rows` do not cover 0..n-1)."""
-    if len(parts) == 1 and rows[0].size == n and np.array_equal(rows[0], np.arange(n)):
-        return parts[0]
-    present = np.sort(np.concatenate(rows))
-    first = parts[0]
-    out = Rollout.allocate(first.days, np.zeros(present.size, np.int64), first.obs.shape[2])
-    for part, r in zip(parts, rows, strict=True):
-        at = np.searchsorted(present, r)
-        for name, arr in part.arrays().items():
-            if name in PER_SKU:
-                getattr(out, name)[at] = arr
-            else:  # [T, N, ...]
-                getattr(out, name)[:, at] = arr
-    out.policy_version, out.seed, out.episode = first.policy_version, first.seed, first.episode
     return out

@@ -1,0 +1,1 @@
+"""Ray mode's parts: simulator and collector actors, their placement and fan-out."""

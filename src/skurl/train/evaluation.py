@@ -1,0 +1,162 @@
+"""Evaluation around the loop: the greedy policy of the learner's latest weights on
+held-out seeds against the tuned baseline (cached per run dir), train.keep_best on a
+validation seed, and the kept best policy shipped as the run's result."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from skurl import atomic
+from skurl.catalog import Catalog
+from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
+from skurl.config import Config
+from skurl.learn.checkpoint import model_state
+from skurl.policy.learned import LearnedPolicy
+from skurl.policy.nets import ActorCritic
+from skurl.telemetry.report import write_eval
+from skurl.train.best import BestKeeper, catalog_digest, validation_score, validation_seed
+from skurl.train.core import RunCore
+
+BASELINE = "forecast-base-stock"  # the planner's policy the trained one must beat (tuned)
+BASELINE_FILE = "baseline.json"
+TRAINED = "ppo"
+
+Scored = Callable[[str, EvalResult], None]  # (policy name, its result on the held-out seeds)
+Evaluated = Callable[[int, dict[str, Any]], None]  # (iteration, the scalars to log: may add some)
+
+
+class Evaluator:
+    """Scores the learner's policies; `on_scored` and `on_evaluated` let steps around the
+    loop (catalog change, business metrics) read the results without subclassing."""
+
+    def __init__(self, core: RunCore, learner: Any, *, baseline: bool) -> None:
+        cfg = core.cfg
+        self.cfg, self.core, self.learner, self.run_dir = cfg, core, learner, core.run_dir
+        self.model = ActorCritic.from_state(learner.weights())  # built once: no RNG draws later
+        self.catalog = eval_subset(core.catalog, cfg.eval.skus)
+        self.env: Any = None
+        self.want_baseline = baseline
+        self.baseline: dict[str, Any] | None = None
+        self.best = BestKeeper(self.run_dir, self.catalog, learner.iteration) if cfg.train.keep_best else None
+        self.last: dict[str, Any] | None = None
+        self.on_scored: list[Scored] = []
+        self.on_evaluated: list[Evaluated] = []
+
+    def evaluate(self, it: int) -> dict[str, Any]:
+        """The greedy policy of the learner's latest weights on held-out seeds; writes
+        eval.json; the scalars to log."""
+        with self.core.timer.stage("eval"):
+            self.model.load_state_dict(self.learner.weights())
+            policy = LearnedPolicy(self.model, self.core.grid.bind(self.catalog), name=TRAINED,  # fp32: argmax is rounding-sensitive
+                                   info={"iteration": it + 1, "version": self.learner.version})
+            result = self._score(policy)
+        self.last = policy_result(result, self.catalog)
+        write_eval(self.run_dir, it, self._results(), trained=TRAINED)
+        out = {"eval_cost": result.avg_cost_per_sku_day, "eval_profit": result.avg_profit_per_sku_day,
+               "eval_fill_rate": result.fill_rate, **self._offer_best(policy)}
+        if self.baseline is not None:
+            out["baseline_cost"] = self.baseline["avg_cost_per_sku_day"]
+            out["baseline_profit"] = self.baseline["avg_profit_per_sku_day"]
+        for hook in self.on_evaluated:
+            hook(it, out)
+        return out
+
+    def _results(self) -> dict[str, Any]:
+        return {TRAINED: self.last, **({BASELINE: self.baseline} if self.baseline is not None else {})}
+
+    def _offer_best(self, policy: Any) -> dict[str, float]:
+        """train.keep_best: score the policy on the validation seed; keep the learner's
+        state if it is the best so far (train/best.py)."""
+        if self.best is None:
+            return {}
+        seed = validation_seed(self.cfg.eval.seed)
+        with self.core.timer.stage("eval"):
+            score = validation_score(self._evaluate_on(policy, seed), self.cfg.sim.reward)
+        self.best.offer(self.learner, score, seed)
+        return {"validation_score": score, "best_iteration": float(self.best.iteration or 0)}
+
+    def ship_best(self, last: int) -> None:
+        """When the kept policy is an earlier one than the last, score it on the held-out
+        seeds; it becomes eval.json's trained policy (the history stays)."""
+        best = self.best
+        if best is None or best.path is None or best.iteration == self.learner.iteration:
+            return
+        state, meta = model_state(best.path)
+        self.model.load_state_dict(state)
+        info = {"iteration": meta["iteration"], "version": meta["version"], "selected": "best",
+                "validation_score": best.score, "validation_seed": meta["validation_seed"]}
+        policy = LearnedPolicy(self.model, self.core.grid.bind(self.catalog), name=TRAINED, info=info)
+        self.last = policy_result(self._score(policy), self.catalog)
+        write_eval(self.run_dir, last, self._results(), trained=TRAINED, history=False)
+
+    def _score(self, policy: Any) -> EvalResult:
+        result = self._evaluate_on(policy, self.cfg.eval.seed)
+        for hook in self.on_scored:
+            hook(policy.name, result)
+        return result
+
+    def _evaluate_on(self, policy: Any, seed: int) -> EvalResult:
+        """`policy` on the evaluation SKUs from `seed` (one env, built on first use)."""
+        cfg = self.cfg
+        if self.env is None:
+            sim = dataclasses.replace(cfg.sim, days=cfg.eval.warmup + cfg.eval.days)
+            self.env = make_env(self.catalog, sim, self.core.widths)
+        return evaluate(self.catalog, cfg.sim, policy, days=cfg.eval.days, warmup=cfg.eval.warmup,
+                        seed=seed, env=self.env)
+
+    def ensure_baseline(self) -> None:
+        """The tuned baseline's evaluation, once per run dir, cached with what it depends
+        on (evaluation SKUs, sim and eval settings): a cache from other settings (a resume
+        with --set, a fresh run in a crashed run's dir) or a torn file is redone."""
+        if not self.want_baseline:
+            return
+        path = self.run_dir / BASELINE_FILE
+        key = baseline_key(self.catalog, self.cfg)
+        cached = _read_json(path)
+        if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("result"), dict):
+            self.baseline = cached["result"]
+            return
+        from skurl.policy.baselines import make_policy
+        from skurl.policy.tuning import tune
+
+        cfg = self.cfg
+        with self.core.timer.stage("baseline"):
+            tuned = tune(BASELINE, self.catalog, cfg.sim, eval_seed=cfg.eval.seed,
+                         days=cfg.eval.days, warmup=cfg.eval.warmup)
+            policy = make_policy(BASELINE, self.catalog, cfg.sim, tuned.params)
+            self.baseline = policy_result(self._score(policy), self.catalog)
+        atomic.write_text(path, json.dumps({"key": key, "result": self.baseline}, indent=1) + "\n")
+
+
+def baseline_key(catalog: Catalog, cfg: Config) -> str:
+    settings = json.dumps([BASELINE, dataclasses.asdict(cfg.sim), dataclasses.asdict(cfg.eval)], sort_keys=True)
+    return hashlib.sha256((catalog_digest(catalog) + settings).encode()).hexdigest()
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in `path`, or None when absent or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def policy_result(result: EvalResult, catalog: Catalog) -> dict[str, Any]:
+    """EvalResult as eval.json's PolicyResult, with per-segment costs."""
+    from skurl.catalog.synthetic import segments
+
+    out = result.to_json()
+    seg = {}
+    for name, mask in segments(catalog).items():
+        if mask.any():
+            seg[name] = {"skus": int(mask.sum()),
+                         "avg_cost_per_sku_day": float(result.per_sku_cost[mask].mean()),
+                         "avg_inventory_cost_per_sku_day": float(result.per_sku_inventory_cost[mask].mean()),
+                         "avg_profit_per_sku_day": float(result.per_sku_profit[mask].mean())}
+    out["segments"] = seg
+    return out

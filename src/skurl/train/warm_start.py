@@ -1,0 +1,57 @@
+"""train.warm_start: tune the baseline on the first training shard, clone it into the policy
+net (learn/imitate.py) and publish the clone as the next version, before PPO begins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skurl.catalog import Catalog
+from skurl.telemetry.stages import StageTimer
+
+
+def warm_start(trainer: Any) -> dict[str, Any]:
+    """Scalars for the first iteration's record (each step's seconds and the clone's
+    evaluation). `trainer`: its core, learner, weights, the parts' warm-start env."""
+    from skurl.learn.imitate import clone, record
+    from skurl.policy.baselines import make_policy
+
+    core, learner = trainer.core, trainer.learner
+    cfg, t = core.cfg, core.cfg.train
+    env = trainer.parts.warm_start_env(core)
+    steps = StageTimer(prometheus=False)  # its parts, for the first record
+    with core.timer.stage("warm_start"):
+        with steps.stage("tune"):
+            params, objective = teacher_params(core, env.catalog)
+        with steps.stage("record"):
+            teacher = make_policy(t.warm_start, env.catalog, cfg.sim, params)
+            demos = record(env, teacher, core.grid, seed=t.seed, episodes=t.warm_start_episodes,
+                           max_skus=t.warm_start_skus)
+        with steps.stage("clone"):
+            fit = clone(learner.model, demos, steps=t.warm_start_steps, smoothing=t.warm_start_smoothing,
+                        seed=t.seed, normalize_obs=cfg.ppo.normalize_obs, stats_decay=cfg.ppo.stats_decay,
+                        max_grad_norm=cfg.ppo.max_grad_norm, device=learner.device)
+            learner.version += 1  # the clone is a policy of its own
+            trainer.weights.publish(learner.version, learner.weights())
+    out: dict[str, Any] = {**demos.scalars(), **fit, "warm_start_tuned_objective": objective,
+                           "warm_start_seconds": sum(steps.totals().values())}
+    if t.eval_every > 0 and trainer.evaluator is not None:
+        with steps.stage("eval"):
+            out.update({f"warm_start_{k}": v for k, v in trainer.evaluator.evaluate(-1).items()})
+    out.update({f"warm_start_{name}_seconds": s for name, s in steps.totals().items()})
+    return out
+
+
+def teacher_params(core: Any, catalog: Catalog) -> tuple[dict[str, Any], float]:
+    """The warm start's baseline, tuned for `catalog`; when the grid is centred on that
+    same baseline's tuned factors, those (its offset 0 then is the teacher's order)."""
+    from skurl.policy.baselines import default_z
+    from skurl.policy.grid_center import TEACHER
+    from skurl.policy.tuning import tune
+
+    cfg = core.cfg
+    if core.grid.tuned is not None and cfg.train.warm_start == TEACHER:
+        z = core.grid.tuned.lookup(catalog.sku_id, default_z(catalog, cfg.sim))
+        return {"z": z}, core.grid.tuned.objective
+    tuned = tune(cfg.train.warm_start, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
+                 warmup=cfg.eval.warmup)  # the baseline's horizon (grid_center.tune_center)
+    return tuned.params, tuned.objective
