@@ -190,3 +190,27 @@ def test_the_ledger_acks_on_commit_and_trains_none_twice(backend: Backend) -> No
     assert restarted.ready(1) == 0 and restarted.ready(2) == 2
     assert [m.iteration for m in restarted.take(2)] == [2, 2]
     assert restarted.committed(3) == 2 and again.backlog() == 0
+
+
+def test_the_bounded_ledger_refuses_stale_shards_and_settles_by_entry_id(backend: Backend) -> None:
+    """Bounded mode: the oldest shards read, whatever their iteration; those older than the
+    oldest version allowed refused; a checkpoint records the ids its updates trained."""
+    q = backend.open("learner")
+    put = [q.put(manifest(i, "c0", version=v)) for i, v in enumerate([0, 3, 4, 4, 5])]
+    duplicate = q.put(manifest(2, "c0", version=4))  # a retried put of shard it00000002/c0
+    ledger = Ledger(q)
+    ledger.add(q.read())
+    with use_registry(CollectorRegistry()) as m:
+        first = ledger.take_oldest(2, min_version=2)
+    assert [(x.iteration, x.policy_version) for x in first] == [(1, 3), (2, 4)]
+    assert ledger.refused_stale == 1 and m.registry.get_sample_value("stale_shards_refused_total") == 1
+    recorded = ledger.uncommitted_ids()  # the checkpoint after this update holds these
+    assert sorted(recorded) == sorted([put[1], put[2], duplicate])  # the duplicate rides along
+    del q, ledger  # crash after that checkpoint, before commit_all acked
+    again = backend.open("learner")
+    restarted = Ledger(again, trained_ids=recorded)
+    restarted.add(again.read())
+    assert restarted.skipped == 3
+    assert [x.iteration for x in restarted.take_oldest(10, min_version=2)] == [3, 4]
+    assert restarted.commit_all() == 2 and again.backlog() == 0
+

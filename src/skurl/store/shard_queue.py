@@ -141,18 +141,25 @@ class Ledger:
     in the checkpointed weights already: it is acked without training; one of iteration >= c
     is not (its update died with the process): it is trained by update iteration. A crash
     between checkpoint and ack leaves the first kind; between update and checkpoint, the
-    second. A manifest sent twice for one shard (a retried put) is trained once."""
+    second. A manifest sent twice for one shard (a retried put) is trained once.
 
-    def __init__(self, queue: ShardQueue, trained_through: int = 0) -> None:
+    Bounded mode trains the oldest shards read, whatever their iteration (`take_oldest`), so
+    there the checkpoint records the entry ids its updates trained since the last ack
+    (`uncommitted_ids`) and a restart passes them as `trained_ids`; after each checkpoint,
+    `commit_all`. Both acks trim the stream (never below an unacked entry)."""
+
+    def __init__(self, queue: ShardQueue, trained_through: int = 0, trained_ids: Iterable[str] = ()) -> None:
         self.queue, self.trained_through = queue, trained_through
+        self._settled = set(trained_ids)  # bounded mode: entries a checkpoint holds
         self._waiting: dict[int, dict[str, list[QueueEntry]]] = {}  # iteration -> collector -> entries
         self._trained: list[QueueEntry] = []  # by updates not yet checkpointed
         self.skipped = 0  # entries acked without training (already in the checkpoint)
+        self.refused_stale = 0  # bounded mode: shards older than the oldest version trained
 
     def add(self, entries: Iterable[QueueEntry]) -> None:
         late = []
         for entry in entries:
-            if entry.manifest.iteration < self.trained_through:
+            if entry.manifest.iteration < self.trained_through or entry.id in self._settled:
                 late.append(entry.id)
             else:
                 by_collector = self._waiting.setdefault(entry.manifest.iteration, {})
@@ -171,12 +178,54 @@ class Ledger:
             self._trained.extend(entries)
         return [entries[-1].manifest for _, entries in sorted(by_collector.items())]
 
+    def take_oldest(self, count: int, min_version: int = 0) -> list[ShardManifest]:
+        """Bounded mode: up to `count` shards, oldest read first, duplicates of a shard with
+        it; those of a policy version below `min_version` are refused (acked untrained,
+        stale_shards_refused_total, one line each)."""
+        ordered = sorted((e for by in self._waiting.values() for es in by.values() for e in es),
+                         key=lambda e: parse_id(e.id))
+        taken: dict[str, list[QueueEntry]] = {}
+        stale = [e for e in ordered if e.manifest.policy_version < min_version]
+        for entry in (e for e in ordered if e.manifest.policy_version >= min_version):
+            if entry.manifest.name in taken or len(taken) < count:
+                taken.setdefault(entry.manifest.name, []).append(entry)
+        gone = {e.id for e in stale} | {e.id for es in taken.values() for e in es}
+        for iteration, by_collector in list(self._waiting.items()):
+            kept = {c: [e for e in es if e.id not in gone] for c, es in by_collector.items()}
+            self._waiting[iteration] = {c: es for c, es in kept.items() if es}
+            if not self._waiting[iteration]:
+                del self._waiting[iteration]
+        for entry in stale:
+            log.warning("shard queue: refused stale shard %s (policy version %d < %d)", entry.manifest.name,
+                        entry.manifest.policy_version, min_version)
+        if stale:
+            self.refused_stale += len(stale)
+            get_metrics().stale_shards_refused_total.inc(len(stale))
+            self.queue.ack([e.id for e in stale])
+        for entries in taken.values():
+            self._trained.extend(entries)
+        return [entries[-1].manifest for entries in taken.values()]
+
+    def uncommitted_ids(self) -> list[str]:
+        """Entries trained by updates not acked yet: what a bounded-mode checkpoint records."""
+        return [e.id for e in self._trained]
+
     def committed(self, through: int) -> int:
         """A checkpoint now holds updates 0..through-1: ack the entries they trained."""
         self.trained_through = max(self.trained_through, through)
         done = [e.id for e in self._trained if e.manifest.iteration < through]
         self._trained = [e for e in self._trained if e.manifest.iteration >= through]
-        return self.queue.ack(done) if done else 0
+        return self._ack(done)
+
+    def commit_all(self) -> int:
+        """Bounded mode: a checkpoint now holds every update so far: ack what they trained."""
+        done, self._trained = [e.id for e in self._trained], []
+        return self._ack(done)
+
+    def _ack(self, ids: list[str]) -> int:
+        acked = self.queue.ack(ids) if ids else 0
+        self.queue.trim()
+        return acked
 
 
 @dataclass
