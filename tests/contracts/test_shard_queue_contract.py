@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import CollectorRegistry
 
+from skurl.errors import UserError
 from skurl.store.api import ShardManifest
 from skurl.store.shard_queue import (
     FIELD,
@@ -214,3 +215,10 @@ def test_the_bounded_ledger_refuses_stale_shards_and_settles_by_entry_id(backend
     assert [x.iteration for x in restarted.take_oldest(10, min_version=2)] == [3, 4]
     assert restarted.commit_all() == 2 and again.backlog() == 0
 
+
+
+def test_the_stream_is_named_by_the_run_and_a_bad_name_is_one_line() -> None:
+    assert stream_key("prod-2026.12") == "rl:shards:prod-2026.12"
+    with pytest.raises(UserError, match=r"^shard queue run name 'a b': expected 1-128 letters") as exc:
+        stream_key("a b")
+    assert "\n" not in str(exc.value)

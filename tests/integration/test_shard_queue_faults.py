@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from conftest import free_port, wait_until
 from skurl.store.api import ShardManifest
 from skurl.store.shard_queue import Ledger
-from skurl.store.shard_queue_redis import RedisShardQueue
+from skurl.store.shard_queue_redis import RedisShardQueue, ShardQueueError
 from skurl.telemetry.metrics import use_registry
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ import json, os, signal, sys, time
 from pathlib import Path
 from skurl import atomic
 from skurl.store.shard_queue import Ledger
-from skurl.store.shard_queue_redis import RedisShardQueue
+from skurl.store.shard_queue_redis import RedisShardQueue, ShardQueueError
 
 url, run, consumer, state, kill = sys.argv[1:6]
 iterations, collectors, state = int(sys.argv[6]), int(sys.argv[7]), Path(state)
@@ -182,3 +182,16 @@ def test_redis_restarted_without_persistence_is_counted_and_the_queue_goes_on(
         got = consumer.read(block_s=0.5)
         assert [(e.manifest.iteration, e.manifest.collector_id) for e in got] == [(1, "c0")]
         assert consumer.ack([e.id for e in got]) == 1 and consumer.backlog() == 0
+
+
+def test_an_unreachable_redis_is_one_line_naming_it(closed_port: int, redis_process: RedisProcess) -> None:
+    url = f"redis://127.0.0.1:{closed_port}/0"
+    with pytest.raises(ShardQueueError, match=rf"^shard queue: cannot connect to Redis at '{url}'"):
+        RedisShardQueue(url, "run", "learner", timeout_s=1.0)
+    queue = RedisShardQueue(redis_process.url, "run", "collectors", timeout_s=0.5)
+    redis_process.stop()  # away for longer than the queue's timeout: one line, after the retries
+    with pytest.raises(ShardQueueError, match=r"^shard queue rl:shards:run: Redis at .* unreachable for 0.5 s") as exc:
+        queue.put(manifest(0, "c0"))
+    assert "\n" not in str(exc.value)
+    redis_process.start()
+    assert queue.put(manifest(0, "c0"))  # and back once it is up

@@ -13,6 +13,7 @@ MemoryShardQueue (colocated mode, tests), under one contract suite.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -68,9 +69,15 @@ class ShardQueue(Protocol):
     def close(self) -> None: ...
 
 
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
 def stream_key(run: str) -> str:
     """The run's stream: one per run, so two runs on one Redis never read each other's shards."""
-    return f"rl:shards:{check_collector_id(run)}"
+    if not _RUN_NAME.fullmatch(run):
+        raise _StoreError(f"shard queue run name {run!r}: expected 1-128 letters, digits, '_', '-', '.' "
+                          "(starting with a letter or digit)")
+    return f"rl:shards:{run}"
 
 
 def encode_entry(manifest: ShardManifest) -> dict[bytes, bytes]:
