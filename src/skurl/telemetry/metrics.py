@@ -70,6 +70,9 @@ _STALENESS = ("policy_lag_versions", "sample_freshness", "stale_shards_refused_t
 ROLE_FAMILIES["colocated"] += _STALENESS
 ROLE_FAMILIES["learner"] += _STALENESS
 ROLE_FAMILIES["collector"] += ("collector_idle_seconds_total",)
+# The shard queue (store/shard_queue.py) is read by the learner; the breaker pauses collectors.
+ROLE_FAMILIES["learner"] += ("shard_queue_refused_total", "shard_queue_resets_total")
+ROLE_FAMILIES["collector"] += ("collector_breaker_trips_total",)
 
 
 class SkurlMetrics:
@@ -163,6 +166,16 @@ class SkurlMetrics:
             "learner_idle_seconds_total", "Seconds the learner waited for rollouts", registry=r)
         self.collector_idle_seconds_total = Counter(
             "collector_idle_seconds_total", "Seconds collectors waited for the learner", registry=r)
+        self.collector_breaker_trips_total = Counter(
+            "collector_breaker_trips_total",
+            "Times the circuit breaker paused collectors: their lag passed train.max_lag", registry=r)
+        self.shard_queue_refused_total = Counter(
+            "shard_queue_refused_total", "Shard-queue entries refused as malformed (acked, never trained)",
+            registry=r)
+        self.shard_queue_resets_total = Counter(
+            "shard_queue_resets_total",
+            "Times the shard queue's stream was gone after a Redis restart without persistence "
+            "(the learner re-reads the store's manifests of the iterations it waits for)", registry=r)
         # business results of a policy, per run (evaluation or the last collection)
         self.business_fill_rate = Gauge(
             "business_fill_rate", "Units sold / units demanded", BUSINESS_LABELS, registry=r)
