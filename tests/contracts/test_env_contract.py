@@ -2,6 +2,8 @@
 
 - vector:       VectorEnv in process;
 - remote:       RemoteEnv -> EnvService over a real loopback socket, whole catalog;
+- replaying_remote: the same behind ReplayingEnv (sim/replaying.py), which rebuilds a lost
+                server's shard by replaying the episode (collectors see remote shards so);
 - multi_remote: MultiShardEnv over two RemoteEnvs, one per shard server;
 - multi_local:  MultiShardEnv over two in-process VectorEnv shards.
 
@@ -22,13 +24,14 @@ from skurl.catalog import load_catalog
 from skurl.catalog.partition import partition
 from skurl.catalog.schema import Catalog
 from skurl.config import RpcConfig, SimConfig, load_config
+from skurl.remote.shard_envs import replaying_remote_env
 from skurl.rpc.env_client import RemoteEnv
 from skurl.rpc.env_server import serve_env, serve_shards
 from skurl.rpc.multi_shard import MultiShardEnv
 from skurl.sim.api import ActionError, DayMetrics, Env, EnvStateError, Obs
 from skurl.sim.env import VectorEnv
 
-BACKENDS = ("vector", "remote", "multi_remote", "multi_local")
+BACKENDS = ("vector", "remote", "replaying_remote", "multi_remote", "multi_local")
 DAYS = 6
 SKUS = 240
 RPC = RpcConfig(timeout_s=60.0)
@@ -65,6 +68,8 @@ def make_env(request: pytest.FixtureRequest, setup: tuple[Catalog, SimConfig],
             env: Env = VectorEnv(catalog, sim)
         elif kind == "remote":
             env = RemoteEnv(servers["whole"][0].address, RPC)
+        elif kind == "replaying_remote":  # the wrapper that rebuilds a lost server's shard by replay
+            env = replaying_remote_env(servers["whole"][0].address, RPC)
         elif kind == "multi_remote":
             env = MultiShardEnv.from_addresses([s.address for s in servers["shards"]], RPC)
         else:
