@@ -181,7 +181,7 @@ def test_average_reward_by_sku_ignores_each_skus_own_offset() -> None:
     base, shifted = _weights_after_sku_offsets("ppo.average_reward_by=sku")
     for a, b in zip(base, shifted, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
-    base, shifted = _weights_after_sku_offsets()  # one global mean leaves the SKUs' offsets in
+    base, shifted = _weights_after_sku_offsets("ppo.average_reward_by=global")  # one mean leaves them in
     assert any(not torch.allclose(a, b, atol=1e-4) for a, b in zip(base, shifted, strict=True))
 
 
