@@ -140,7 +140,7 @@ def test_schema_is_available_before_reset_and_sizes_the_features(catalog: Catalo
     assert lay.expiring == catalog.max_shelf_life
     assert lay.pipeline == catalog.max_lead_time + catalog.max_delay
     assert lay.horizon == lay.pipeline + 2
-    assert env.schema.dim == 25 + lay.expiring + lay.pipeline == len(env.schema.names())
+    assert env.schema.dim == 26 + lay.expiring + lay.pipeline == len(env.schema.names())
     assert [name for name, _ in env.schema.fields][:4] == ["on_hand", "expiring", "backlog", "pipeline"]
     obs = env.reset(0)
     assert obs.features.shape == (len(catalog), env.schema.dim) and obs.features.dtype == np.float32

@@ -163,6 +163,28 @@ def test_average_reward_centres_rewards_and_ignores_an_offset() -> None:
     assert any(not torch.allclose(a, b, atol=1e-4) for a, b in zip(plain, plain_shifted, strict=True))
 
 
+def _weights_after_sku_offsets(*extra: str) -> list[torch.Tensor]:
+    """Weights after one update on the bandit rollout with a different constant added to each
+    SKU's rewards (SKU k gets -3 k: SKU types of different costs per day) and without."""
+    out = []
+    for shift in (False, True):
+        learner = Learner(cfg("ppo.normalize_reward=false", "ppo.average_reward=true", *extra), OBS, ACTIONS, "cpu")
+        rollout = bandit_rollout(learner, 16, 3)
+        if shift:
+            rollout.rewards += np.float32(-3.0) * np.arange(rollout.rewards.shape[1], dtype=np.float32)
+        learner.update(rollout)
+        out.append([p.detach().clone() for p in learner.model.parameters()])
+    return out
+
+
+def test_average_reward_by_sku_ignores_each_skus_own_offset() -> None:
+    base, shifted = _weights_after_sku_offsets("ppo.average_reward_by=sku")
+    for a, b in zip(base, shifted, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    base, shifted = _weights_after_sku_offsets("ppo.average_reward_by=global")  # one mean leaves them in
+    assert any(not torch.allclose(a, b, atol=1e-4) for a, b in zip(base, shifted, strict=True))
+
+
 def test_vf_lambda_sets_the_value_targets_only() -> None:
     same, same_stats = _weights_after_update(0.0, "ppo.vf_lambda=0.95")  # = gae_lambda: no change
     default, default_stats = _weights_after_update(0.0)

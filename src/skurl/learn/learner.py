@@ -212,10 +212,14 @@ class Learner:
         mean / (1 - gamma) and the differences between states that GAE needs drown in
         that offset; centring leaves the relative values (the bias function) alone.
         The estimate is the global batch mean (all ranks): 10^5 SKU-days make it precise
-        and it needs no state in checkpoints. A padded DDP rank contributes nothing."""
+        and it needs no state in checkpoints. A padded DDP rank contributes nothing.
+        ppo.average_reward_by=sku subtracts each SKU's own mean over the batch's days instead
+        (rewards [T, N]: a column's mean; no all_reduce, a SKU's days are on one rank)."""
         if not self.ppo.average_reward:
             return rewards, 0.0
         mean, _ = allreduce_mean_std(rewards[:0] if padded else rewards)
+        if self.ppo.average_reward_by == "sku":
+            return rewards - rewards.mean(dim=0, keepdim=True), float(mean)
         return rewards - mean, float(mean)
 
     def update(self, rollout: Rollout, train_policy: bool = True) -> dict[str, float]:

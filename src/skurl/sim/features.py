@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-N_FIXED_FEATURES = 25  # feature columns besides the expiring (A) and pipeline (P) blocks
-N_STATIC = 9  # lead_time, shelf_life, log_demand, economics[6] (layout.static_features)
+N_FIXED_FEATURES = 26  # feature columns besides the expiring (A) and pipeline (P) blocks
+N_STATIC = 10  # lead_time, shelf_life, log_demand, economics[6], demand_dispersion (layout.static_features)
 
 
 @njit(cache=True, inline="always")
@@ -39,7 +39,7 @@ def feature_row(row: np.ndarray, npipe: np.int64, inv: float, full: bool, on_han
     """Write one observation row. Quantities are multiplied by inv = 1 / max(demand_mean, 0.1)
     (days of demand). Expiring units (soonest first) are exp_src[exp_at1:+exp_n1] then
     exp_src[exp_at2:+exp_n2]; the pipeline (due in 1, 2, ... days) pipe_src[pipe_at:+pipe_n];
-    forecast[k] is the forecast of day t + k; statics[static_at:+9] the constant columns.
+    forecast[k] is the forecast of day t + k; statics[static_at:+10] the constant columns.
 
     `full` writes every column. Otherwise (the simulator's daily update of a row written the
     day before) the expiring and pipeline columns beyond those given keep their zeros, the
@@ -74,7 +74,7 @@ def feature_row(row: np.ndarray, npipe: np.int64, inv: float, full: bool, on_han
         row[c + 6] = statics[static_at + 1]  # shelf_life
         for k in range(7):
             row[first + k] = 0.0
-        put_scaled(row, first + 7, statics, static_at + 2, np.int64(7), 1.0)
+        put_scaled(row, first + 7, statics, static_at + 2, np.int64(N_STATIC - 2), 1.0)
     else:
         row[first + (dow + 6) % 7] = 0.0  # yesterday's column
     row[first + dow] = 1.0

@@ -16,11 +16,12 @@ from numba import njit
 
 from skurl.catalog.schema import Catalog
 from skurl.sim.api import ObsSchema
+from skurl.sim.demand import DIST_GEOMETRIC, DIST_NEGBIN
 
 WEEK = 7
 N_ECONOMICS = 6
 # Columns of the per-SKU block of features that never change (filled once per env).
-STATIC_FIELDS = ("lead_time", "shelf_life", "log_demand", "economics")
+STATIC_FIELDS = ("lead_time", "shelf_life", "log_demand", "economics", "demand_dispersion")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ def schema_for(expiring: int, pipeline: int) -> ObsSchema:
         ("day_of_week", WEEK),
         ("log_demand", 1),
         ("economics", N_ECONOMICS),
+        ("demand_dispersion", 1),
     ))
 
 
@@ -100,11 +102,37 @@ def _log_demand(demand_mean: np.ndarray) -> np.ndarray:
     return out
 
 
+@njit(cache=True)
+def _log_dispersion(demand_mean: np.ndarray, dist: np.ndarray, size: np.ndarray) -> np.ndarray:
+    # log(variance / mean) of a day's demand at the base mean: 0 Poisson, log(1 + m)
+    # geometric, log(1 + m / r) negative binomial (size r). math.log1p, as the reference.
+    out = np.empty(demand_mean.shape[0], np.float64)
+    for i in range(demand_mean.shape[0]):
+        m = max(np.float64(demand_mean[i]), 0.0)
+        if dist[i] == DIST_GEOMETRIC:
+            out[i] = math.log1p(m)
+        elif dist[i] == DIST_NEGBIN:
+            out[i] = math.log1p(m / np.float64(size[i]))
+        else:
+            out[i] = 0.0
+    return out
+
+
+def dispersion_feature(catalog: Catalog) -> np.ndarray:
+    """float64 [N]: the demand_dispersion feature, log(var / mean) of the SKU's declared
+    distribution at its base mean (Poisson 0). With log_demand it gives the demand's shape
+    (CV^2 = exp(dispersion - log mean)), so SKUs of equal mean but different families or
+    dispersions look different to the network (Poisson and geometric looked alike)."""
+    return _log_dispersion(catalog.demand_mean, catalog.demand_dist.astype(np.int64), catalog.dispersion)
+
+
 def static_features(catalog: Catalog) -> np.ndarray:
-    """float32 [N, 9]: lead_time, shelf_life, log_demand, economics[6] (constant per SKU)."""
-    out = np.empty((len(catalog), 3 + N_ECONOMICS), np.float32)
+    """float32 [N, 10]: lead_time, shelf_life, log_demand, economics[6], demand_dispersion
+    (constant per SKU)."""
+    out = np.empty((len(catalog), 4 + N_ECONOMICS), np.float32)
     out[:, 0] = catalog.lead_time
     out[:, 1] = catalog.shelf_life
     out[:, 2] = _log_demand(catalog.demand_mean)
-    out[:, 3:] = economics_features(catalog)
+    out[:, 3:3 + N_ECONOMICS] = economics_features(catalog)
+    out[:, 3 + N_ECONOMICS] = dispersion_feature(catalog)
     return out

@@ -31,7 +31,7 @@ from skurl.sim.api import (
     Obs,
     RawState,
 )
-from skurl.sim.demand import normal, sample_demand
+from skurl.sim.demand import DIST_GEOMETRIC, DIST_NEGBIN, normal, sample_demand
 from skurl.sim.layout import layout_for
 from skurl.sim.rng import run_key, sku_key, uniform
 from skurl.sim.state import METRIC_FIELDS
@@ -62,6 +62,14 @@ class _Sku:
 
 def _is_promo(p: dict, day: int) -> bool:
     return p["promo_period"] > 0 and (day - p["promo_offset"]) % p["promo_period"] < p["promo_length"]
+
+
+def _log_dispersion(p: dict) -> float:
+    """log(variance / mean) of the SKU's demand at its base mean (layout.dispersion_feature)."""
+    m = max(p["demand_mean"], 0.0)
+    if p["demand_dist"] == DIST_GEOMETRIC:
+        return math.log1p(m)
+    return math.log1p(m / p["dispersion"]) if p["demand_dist"] == DIST_NEGBIN else 0.0
 
 
 def _mean(p: dict, day: int) -> float:
@@ -274,5 +282,5 @@ class ReferenceSim:
             sum(week) / max(len(week), 1) * inv, sku.lost_yday * inv,
             float(lead), float(life), float(_is_promo(p, t)),
             float(any(_is_promo(p, d) for d in range(t + 1, t + lead + 1))),
-            *dow, math.log(p["demand_mean"] + 1e-3), *economics,
+            *dow, math.log(p["demand_mean"] + 1e-3), *economics, _log_dispersion(p),
         ]

@@ -191,7 +191,7 @@ def write_features(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast:
     `full` writes every column (reset). Otherwise (the daily update of a row written the day
     before) only the columns that can change: expiring columns beyond the SKU's shelf life
     and pipeline columns beyond its lead time + delay are always zero, and lead time, shelf
-    life and the last seven static columns never change; the day-of-week one-hot moves by
+    life and the last eight static columns never change; the day-of-week one-hot moves by
     one column. Most SKUs use a few of the A + P quantity columns, so this halves the
     stores of a day (the feature row was a quarter of the kernel's time)."""
     row = feats[i]

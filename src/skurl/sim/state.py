@@ -25,6 +25,7 @@ import numpy as np
 
 from skurl.catalog.schema import Catalog
 from skurl.sim.chunks import chunk_layout
+from skurl.sim.features import N_STATIC
 from skurl.sim.layout import Layout, static_features
 
 # DayMetrics fields in kernel order: acc[:, k] is today's value, acc[:, T0 + k] the total.
@@ -64,8 +65,8 @@ INT_COLUMNS = ("demand_dist", "promo_period", "promo_length", "promo_offset", "l
 P_SLOTS = 20  # stock slots (max(shelf_life, 1))
 P_GROUPED = 21  # 1 if the SKU takes part in substitution
 P_SEASON = 22  # 7 columns, day-of-week factors
-P_STATIC = 29  # 9 columns, layout.static_features (lead, shelf, log demand, economics)
-NPAR = 38
+P_STATIC = 29  # 10 columns, layout.static_features (lead, shelf, log demand, economics, dispersion)
+NPAR = 39
 
 # Columns of st (int64).
 (S_ON_HAND, S_BACKLOG, S_SALES_WEEK, S_SALES_YDAY, S_LOST_YDAY, S_ARRIVED, S_FAIL, S_KEY,
@@ -129,7 +130,7 @@ def make_params(catalog: Catalog, substitution: bool) -> Params:
     par[:, P_GROUPED] = grouped
     par[:, P_SEASON:P_SEASON + 7] = catalog.season
     with np.errstate(invalid="ignore", divide="ignore"):
-        par[:, P_STATIC:P_STATIC + 9] = static_features(catalog)
+        par[:, P_STATIC:P_STATIC + N_STATIC] = static_features(catalog)
     chunks = chunk_layout(n, starts, rows)
     return Params(par, catalog.sku_id.astype(np.int64), starts, rows, *chunks)
 

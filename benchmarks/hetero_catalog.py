@@ -1,0 +1,148 @@
+"""A heterogeneous catalog of textbook SKU types, and each type's reference costs.
+
+Types (every SKU of a type is identical but its id; the type index is the SKU's
+`category`): lost sales with mean demand 5, holding h = 1, penalty p in {4, 9, 19, 39},
+lead time L in {2, 3, 4}, Poisson and geometric demand of the same mean (Zipkin 2008's
+family and its heavy-tailed twin); and perishables of benchmarks/perishable_optimal.py's
+family (Poisson mean 3, h = 1, unit cost 2, waste 4, p in {5, 10}, L = 1, shelf life 2, 3).
+
+References per type, cached in a JSON file next to the catalog (computed once):
+- the best capped base-stock, by skurl's own exhaustive CRN search on that type alone
+  (policy/tuning.py, as benchmarks/lost_sales_base_stock.py), scored by the caller on the
+  held-out seeds with the very same demand as the trained policy;
+- with --exact, the optimal average cost where it is known: relative value iteration for
+  the Poisson lost-sales types (lost_sales_optimal.py) and the perishables
+  (perishable_optimal.py); none for geometric demand.
+
+    .venv/bin/python benchmarks/hetero_catalog.py --out runs/hetero/catalog.parquet [--per-type 40] [--exact]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from skurl.atomic import write_text
+from skurl.catalog.io import write_catalog
+from skurl.catalog.schema import DIST_CODES, WEEK, Catalog
+from skurl.config import SimConfig
+from skurl.policy.tuning import tune
+
+HERE = Path(__file__).resolve().parent
+LEADS, PENALTIES, DISTS = (2, 3, 4), (4.0, 9.0, 19.0, 39.0), ("poisson", "geometric")
+PERISHABLE_LIVES, PERISHABLE_PENALTIES = (2, 3), (5.0, 10.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkuType:
+    name: str
+    dist: str
+    mean: float
+    lead: int
+    penalty: float
+    life: int = 0
+    unit_cost: float = 0.0
+    waste_cost: float = 0.0
+
+
+def sku_types() -> list[SkuType]:
+    lost = [SkuType(f"{d[:4]}-L{lead}p{p:g}", d, 5.0, lead, p)
+            for d, lead, p in itertools.product(DISTS, LEADS, PENALTIES)]
+    perish = [SkuType(f"pois-L1p{p:g}m{m}", "poisson", 3.0, 1, p, m, 2.0, 4.0)
+              for m, p in itertools.product(PERISHABLE_LIVES, PERISHABLE_PENALTIES)]
+    return lost + perish
+
+
+def build_catalog(types: list[SkuType], per_type: int) -> Catalog:
+    """per_type identical SKUs of each type, category = the type's index."""
+    n = len(types) * per_type
+
+    def col(attr: str, dtype: type) -> np.ndarray:
+        return np.repeat(np.array([getattr(t, attr) for t in types], dtype=dtype), per_type)
+
+    zeros = np.zeros(n, np.float32)
+    izeros = np.zeros(n, np.int32)
+    return Catalog(
+        sku_id=np.arange(n, dtype=np.int64), category=np.repeat(np.arange(len(types), dtype=np.int32), per_type),
+        group=np.full(n, -1, np.int32), sub_frac=zeros, demand_mean=col("mean", np.float32),
+        demand_dist=np.repeat(np.array([DIST_CODES[t.dist] for t in types], np.int8), per_type),
+        dispersion=np.ones(n, np.float32), trend=zeros, promo_uplift=zeros, promo_period=izeros,
+        promo_length=izeros, promo_offset=izeros, lead_time=col("lead", np.int32), delay_prob=zeros,
+        delay_max=izeros, shelf_life=col("life", np.int32), holding_cost=np.ones(n, np.float32),
+        lost_sale_cost=col("penalty", np.float32), order_cost=zeros, unit_cost=col("unit_cost", np.float32),
+        waste_cost=col("waste_cost", np.float32), price=zeros, forecast_noise=zeros,
+        season=np.ones((n, WEEK), np.float32),
+    ).validate()
+
+
+def exact_optimum(t: SkuType) -> float | None:
+    """The type's optimal average cost per day, where a dynamic program is at hand."""
+    sys.path.insert(0, str(HERE))
+    if t.dist != "poisson":
+        return None
+    if t.life == 0:
+        import lost_sales_optimal as lso
+
+        return float(lso.solve(t.lead, t.penalty, margin=2, with_base_stock=False)["optimal_cost"])
+    import perishable_optimal as po
+
+    inst = po.Instance(lead=t.lead, life=t.life, penalty=t.penalty)
+    args = argparse.Namespace(cap=12, tol=1e-8, simulate=False, skus=0, days=0, warmup=0)
+    return float(po.solve(inst, args)["optimal_cost"])
+
+
+def tune_types(catalog: Catalog, types: list[SkuType], sim_cfg: SimConfig, eval_seed: int) -> dict[str, dict]:
+    """Per type: the capped base-stock (S, r) of skurl's exhaustive search on that type."""
+    out = {}
+    for k, t in enumerate(types):
+        sub = catalog.subset(np.flatnonzero(catalog.category == k))
+        tuned = tune("capped-base-stock", sub, sim_cfg, eval_seed=eval_seed, days=200, warmup=50,
+                     uniform_skus=500, max_uniform_skus=4000)
+        out[t.name] = {"S": float(tuned.params["S"][0]), "r": float(tuned.params["r"][0]),
+                       "tuning_cost": float(tuned.objective)}
+        print(f"tuned {t.name}: S={out[t.name]['S']:g} r={out[t.name]['r']:g} "
+              f"cost {tuned.objective:.4f}", file=sys.stderr, flush=True)
+    return out
+
+
+def references(path: Path, catalog: Catalog, types: list[SkuType], sim_cfg: SimConfig, eval_seed: int,
+               exact: bool) -> dict:
+    """The cached references of `catalog` (computed and written when missing)."""
+    ref = json.loads(path.read_text()) if path.exists() else {}
+    if ref.get("skus") != len(catalog) or ref.get("eval_seed") != eval_seed:
+        ref = {"skus": len(catalog), "eval_seed": eval_seed, "base_stock": tune_types(catalog, types, sim_cfg, eval_seed)}
+    if exact and "optimal" not in ref:
+        ref["optimal"] = {t.name: exact_optimum(t) for t in types}
+    write_text(path, json.dumps(ref, indent=1))
+    return ref
+
+
+def lost_sales_sim() -> SimConfig:
+    return SimConfig(days=100, backorders=False, reward="cost", substitution=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="runs/hetero/catalog.parquet", help="catalog file to write")
+    ap.add_argument("--per-type", type=int, default=40, help="SKUs per type")
+    ap.add_argument("--eval-seed", type=int, default=10_000, help="first held-out seed (tuning avoids it)")
+    ap.add_argument("--exact", action="store_true", help="also the exact optima (minutes)")
+    args = ap.parse_args(argv)
+    types = sku_types()
+    catalog = build_catalog(types, args.per_type)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_catalog(catalog, out)
+    references(out.with_suffix(".refs.json"), catalog, types, lost_sales_sim(), args.eval_seed, args.exact)
+    print(f"wrote {out}: {len(types)} types x {args.per_type} SKUs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
