@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 @pytest.mark.skipif(not __import__("shutil").which("redis-server"), reason="needs redis-server on PATH")
 def test_chaos_run_loses_nothing_and_counts_every_restart(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos.py"), "--dir", str(tmp_path),
-                           "--kills", "4", "--seed", "11", "--gap", "1", "4", "--reference-mode", "colocated",
+                           "--kills", "3", "--seed", "11", "--gap", "1", "4", "--reference-mode", "colocated",
                            "--set", "train.iterations=10", "--skurl", str(Path(sys.executable).with_name("skurl"))],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
