@@ -18,8 +18,8 @@ mode's median round and the median of the per-round ratios, each of two adjacent
 By default the learner trains one epoch on a sample of 5000 SKUs per iteration
 (`ppo.epochs=1`, `ppo.sample_skus=5000`: the settings of a large catalog, where the update
 must not dwarf collection) and skips evaluation until the end; `--set` overrides them.
-Decoupled and ray modes use `sync.backend=grpc` unless `--set sync.backend=redis` (then
-sync.redis_url must reach a running Redis).
+Decoupled mode uses `sync.backend=grpc` unless `--set sync.backend=redis` (then
+sync.redis_url must reach a running Redis); ray mode its Ray weight slot.
 
 Registered under `skurl bench` by skurl.commands.bench_cmd (`register_bench(subparsers)`).
 """
@@ -105,7 +105,7 @@ def combine_rounds(rounds: list[dict[str, dict[str, Any]]], reference: str) -> d
 
 
 def _run_mode(args: argparse.Namespace, mode: str, settings: list[str], run_dir: Path) -> dict[str, Any]:
-    extra = [] if mode == "colocated" or _sets(args, "sync.backend") else ["sync.backend=grpc"]
+    extra = ["sync.backend=grpc"] if mode == "decoupled" and not _sets(args, "sync.backend") else []  # ray: its slot
     cmd = [sys.executable, "-m", "skurl.cli", "train", "--mode", mode, "--run-dir", str(run_dir),
            "--no-baseline", *(["--config", args.config] if args.config else [])]
     for kv in settings + extra + list(args.overrides):
