@@ -335,7 +335,8 @@ class TrainConfig:
     staleness_mode: Literal["fixed", "bounded"] = opt(
         "fixed", "with train.staleness > 0: fixed = iteration k trains on rollouts of exactly version "
         "max(0, k - staleness) (deterministic); bounded = collectors use the newest weights they hold "
-        "and older shards are refused (not built yet)"
+        "and the learner trains the oldest rollout at most train.staleness versions old, refusing older ones "
+        "(not reproducible: versions follow timing)"
     )
     max_lag: int = opt(
         0, "circuit breaker: collectors pause while they lag more than this many versions; "

@@ -1,7 +1,8 @@
 """Fixed staleness (train.staleness = N, collect/staleness.py) in every mode: iteration k is
 collected with exactly version max(0, k - N), so decoupled (gRPC collector processes, the
 behaviour version published to the wire from the weight history) and ray (the behaviour
-version put into the Ray weight slot) train bit for bit as colocated does."""
+version put into the Ray weight slot) train bit for bit as colocated does. Bounded
+staleness (collect/bounded.py) runs in both: no update trains a rollout more than N behind."""
 
 from __future__ import annotations
 
@@ -19,6 +20,16 @@ def behaviour_versions(run_dir: Path) -> list[float]:
     return [r["behaviour_version"] for r in read_metrics(run_dir / "metrics.jsonl")]
 
 
+def assert_bounded(run_dir: Path, n: int, iterations: int) -> None:
+    """Every update trained a rollout at most `n` versions behind it, and the run finished."""
+    records = read_metrics(run_dir / "metrics.jsonl")
+    lags = [r["policy_lag_versions"] for r in records]
+    assert len(lags) == iterations and all(0 <= lag <= n for lag in lags), lags
+    assert max(lags) >= 1  # collected while the learner trained
+    assert all(r["behaviour_version"] == r["policy_version"] - 1 - r["policy_lag_versions"] for r in records)
+    assert (run_dir / "report.md").is_file()
+
+
 @pytest.mark.slow
 def test_decoupled_fixed_staleness_equals_colocated(tmp_path: Path) -> None:
     cfg = tiny("sync.backend=grpc", "train.staleness=1")
@@ -29,7 +40,14 @@ def test_decoupled_fixed_staleness_equals_colocated(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ray_fixed_staleness_equals_colocated(tmp_path: Path) -> None:
+def test_decoupled_bounded_staleness_trains_within_the_bound(tmp_path: Path) -> None:
+    cfg = tiny("sync.backend=grpc", "train.staleness=2", "train.staleness_mode=bounded", "train.iterations=4")
+    decoupled.train(cfg, tmp_path / "bounded", baseline=False)
+    assert_bounded(tmp_path / "bounded", 2, 4)
+
+
+@pytest.mark.slow
+def test_ray_fixed_staleness_equals_colocated_and_bounded_runs(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     import ray
     from test_ray_mode import config, final_weights
@@ -43,6 +61,8 @@ def test_ray_fixed_staleness_equals_colocated(tmp_path: Path) -> None:
         cfg = config("train.staleness=1")
         colocated.train(cfg, tmp_path / "colocated", baseline=False)
         ray_mode.train(cfg, tmp_path / "ray", baseline=False)
+        ray_mode.train(config("train.staleness=1", "train.staleness_mode=bounded"), tmp_path / "bounded",
+                       baseline=False)
     finally:
         if started:
             ray.shutdown()
@@ -50,3 +70,4 @@ def test_ray_fixed_staleness_equals_colocated(tmp_path: Path) -> None:
     want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "ray")
     for k in want:
         assert torch.equal(want[k], got[k]), k
+    assert_bounded(tmp_path / "bounded", 1, len(behaviour_versions(tmp_path / "ray")))

@@ -120,12 +120,13 @@ def test_train_run_dir_that_cannot_be_a_directory(tmp_path: Path, capsys: pytest
 
 
 @pytest.mark.parametrize("mode", ["decoupled", "colocated"])
-def test_staleness_where_it_is_not_built_is_one_line_before_anything_is_written(
+def test_a_bad_staleness_key_is_one_line_before_anything_is_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str) -> None:
-    """Fixed staleness runs in every mode; bounded is not built yet."""
+    """A breaker threshold below the staleness it guards is one line naming the key."""
     run = tmp_path / "run"
     code = main(["train", "--mode", mode, "--run-dir", str(run), "--set", "sync.backend=grpc",
-                 "--set", "catalog.skus=40", "--set", "train.staleness=2", "--set", "train.staleness_mode=bounded"])
+                 "--set", "catalog.skus=40", "--set", "train.staleness=2", "--set", "train.staleness_mode=bounded",
+                 "--set", "train.max_lag=1"])
     line = _one_line_error(capsys.readouterr().err)
-    assert code == 2 and "train.staleness" in line, line
+    assert code == 2 and "train.max_lag" in line, line
     assert not any(run.rglob("*")) if run.exists() else True  # no decoupled/, rollouts/, config

@@ -16,7 +16,7 @@ from skurl.buffer.rollout import Rollout
 from skurl.collect.collectors import Collected, LocalCollectors
 from skurl.collect.staleness import HISTORY_DIR, FixedStaleness, WeightHistory, refuse_unbuilt
 from skurl.config import Config, load_config
-from skurl.deploy.colocated import resume, train, trainer
+from skurl.deploy.colocated import resume, train
 from skurl.errors import UserError
 from skurl.learn.checkpoint import load_checkpoint
 from skurl.learn.learner import Learner
@@ -140,8 +140,8 @@ def test_unbuilt_modes_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"train.staleness = 1: .* not built for ddp"):
         refuse_unbuilt(tiny("train.staleness=1").train, "ddp")
     refuse_unbuilt(tiny().train, "ddp")  # staleness 0 runs everywhere
-    with pytest.raises(UserError, match=r"train.staleness_mode = 'bounded': not built"):
-        trainer(tiny("train.staleness=1", "train.staleness_mode=bounded"), tmp_path / "r", baseline=False)
+    for mode in ("colocated", "decoupled", "ray"):  # and so does bounded staleness
+        refuse_unbuilt(tiny("train.staleness=1", "train.staleness_mode=bounded").train, mode)
 
 
 def test_collecting_ahead_in_a_thread_changes_no_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,9 +33,10 @@ def test_collectors_and_learners_export_their_own_families() -> None:
     assert "learner_approx_kl" in learner and "collector_shares_lost_total" in learner
     assert not any(n.startswith(("sim_", "collector_steps", "collector_episode")) for n in learner)
     assert "learner_entropy" in colocated and "skurl_stage_seconds_bucket" in colocated
-    # the in-process collector's reward range check is the only collector figure it records
-    assert not any(n.startswith(("sim_", "collector_", "business_"))
-                   and not n.startswith("collector_reward_out_of_range") for n in colocated)
+    # the in-process collector's reward range check and, under train.staleness, the collection
+    # thread's idle time and breaker trips are the only collector figures it records
+    own = ("collector_reward_out_of_range", "collector_idle_seconds", "collector_breaker_trips")
+    assert not any(n.startswith(("sim_", "collector_", "business_")) and not n.startswith(own) for n in colocated)
     assert "collector_reward_out_of_range_total" in colocated
     assert "process_resident_memory_bytes" in role_sample_names("sim")  # every process: its own
 

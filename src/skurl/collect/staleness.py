@@ -35,15 +35,13 @@ SampleAt = Callable[[int, int], "np.ndarray | None"]  # (N SKUs, iteration) -> t
 
 
 def refuse_unbuilt(train: Any, mode: str) -> None:
-    """train.staleness > 0 runs where it is built (fixed: colocated, decoupled, ray): one
-    line elsewhere."""
+    """train.staleness > 0 runs where it is built (fixed and bounded: colocated, decoupled,
+    ray): one line elsewhere."""
     if train.staleness == 0:
         return
     if mode not in ("colocated", "decoupled", "ray"):
         raise UserError(f"train.staleness = {train.staleness}: near-on-policy training is not built for "
                         f"{mode} yet; expected train.staleness=0")
-    if train.staleness_mode != "fixed":
-        raise UserError(f"train.staleness_mode = {train.staleness_mode!r}: not built yet; expected fixed")
 
 
 class WeightHistory:
@@ -207,10 +205,15 @@ def with_staleness(train: Any, latest: Any, run_dir: Path, local: Callable[[Any]
                    sample_at: SampleAt | None = None) -> Collectors:
     """The run's collectors: `local(latest)` at train.staleness 0 (the sync barrier), else
     FixedStaleness over `local(history)` (`sample_at`: the learner's SKU sample of a given
-    iteration, for collecting ahead under ppo.sample_skus)."""
+    iteration, for collecting ahead under ppo.sample_skus), or BoundedStaleness
+    (collect/bounded.py) under staleness_mode=bounded."""
     n = train.staleness
     if n == 0:
         return local(latest)
+    if train.staleness_mode == "bounded":
+        from skurl.collect.bounded import bounded
+
+        return bounded(train, latest, local)
     history = WeightHistory(n + 1, run_dir / HISTORY_DIR, keep_back=n + train.keep_checkpoints * train.checkpoint_every)
     return FixedStaleness(local(history), latest, history, n, ahead=train.collect_ahead, iterations=train.iterations,
                           sample_at=sample_at)

@@ -64,15 +64,16 @@ ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
                 *_BUSINESS),
     "colocated": ("stage_seconds", *_UPDATE, "collector_reward_out_of_range_total"),
 }
-# Near-on-policy training (train.staleness): the learner's lag figures; the collectors' idle
-# time is a collector figure (the colocated role keeps its collector_ families to one).
-_STALENESS = ("policy_lag_versions", "sample_freshness", "stale_shards_refused_total", "learner_idle_seconds_total")
+# Near-on-policy training (train.staleness): the learner's lag figures, and the collection
+# thread's idle time and breaker trips (it runs in the learner's process: collect/bounded.py,
+# collect/staleness.py; a collector process counts its own).
+_STALENESS = ("policy_lag_versions", "sample_freshness", "stale_shards_refused_total", "learner_idle_seconds_total",
+              "collector_idle_seconds_total", "collector_breaker_trips_total")
 ROLE_FAMILIES["colocated"] += _STALENESS
 ROLE_FAMILIES["learner"] += _STALENESS
-ROLE_FAMILIES["collector"] += ("collector_idle_seconds_total",)
-# The shard queue (store/shard_queue.py) is read by the learner; the breaker pauses collectors.
+ROLE_FAMILIES["collector"] += ("collector_idle_seconds_total", "collector_breaker_trips_total")
+# The shard queue (store/shard_queue.py) is read by the learner.
 ROLE_FAMILIES["learner"] += ("shard_queue_refused_total", "shard_queue_resets_total")
-ROLE_FAMILIES["collector"] += ("collector_breaker_trips_total",)
 
 
 class SkurlMetrics:

@@ -1,0 +1,165 @@
+"""Bounded staleness around the Collectors seam (train.staleness = N, staleness_mode=bounded).
+
+A collection thread runs ahead of the learner: it always collects with the newest weights
+the learner has published and queues the rollouts; the learner trains the oldest queued
+rollout that lags at most N versions and refuses older ones (counted, one line each). The
+queue is bounded by the lag its next rollout would have when trained (queued + the one in
+training): the thread waits while that would pass N, so at steady state it collects
+update k + 1 while the learner trains k. Versions follow timing, so runs are not
+bit-reproducible; train.staleness_mode=fixed is (collect/staleness.py). The circuit
+breaker (collect/breaker.py) pauses the thread while the weights it can get lag the
+learner by more than train.max_lag (a stalled weight sync), with one line each way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from skurl.collect.breaker import CircuitBreaker, max_lag_of
+from skurl.collect.collectors import Collected, Collectors, SampleIndex
+from skurl.collect.staleness import WeightHistory, record_lag
+from skurl.telemetry.metrics import get_metrics
+
+_log = logging.getLogger(__name__)
+Newest = Callable[[], "tuple[int, Any] | None"]  # the newest published (version, tensors)
+
+
+def _all_skus(n: int) -> None:
+    """Collected ahead of the update that trains it, a rollout keeps every SKU's
+    observations (the learner draws its SKU sample at the update)."""
+    return None
+
+
+class BoundedStaleness:
+    """Collectors whose rollouts come from a thread that runs ahead of the learner.
+
+    `inner` reads the weights from `history`, into which the thread puts `newest()` before
+    each collection; `learner_version()` is the learner's newest version (the breaker's
+    reference; by default the newest published one). Episodes are numbered on from the
+    first call's iteration, one per collection (refused ones included)."""
+
+    def __init__(self, inner: Collectors, newest: Newest, history: WeightHistory, staleness: int,
+                 breaker: CircuitBreaker, learner_version: Callable[[], int | None] | None = None) -> None:
+        self.inner, self.newest, self.history, self.staleness = inner, newest, history, staleness
+        self.breaker = breaker
+        self.learner_version = learner_version or (lambda: None if (got := newest()) is None else got[0])
+        self._queue: deque[Collected] = deque()
+        self._cond = threading.Condition()
+        self._training = False  # the learner holds a rollout (between two collect calls)
+        self._error: BaseException | None = None
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._seed = 0
+        self._episode = 0
+        self._collector_idle = 0.0  # since the last call
+        self._fresh, self._transitions, self.refused = 0, 0, 0
+
+    # ------------------------------------------------------------------ learner side
+    def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
+        """The oldest queued rollout at most `staleness` versions behind `version`."""
+        called = time.perf_counter()
+        with self._cond:
+            self._training = False
+            self._cond.notify_all()
+            if self._thread is None:
+                self._start(iteration, seed)
+            while True:
+                batch = self._next()
+                lag = version - batch.rollout.policy_version
+                if lag <= self.staleness:
+                    break
+                self._refuse(batch, version, lag)
+            self._training = True
+            self._cond.notify_all()
+            idle = {"learner_idle_seconds": time.perf_counter() - called, "collector_idle_seconds": self._collector_idle}
+            self._collector_idle = 0.0
+        return self._with_lag(batch, lag, idle)
+
+    def _start(self, iteration: int, seed: int) -> None:
+        self._seed, self._episode = seed, iteration
+        self._thread = threading.Thread(target=self._produce, name="collect-bounded", daemon=True)
+        self._thread.start()
+
+    def _next(self) -> Collected:
+        """Wait (holding the condition) for a queued rollout; re-raise the thread's error."""
+        while not self._queue:
+            if self._error is not None:
+                raise self._error
+            self._cond.wait(1.0)
+        return self._queue.popleft()
+
+    def _refuse(self, batch: Collected, version: int, lag: int) -> None:
+        self.refused += 1
+        get_metrics().stale_shards_refused_total.inc()
+        _log.warning("train.staleness_mode=bounded: refused a rollout of policy version %d: %d versions behind "
+                     "the learner's %d > train.staleness %d", batch.rollout.policy_version, lag, version,
+                     self.staleness)
+
+    def _with_lag(self, batch: Collected, lag: int, idle: dict[str, float]) -> Collected:
+        self._transitions += batch.rollout.rewards.size
+        self._fresh += batch.rollout.rewards.size if lag == 0 else 0
+        record_lag(lag, self._fresh / self._transitions, **idle)
+        return Collected(batch.rollout, {**batch.scalars, **idle, "behaviour_version": float(batch.rollout.policy_version),
+                                         "policy_lag_versions": float(lag), "sample_freshness": float(lag == 0),
+                                         "stale_rollouts_refused": float(self.refused)})
+
+    # ------------------------------------------------------------------ collection thread
+    def ahead(self) -> int:
+        """Updates the next rollout would wait for when trained: those queued, and the
+        one the learner trains now."""
+        return len(self._queue) + int(self._training)
+
+    def _produce(self) -> None:
+        try:
+            while self._wait_for_room():
+                paused = self.breaker.wait(self._weights_lag)
+                got = self.newest()
+                assert got is not None, "the learner publishes its weights before the first collection"
+                self.history.put(*got)
+                batch = self.inner.collect(self._episode, self._seed, got[0], _all_skus)
+                with self._cond:
+                    self._collector_idle += paused
+                    self._queue.append(batch)
+                    self._episode += 1
+                    self._cond.notify_all()
+        except BaseException as exc:  # raised in the learner's thread by collect()
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def _wait_for_room(self) -> bool:
+        """Wait while a rollout collected now would lag more than `staleness` when trained;
+        False once closed."""
+        began = time.perf_counter()
+        with self._cond:
+            while not self._stop and self.ahead() > self.staleness:
+                self._cond.wait(1.0)
+            self._collector_idle += time.perf_counter() - began
+            return not self._stop
+
+    def _weights_lag(self) -> int | None:
+        """Versions the newest weights the collectors can get lag the learner's."""
+        learner, got = self.learner_version(), self.newest()
+        return None if learner is None or got is None else learner - got[0]
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        self.inner.close()
+
+
+def bounded(train: Any, latest: Any, local: Callable[[Any], Collectors],
+            learner_version: Callable[[], int | None] | None = None) -> BoundedStaleness:
+    """BoundedStaleness over `local(history)`, the newest weights from `latest` (the
+    learner's in-process publisher)."""
+    history = WeightHistory(2, None, keep_back=0)
+    breaker = CircuitBreaker(max_lag_of(train), who="collection thread")
+    return BoundedStaleness(local(history), latest.latest, history, train.staleness, breaker, learner_version)
