@@ -199,21 +199,3 @@ def record_lag(lag: int, freshness: float, *, learner_idle_seconds: float, colle
     m.sample_freshness.set(freshness)
     m.learner_idle_seconds_total.inc(learner_idle_seconds)
     m.collector_idle_seconds_total.inc(collector_idle_seconds)
-
-
-def with_staleness(train: Any, latest: Any, run_dir: Path, local: Callable[[Any], Collectors],
-                   sample_at: SampleAt | None = None) -> Collectors:
-    """The run's collectors: `local(latest)` at train.staleness 0 (the sync barrier), else
-    FixedStaleness over `local(history)` (`sample_at`: the learner's SKU sample of a given
-    iteration, for collecting ahead under ppo.sample_skus), or BoundedStaleness
-    (collect/bounded.py) under staleness_mode=bounded."""
-    n = train.staleness
-    if n == 0:
-        return local(latest)
-    if train.staleness_mode == "bounded":
-        from skurl.collect.bounded import bounded
-
-        return bounded(train, latest, local)
-    history = WeightHistory(n + 1, run_dir / HISTORY_DIR, keep_back=n + train.keep_checkpoints * train.checkpoint_every)
-    return FixedStaleness(local(history), latest, history, n, ahead=train.collect_ahead, iterations=train.iterations,
-                          sample_at=sample_at)

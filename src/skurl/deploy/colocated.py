@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from skurl.collect.collectors import Collectors, LocalCollectors
-from skurl.collect.staleness import with_staleness
+from skurl.collect.near_policy import with_staleness
 from skurl.config import Config, load_config
 from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file

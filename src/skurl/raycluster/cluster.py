@@ -92,7 +92,7 @@ class RayCluster:
         return self.slot_weights
 
     def collectors(self, trainer: Any) -> Any:
-        from skurl.collect.staleness import with_staleness
+        from skurl.collect.near_policy import with_staleness
 
         self.core, self.model, self.timer = trainer.core, trainer.model, trainer.core.timer
         self.resumed_from = trainer.learner.iteration if trainer.resumed else None

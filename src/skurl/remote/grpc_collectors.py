@@ -23,7 +23,7 @@ from skurl.buffer.assemble import ShardAssembly, sample_mask
 from skurl.buffer.rollout import Rollout
 from skurl.collect.collectors import Collected
 from skurl.collect.lost_share import judge_loss
-from skurl.collect.staleness import with_staleness
+from skurl.collect.near_policy import with_staleness
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.remote.collect_report import CollectReport, report_scalars, rollout_scalars
