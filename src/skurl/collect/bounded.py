@@ -58,6 +58,11 @@ class BoundedStaleness:
         self._episode = 0
         self._collector_idle = 0.0  # since the last call
         self._fresh, self._transitions, self.refused = 0, 0, 0
+        # A durable queue's hooks (remote/shard_stream.py): what a restart hands back first
+        # (rollouts and the next episode number), and each rollout trained or refused.
+        self.recover: Callable[[int], tuple[list[Collected], int]] = lambda iteration: ([], iteration)
+        self.on_take: list[Callable[[Collected], None]] = []
+        self.on_refuse: list[Callable[[Collected], None]] = []
 
     # ------------------------------------------------------------------ learner side
     def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
@@ -71,9 +76,11 @@ class BoundedStaleness:
             while True:
                 batch = self._next()
                 lag = version - batch.rollout.policy_version
-                if lag <= self.staleness:
+                if 0 <= lag <= self.staleness:
                     break
                 self._refuse(batch, version, lag)
+            for hook in self.on_take:
+                hook(batch)
             self._training = True
             self._cond.notify_all()
             idle = {"learner_idle_seconds": time.perf_counter() - called, "collector_idle_seconds": self._collector_idle}
@@ -81,7 +88,9 @@ class BoundedStaleness:
         return self._with_lag(batch, lag, idle)
 
     def _start(self, iteration: int, seed: int) -> None:
-        self._seed, self._episode = seed, iteration
+        recovered, self._episode = self.recover(iteration)
+        self._seed = seed
+        self._queue.extend(recovered)
         self._thread = threading.Thread(target=self._produce, name="collect-bounded", daemon=True)
         self._thread.start()
 
@@ -96,9 +105,15 @@ class BoundedStaleness:
     def _refuse(self, batch: Collected, version: int, lag: int) -> None:
         self.refused += 1
         get_metrics().stale_shards_refused_total.inc()
-        _log.warning("train.staleness_mode=bounded: refused a rollout of policy version %d: %d versions behind "
-                     "the learner's %d > train.staleness %d", batch.rollout.policy_version, lag, version,
-                     self.staleness)
+        if lag < 0:  # read back after a restart: its weights were lost with the crashed learner
+            _log.warning("train.staleness_mode=bounded: refused a rollout of policy version %d: newer than "
+                         "the learner's %d (weights it no longer has)", batch.rollout.policy_version, version)
+        else:
+            _log.warning("train.staleness_mode=bounded: refused a rollout of policy version %d: %d versions "
+                         "behind the learner's %d > train.staleness %d", batch.rollout.policy_version, lag,
+                         version, self.staleness)
+        for hook in self.on_refuse:
+            hook(batch)
 
     def _with_lag(self, batch: Collected, lag: int, idle: dict[str, float]) -> Collected:
         self._transitions += batch.rollout.rewards.size
@@ -106,6 +121,7 @@ class BoundedStaleness:
         record_lag(lag, self._fresh / self._transitions, **idle)
         return Collected(batch.rollout, {**batch.scalars, **idle, "behaviour_version": float(batch.rollout.policy_version),
                                          "policy_lag_versions": float(lag), "sample_freshness": float(lag == 0),
+                                         "behaviour_episode": float(getattr(batch.rollout, "episode", -1)),
                                          "stale_rollouts_refused": float(self.refused)})
 
     # ------------------------------------------------------------------ collection thread

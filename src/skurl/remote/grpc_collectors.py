@@ -28,6 +28,7 @@ from skurl.config import Config
 from skurl.errors import UserError
 from skurl.remote.collect_report import CollectReport, report_scalars, rollout_scalars
 from skurl.remote.shard_envs import business_from_totals
+from skurl.remote.shard_stream import CONSUMER, StreamShares, open_stream, uses_stream
 from skurl.rpc.collector_client import CollectorClient
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
 from skurl.store import CorruptShardError, ShardManifest
@@ -279,6 +280,18 @@ class GrpcCollectors:
             return f"is damaged ({exc.reason})"
         return self.assembly.unpack(arrays)
 
+    def stored_rollout(self, episode: int, version: int) -> Collected | None:
+        """Episode `episode` of learner version `version` from the shards in the store
+        (bounded staleness after a restart: remote/shard_stream.py); None unless every
+        collector's shard is there and verifies."""
+        self.version, self.seed, self.assembly.chosen = version, self.cfg.train.seed, None
+        report = CollectReport()
+        shares = self._read_shares(episode, list(self.clients), report, quiet=True)
+        if len(shares) < len(self.clients):
+            return None
+        rollout, scalars = self._assemble(episode, shares, report)
+        return Collected(rollout, {**scalars, **report_scalars(report, self.weights.publish_unix)})
+
     def _stored_shares(self, it: int, report: CollectReport) -> dict[str, tuple[ShardManifest, dict]]:
         """After a restart: the interrupted iteration's shards already in the store."""
         shares = self._read_shares(it, list(self.clients), CollectReport(), quiet=True)
@@ -365,6 +378,7 @@ class Driven:
     def __init__(self, addresses: Sequence[str], backend: Any, store: Any) -> None:
         self.addresses, self.backend, self.store = addresses, backend, store
         self.grpc: GrpcCollectors | None = None
+        self.stream: Any = None  # the run's shard stream (bounded staleness, weights through Redis)
 
     def weights(self, trainer: Any) -> Any:
         self.grpc = driven_collectors(trainer, self.addresses, self.backend, self.store,
@@ -386,8 +400,16 @@ class Driven:
             grpc_collectors.weights_of = lambda: history.wait_for(grpc_collectors.version, timeout=60.0)[1]
             return grpc_collectors
 
-        return with_staleness(t, trainer.weights, trainer.run_dir, from_history, trainer.learner.sample_index)
+        collectors = with_staleness(t, trainer.weights, trainer.run_dir, from_history, trainer.learner.sample_index)
+        if uses_stream(trainer.cfg):  # shards announced on the run's Redis Stream
+            self.stream = open_stream(trainer.cfg, trainer.run_dir.name, CONSUMER)
+            shares = StreamShares(self.stream, grpc_collectors, trainer.run_dir, trainer.learner.iteration,
+                                  resumed=trainer.resumed)
+            return shares.attach(collectors, trainer)
+        return collectors
 
     def close(self) -> None:
         if self.grpc is not None:
             self.grpc.close()
+        if self.stream is not None:
+            self.stream.close()

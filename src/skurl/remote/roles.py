@@ -63,6 +63,7 @@ class RoleCollectorServicer(CollectorServicer):
         self._received: dict[int, float] = {}  # version -> unix time it was offered
         self._barrier_wait = 0.0
         self._center_sha = ""  # the cover grid's tuned centre in use (remote/remote_grid.py)
+        self.announce: Any = None  # the run's shard stream (remote/shard_stream.py), where used
 
     def _prepare(self, request: Any) -> None:
         """Centre the cover grid on the blob the request names, once per centre."""
@@ -110,6 +111,8 @@ class RoleCollectorServicer(CollectorServicer):
                 "host": socket.gethostname()}
         manifest = self._store.put_shard(iteration, self.collector_id, packed_arrays(rollout),
                                          meta)
+        if self.announce is not None:  # stored first: an entry always names a shard that is there
+            self.announce.put(manifest)
         m = get_metrics()
         m.collector_episodes_total.inc()
         m.collector_episode_duration_seconds.observe(stats.seconds)
@@ -186,6 +189,7 @@ class CollectorProcess:
         from skurl.policy.nets import ActorCritic
         from skurl.remote.remote_grid import needs_raw
         from skurl.remote.shard_envs import assign_shards, collector_env
+        from skurl.remote.shard_stream import open_stream, uses_stream
         from skurl.rpc.feature_delta import warm_up as warm_up_delta
         from skurl.store import open_store
         from skurl.telemetry.metrics import serve_metrics
@@ -216,6 +220,9 @@ class CollectorProcess:
                                   catalog=_catalog_rows(cfg, env) if needs_raw(cfg) else None)
             self.servicer = RoleCollectorServicer(collector_id, collector, env, cfg,
                                                   open_store(cfg.store), run_name, shard_envs)
+            if uses_stream(cfg):  # bounded staleness: each stored shard announced on the run's stream
+                self.servicer.announce = open_stream(cfg, run_name, collector_id)
+                self._closers.append(self.servicer.announce)
             self.server = CollectorServer(self.servicer, cfg.rpc, host, port)
             self._closers.append(self.server)
             self.follower = WeightFollower(open_subscriber(cfg, model.state_dict()),

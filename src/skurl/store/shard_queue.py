@@ -174,6 +174,10 @@ class Ledger:
         if late:
             self.skipped += self.queue.ack(late)
 
+    def waiting(self) -> dict[int, list[QueueEntry]]:
+        """Entries read and not taken yet, by manifest iteration (a bounded run's episode)."""
+        return {it: [e for es in by.values() for e in es] for it, by in sorted(self._waiting.items())}
+
     def ready(self, iteration: int) -> int:
         """Distinct shards of `iteration` read so far."""
         return len(self._waiting.get(iteration, {}))

@@ -121,6 +121,13 @@ class RedisShardQueue:
         self._ensure_group()
         self._cursor = "0-0"
 
+    def clear(self) -> None:
+        """Delete the stream and recreate the group: a new run under a name used before
+        must not read the old run's entries."""
+        self._call(lambda: self.client.delete(self.stream))
+        self._call(self._ensure_group)
+        self._cursor = "0-0"
+
     def put(self, manifest: ShardManifest) -> str:
         return _text(self._call(lambda: self.client.xadd(self.stream, encode_entry(manifest))))
 

@@ -100,6 +100,7 @@ class Trainer:
         self.cfg, self.parts, self.stream, self.resumed = cfg, parts, stream, resume
         self._collectors: Collectors | None = None
         self.metrics_url: str | None = None  # this process's /metrics, where a mode serves one
+        self.before_checkpoint: list[Callable[[int], None]] = []  # before each checkpoint (its iteration)
         self.on_checkpoint: list[Callable[[int], None]] = []  # after each saved checkpoint
         self.evaluations_due: list[Callable[[int], bool]] = []  # extra evaluations (catalog change)
         try:
@@ -226,6 +227,8 @@ class Trainer:
         being evaluated)."""
         if not _due(it, self.cfg.train.checkpoint_every, self.cfg.train.iterations):
             return False
+        for hook in self.before_checkpoint:
+            hook(self.learner.iteration)
         save_checkpoint(self.run_dir, self.learner, keep=self.cfg.train.keep_checkpoints)
         for hook in self.on_checkpoint:
             hook(it)
