@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--port", type=int, default=0, help="CollectorService port (0 = any free port)")
     c.add_argument("--metrics-port", type=int, default=None,
                    help="Prometheus /metrics port (default deploy.metrics_base_port; 0 = any free port)")
-    c.add_argument("--run", default="skurl", help="run name in the business metrics' labels")
+    c.add_argument("--run", default="skurl", help="the run's name: the business metrics' label, and under bounded staleness the shard stream rl:shards:RUN (the learner's run directory name)")
     c.set_defaults(func=as_role("collector", _collector))
 
     learner = sub.add_parser("learner", help="run the learner (decoupled mode) over running "

@@ -62,6 +62,7 @@ class StreamShares:
         if not resumed:  # a fresh start: entries of an earlier run of this name are not ours
             queue.clear()
         self.ledger = Ledger(queue, trained_ids=trained_ids(run_dir, iteration) if resumed else ())
+        self._warned = False
 
     def attach(self, bounded: BoundedStaleness, trainer: Any) -> BoundedStaleness:
         bounded.recover = self.recover
@@ -78,7 +79,11 @@ class StreamShares:
 
     def took(self, batch: Collected) -> None:
         self._read_all()
-        self.ledger.take(int(batch.rollout.episode))
+        if not self.ledger.take(int(batch.rollout.episode)) and not self._warned:
+            self._warned = True  # trained all the same; only a restart cannot read it back
+            log.warning("shard queue %s: no shard of episode %d was announced on it: collectors started "
+                        "alone need `skurl collector --run %s` (the learner's run directory name)",
+                        self.queue.stream, int(batch.rollout.episode), self.run_dir.name)
 
     def refused(self, batch: Collected) -> None:
         """A refused rollout is done with: its entries are acked untrained."""

@@ -259,7 +259,7 @@ class InProcessRoles:
     """Sim servers and collectors as servers inside this process (tests, debugging): the
     same servicers and clients as the processes above, without their start-up cost."""
 
-    def __init__(self, cfg: Config, weights_address: str | None = None) -> None:
+    def __init__(self, cfg: Config, weights_address: str | None = None, run_name: str = "skurl") -> None:
         from skurl.catalog import load_catalog
         from skurl.remote.roles import CollectorProcess
         from skurl.rpc.env_server import serve_shards
@@ -273,7 +273,7 @@ class InProcessRoles:
                 d, sim_addresses=[s.address for s in self.sims],
                 weights_address=weights_address or ""))
             for j in range(d.collectors):
-                self.collectors.append(CollectorProcess(self.cfg, f"c{j}", j, d.collectors))
+                self.collectors.append(CollectorProcess(self.cfg, f"c{j}", j, d.collectors, run_name=run_name))
         except BaseException:
             self.close()
             raise
