@@ -6,8 +6,10 @@ parsers reject), so a figure that does not exist (the standard error of one draw
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,3 +29,12 @@ def json_ready(value: Any, where: str = "value") -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise TypeError(f"{where}: not JSON-serializable ({type(value).__name__})")
+
+
+def read_json_or_none(path: Path) -> Any:
+    """The JSON in `path`, or None when absent or unreadable (a cache or marker file that
+    is simply redone without it)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

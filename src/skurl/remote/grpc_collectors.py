@@ -151,10 +151,14 @@ class GrpcCollectors:
         return max((v for v in held if v is not None), default=-1) + 1
 
     def close(self) -> None:
+        """Idempotent: the loop closes its collectors and then the mode's parts, which own
+        these too (Driven)."""
         for client in self.clients.values():
             client.close()
+        self.clients = {}
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+            self._pool = None
 
     # ------------------------------------------------------------------ collection
     def _collect_shares(self, it: int, ids: list[str],

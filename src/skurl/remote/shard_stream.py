@@ -24,6 +24,8 @@ from typing import Any
 from skurl import atomic
 from skurl.collect.bounded import BoundedStaleness
 from skurl.collect.collectors import Collected
+from skurl.errors import UserError
+from skurl.json_ready import read_json_or_none
 from skurl.store.shard_queue import Ledger, QueueEntry
 
 log = logging.getLogger(__name__)
@@ -51,7 +53,14 @@ def _trained_file(run_dir: Path, iteration: int) -> Path:
 def trained_ids(run_dir: Path, iteration: int) -> list[str]:
     """The entries the checkpoint of `iteration` holds but had not acked ([] when none)."""
     path = _trained_file(run_dir, iteration)
-    return list(json.loads(path.read_text())["ids"]) if path.is_file() else []
+    if not path.is_file():
+        return []
+    found = read_json_or_none(path)
+    ids = found.get("ids") if isinstance(found, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise UserError(f"{path}: damaged; expected {{\"ids\": [stream entry ids]}} (the entries checkpoint "
+                        f"{iteration} holds); resume from another checkpoint or delete the run's stream")
+    return ids
 
 
 class StreamShares:

@@ -8,13 +8,13 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from skurl import atomic
 from skurl.catalog import Catalog
 from skurl.collect.evaluate import EvalResult, eval_subset, evaluate, make_env
 from skurl.config import Config
+from skurl.json_ready import read_json_or_none
 from skurl.learn.checkpoint import model_state
 from skurl.policy.learned import LearnedPolicy
 from skurl.policy.nets import ActorCritic
@@ -117,7 +117,7 @@ class Evaluator:
             return
         path = self.run_dir / BASELINE_FILE
         key = baseline_key(self.catalog, self.cfg)
-        cached = _read_json(path)
+        cached = read_json_or_none(path)
         if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("result"), dict):
             self.baseline = cached["result"]
             return
@@ -136,14 +136,6 @@ class Evaluator:
 def baseline_key(catalog: Catalog, cfg: Config) -> str:
     settings = json.dumps([BASELINE, dataclasses.asdict(cfg.sim), dataclasses.asdict(cfg.eval)], sort_keys=True)
     return hashlib.sha256((catalog_digest(catalog) + settings).encode()).hexdigest()
-
-
-def _read_json(path: Path) -> Any:
-    """The JSON in `path`, or None when absent or unreadable."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def policy_result(result: EvalResult, catalog: Catalog) -> dict[str, Any]:

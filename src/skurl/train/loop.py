@@ -18,6 +18,7 @@ from skurl import atomic
 from skurl.collect.collectors import Collectors
 from skurl.collect.staleness import refuse_unbuilt
 from skurl.config import Config, config_to_dict
+from skurl.json_ready import read_json_or_none
 from skurl.learn.checkpoint import no_checkpoint_error, restore_latest, save_checkpoint
 from skurl.learn.learner import Learner
 from skurl.policy.learned import CONFIG_FILE
@@ -28,7 +29,7 @@ from skurl.telemetry.metrics import get_metrics
 from skurl.telemetry.progress import Progress
 from skurl.telemetry.report import forget_evaluations_from, write_report
 from skurl.train.core import RunCore, build_core, save_env_spec, set_threads
-from skurl.train.evaluation import TRAINED, Evaluator, _read_json
+from skurl.train.evaluation import TRAINED, Evaluator
 from skurl.train.warm_start import warm_start
 
 MODE_FILE = "mode.json"  # the --mode a run was started in: --resume continues in it
@@ -46,7 +47,7 @@ class TrainResult:
 
 def recorded_mode(run_dir: str | Path) -> str | None:
     """The --mode `run_dir` was started in (None for a run that did not record it)."""
-    found = _read_json(Path(run_dir) / MODE_FILE)
+    found = read_json_or_none(Path(run_dir) / MODE_FILE)
     mode = found.get("mode") if isinstance(found, dict) else None
     return mode if mode in MODES else None
 
