@@ -11,6 +11,7 @@ import pytest
 from test_decoupled import Delegating, assert_same_training, tiny
 
 from skurl.deploy import colocated, decoupled
+from skurl.remote.supervisor import InProcessRoles
 from skurl.store import open_store
 from skurl.telemetry.logger import read_metrics
 from skurl.train.loop import recorded_mode
@@ -30,11 +31,29 @@ class DiesAfterCollecting(Delegating):
         return batch
 
 
+def launched(cfg: Any, run_dir: Path, *, resume: bool = False, wrap: Any = None) -> Any:
+    """The run as `skurl train --mode decoupled` launches it: server processes."""
+    if resume:
+        return decoupled.resume(run_dir, baseline=False)
+    return decoupled.train(cfg, run_dir, baseline=False, wrap=wrap)
+
+
+def in_process(cfg: Any, run_dir: Path, *, resume: bool = False, wrap: Any = None) -> Any:
+    """The same servers inside this process (InProcessRoles): no start-up cost."""
+    roles = InProcessRoles(cfg, run_name=run_dir.name)
+    try:
+        return decoupled.run_with_collectors(roles.cfg, run_dir, roles.collector_addresses, resume=resume,
+                                             baseline=False, wrap=wrap)
+    finally:
+        roles.close()
+
+
 # With ppo.sample_skus the stored shards hold the obs of the learner's sample only.
-@pytest.mark.parametrize("sample", [[], ["ppo.sample_skus=100"]], ids=["all", "sampled"])
+@pytest.mark.parametrize(("sample", "run"), [([], launched), (["ppo.sample_skus=100"], in_process)],
+                         ids=["all", "sampled"])
 def test_resumed_learner_trains_on_the_interrupted_iterations_stored_shards(
         tmp_path: Path, redis_url: str, s3_endpoint: str, s3_credentials: None,
-        unique_name: str, sample: list[str]) -> None:
+        unique_name: str, sample: list[str], run: Any) -> None:
     reference = tmp_path / "colocated"
     colocated.train(tiny(*sample), reference, baseline=False)
     cfg = tiny("sync.backend=redis", f"sync.redis_url={redis_url}", f"sync.key={unique_name}",
@@ -42,12 +61,12 @@ def test_resumed_learner_trains_on_the_interrupted_iterations_stored_shards(
                "store.create_bucket=true", *sample)
     run_dir = tmp_path / "decoupled"
     with pytest.raises(LearnerDied):
-        decoupled.train(cfg, run_dir, baseline=False, wrap=DiesAfterCollecting)
+        run(cfg, run_dir, wrap=DiesAfterCollecting)
     store = open_store(cfg.store)
     assert [m.collector_id for m in store.list_shards(1)] == ["c0", "c1"]
     assert store.iterations() == [1]  # iteration 0's shards went with its checkpoint
 
-    result = decoupled.resume(run_dir, baseline=False)
+    result = run(cfg, run_dir, resume=True)
     assert result.iterations == 3
     logs = read_metrics(run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in logs] == [0, 1, 2]

@@ -1,5 +1,5 @@
 """Fixed staleness (train.staleness = N, collect/staleness.py) in every mode: iteration k is
-collected with exactly version max(0, k - N), so decoupled (gRPC collector processes, the
+collected with exactly version max(0, k - N), so decoupled (gRPC collectors, the
 behaviour version published to the wire from the weight history) and ray (the behaviour
 version put into the Ray weight slot) train bit for bit as colocated does. Bounded
 staleness (collect/bounded.py) runs in both: no update trains a rollout more than N behind."""
@@ -13,6 +13,7 @@ import torch
 from test_decoupled import assert_same_training, tiny
 
 from skurl.deploy import colocated, decoupled
+from skurl.remote.supervisor import InProcessRoles
 from skurl.telemetry.logger import read_metrics
 
 
@@ -31,10 +32,14 @@ def assert_bounded(run_dir: Path, n: int, iterations: int) -> None:
 
 
 @pytest.mark.slow
-def test_decoupled_fixed_staleness_equals_colocated(tmp_path: Path) -> None:
-    cfg = tiny("sync.backend=grpc", "train.staleness=1")
+def test_decoupled_fixed_staleness_equals_colocated(tmp_path: Path, redis_url: str, unique_name: str) -> None:
+    cfg = tiny("sync.backend=redis", f"sync.redis_url={redis_url}", f"sync.key={unique_name}", "train.staleness=1")
     colocated.train(cfg, tmp_path / "colocated", baseline=False)
-    decoupled.train(cfg, tmp_path / "decoupled", baseline=False)
+    roles = InProcessRoles(cfg)  # collectors as servers in this process: the same gRPC services
+    try:
+        decoupled.run_with_collectors(roles.cfg, tmp_path / "decoupled", roles.collector_addresses, baseline=False)
+    finally:
+        roles.close()
     assert behaviour_versions(tmp_path / "decoupled") == [0, 0, 1]  # max(0, k - 1), no warm start
     assert_same_training(tmp_path / "colocated", tmp_path / "decoupled")
 
