@@ -64,7 +64,7 @@ def bounded(n: int, weights: InProcWeights, inner: Any = None, breaker: CircuitB
     history = WeightHistory(2, None, keep_back=0)
     inner = inner or Recording(history)
     inner.history = history
-    return BoundedStaleness(inner, weights.latest, history, n, breaker or CircuitBreaker(n, poll_s=0.01),
+    return BoundedStaleness(inner, weights, history, n, breaker or CircuitBreaker(n, poll_s=0.01),
                             learner_version), inner
 
 

@@ -22,11 +22,10 @@ from typing import Any
 
 from skurl.collect.breaker import CircuitBreaker, max_lag_of
 from skurl.collect.collectors import Collected, Collectors, SampleIndex
-from skurl.collect.staleness import WeightHistory, record_lag
+from skurl.collect.staleness import LagFigures, WeightHistory
 from skurl.telemetry.metrics import get_metrics
 
 _log = logging.getLogger(__name__)
-Newest = Callable[[], "tuple[int, Any] | None"]  # the newest published (version, tensors)
 
 
 def _all_skus(n: int) -> None:
@@ -38,16 +37,17 @@ def _all_skus(n: int) -> None:
 class BoundedStaleness:
     """Collectors whose rollouts come from a thread that runs ahead of the learner.
 
-    `inner` reads the weights from `history`, into which the thread puts `newest()` before
-    each collection; `learner_version()` is the learner's newest version (the breaker's
+    `inner` reads the weights from `history`, into which the thread puts the newest ones on
+    `latest` (the learner's publisher: `latest()`, `latest_version()`) before each
+    collection; `learner_version()` is the learner's newest version (the breaker's
     reference; by default the newest published one). Episodes are numbered on from the
     first call's iteration, one per collection (refused ones included)."""
 
-    def __init__(self, inner: Collectors, newest: Newest, history: WeightHistory, staleness: int,
+    def __init__(self, inner: Collectors, latest: Any, history: WeightHistory, staleness: int,
                  breaker: CircuitBreaker, learner_version: Callable[[], int | None] | None = None) -> None:
-        self.inner, self.newest, self.history, self.staleness = inner, newest, history, staleness
+        self.inner, self.latest, self.history, self.staleness = inner, latest, history, staleness
         self.breaker = breaker
-        self.learner_version = learner_version or (lambda: None if (got := newest()) is None else got[0])
+        self.learner_version = learner_version or latest.latest_version
         self._queue: deque[Collected] = deque()
         self._cond = threading.Condition()
         self._training = False  # the learner holds a rollout (between two collect calls)
@@ -57,7 +57,7 @@ class BoundedStaleness:
         self._seed = 0
         self._episode = 0
         self._collector_idle = 0.0  # since the last call
-        self._fresh, self._transitions, self.refused = 0, 0, 0
+        self.lag_figures, self.refused = LagFigures(), 0
         # A durable queue's hooks (remote/shard_stream.py): what a restart hands back first
         # (rollouts and the next episode number), and each rollout trained or refused.
         self.recover: Callable[[int], tuple[list[Collected], int]] = lambda iteration: ([], iteration)
@@ -116,13 +116,10 @@ class BoundedStaleness:
             hook(batch)
 
     def _with_lag(self, batch: Collected, lag: int, idle: dict[str, float]) -> Collected:
-        self._transitions += batch.rollout.rewards.size
-        self._fresh += batch.rollout.rewards.size if lag == 0 else 0
-        record_lag(lag, self._fresh / self._transitions, **idle)
-        return Collected(batch.rollout, {**batch.scalars, **idle, "behaviour_version": float(batch.rollout.policy_version),
-                                         "policy_lag_versions": float(lag), "sample_freshness": float(lag == 0),
-                                         "behaviour_episode": float(getattr(batch.rollout, "episode", -1)),
-                                         "stale_rollouts_refused": float(self.refused)})
+        out = self.lag_figures.add(batch, lag, batch.rollout.policy_version, idle)
+        out.scalars.update(behaviour_episode=float(getattr(batch.rollout, "episode", -1)),
+                           stale_rollouts_refused=float(self.refused))
+        return out
 
     # ------------------------------------------------------------------ collection thread
     def ahead(self) -> int:
@@ -134,7 +131,7 @@ class BoundedStaleness:
         try:
             while self._wait_for_room():
                 paused = self.breaker.wait(self._weights_lag)
-                got = self.newest()
+                got = self.latest.latest()
                 assert got is not None, "the learner publishes its weights before the first collection"
                 self.history.put(*got)
                 batch = self.inner.collect(self._episode, self._seed, got[0], _all_skus)
@@ -160,8 +157,8 @@ class BoundedStaleness:
 
     def _weights_lag(self) -> int | None:
         """Versions the newest weights the collectors can get lag the learner's."""
-        learner, got = self.learner_version(), self.newest()
-        return None if learner is None or got is None else learner - got[0]
+        learner, newest = self.learner_version(), self.latest.latest_version()
+        return None if learner is None or newest is None else learner - newest
 
     def close(self) -> None:
         with self._cond:
@@ -172,10 +169,9 @@ class BoundedStaleness:
         self.inner.close()
 
 
-def bounded(train: Any, latest: Any, local: Callable[[Any], Collectors],
-            learner_version: Callable[[], int | None] | None = None) -> BoundedStaleness:
+def bounded(train: Any, latest: Any, local: Callable[[Any], Collectors]) -> BoundedStaleness:
     """BoundedStaleness over `local(history)`, the newest weights from `latest` (the
     learner's in-process publisher)."""
     history = WeightHistory(2, None, keep_back=0)
     breaker = CircuitBreaker(max_lag_of(train), who="collection thread")
-    return BoundedStaleness(local(history), latest.latest, history, train.staleness, breaker, learner_version)
+    return BoundedStaleness(local(history), latest, history, train.staleness, breaker)

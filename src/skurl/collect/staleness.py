@@ -112,7 +112,7 @@ class FixedStaleness:
         self._pending: tuple[tuple[int, int, int], Future[Collected], list[Any]] | None = None
         self._finished: float | None = None  # when the last collection ended
         self._collector_idle = 0.0  # since the last call
-        self._fresh, self._transitions = 0, 0  # this process's, for sample_freshness
+        self.lag_figures = LagFigures()
         self._first = True
 
     def behaviour_version(self, iteration: int, version: int) -> int:
@@ -173,12 +173,7 @@ class FixedStaleness:
             self._finished = time.perf_counter()
 
     def _with_lag(self, batch: Collected, version: int, behaviour: int, idle: dict[str, float]) -> Collected:
-        lag = version - batch.rollout.policy_version
-        self._transitions += batch.rollout.rewards.size
-        self._fresh += batch.rollout.rewards.size if lag == 0 else 0
-        record_lag(lag, self._fresh / self._transitions, **idle)
-        return Collected(batch.rollout, {**batch.scalars, **idle, "behaviour_version": float(behaviour),
-                                         "policy_lag_versions": float(lag), "sample_freshness": float(lag == 0)})
+        return self.lag_figures.add(batch, version - batch.rollout.policy_version, behaviour, idle)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -190,6 +185,21 @@ class FixedStaleness:
 
 def _same_index(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+
+
+class LagFigures:
+    """The lag figures of each trained rollout (both staleness modes): the record's scalars
+    and Prometheus, with this process's share of fresh transitions so far."""
+
+    def __init__(self) -> None:
+        self.fresh, self.transitions = 0, 0
+
+    def add(self, batch: Collected, lag: int, behaviour: int, idle: dict[str, float]) -> Collected:
+        self.transitions += batch.rollout.rewards.size
+        self.fresh += batch.rollout.rewards.size if lag == 0 else 0
+        record_lag(lag, self.fresh / self.transitions, **idle)
+        return Collected(batch.rollout, {**batch.scalars, **idle, "behaviour_version": float(behaviour),
+                                         "policy_lag_versions": float(lag), "sample_freshness": float(lag == 0)})
 
 
 def record_lag(lag: int, freshness: float, *, learner_idle_seconds: float, collector_idle_seconds: float) -> None:

@@ -97,8 +97,7 @@ class StreamShares:
     def refused(self, batch: Collected) -> None:
         """A refused rollout is done with: its entries are acked untrained."""
         self._read_all()
-        self.ledger.take(int(batch.rollout.episode))
-        self.ledger.commit_all()
+        self.ledger.drop(int(batch.rollout.episode))
 
     def before_checkpoint(self, iteration: int) -> None:
         """Record what the checkpoint about to be saved holds but has not acked."""
@@ -118,8 +117,7 @@ class StreamShares:
         for episode, entries in waiting.items():
             batch = self._stored(episode, entries)
             if batch is None:  # incomplete or unreadable: collected again under a new number
-                self.ledger.take(episode)
-                self.ledger.commit_all()
+                self.ledger.drop(episode)
             else:
                 out.append(batch)
         if out:

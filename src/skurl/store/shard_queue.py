@@ -189,6 +189,12 @@ class Ledger:
             self._trained.extend(entries)
         return [entries[-1].manifest for _, entries in sorted(by_collector.items())]
 
+    def drop(self, iteration: int) -> int:
+        """Ack the entries of `iteration` untrained (refused or unreadable); entries trained
+        by updates not checkpointed yet stay pending."""
+        entries = [e.id for es in self._waiting.pop(iteration, {}).values() for e in es]
+        return self._ack(entries) if entries else 0
+
     def take_oldest(self, count: int, min_version: int = 0) -> list[ShardManifest]:
         """Bounded mode: up to `count` shards, oldest read first, duplicates of a shard with
         it; those of a policy version below `min_version` are refused (acked untrained,
