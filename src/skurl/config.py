@@ -343,9 +343,15 @@ class TrainConfig:
         "0 = train.staleness, else an integer >= train.staleness"
     )
     staleness_correction: Literal["vtrace", "none"] = opt(
-        "vtrace", "targets of stale rollouts: vtrace = V-trace value targets and advantages "
-        "(truncated importance weights, Espeholt et al. 2018); none = plain GAE as if on-policy. "
-        "PPO's ratio is taken against the recorded behaviour log-probs either way"
+        "vtrace", "stale rollouts: vtrace = V-trace value targets and advantages (truncated importance "
+        "weights, Espeholt et al. 2018) and PPO's ratio corrected as train.staleness_clip says; none = "
+        "no correction: GAE and PPO as if the learner's policy had collected them"
+    )
+    staleness_clip: Literal["proximal", "behaviour"] = opt(
+        "proximal", "PPO's ratio on stale rollouts (with staleness_correction=vtrace): proximal = clipped "
+        "around the learner's policy at the update's start, each row weighted by its pi/mu truncated at "
+        "train.vtrace_rho_bar (decoupled PPO, Hilton et al. 2021); behaviour = clipped around the "
+        "recorded behaviour log-probs mu"
     )
     collect_ahead: bool = opt(
         True, "with train.staleness >= 1 (fixed): a background thread collects iteration k + 1 while "

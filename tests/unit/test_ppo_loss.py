@@ -78,3 +78,18 @@ def test_without_the_policy_terms_the_loss_is_the_value_term() -> None:
     assert float(stats["policy_loss"]) != 0.0  # still reported
     loss.backward()
     assert new_logp.grad is None and entropy.grad is None and values.grad is not None
+
+
+def test_weighted_surrogate_by_hand() -> None:
+    # Decoupled PPO: rows weighted by pi_prox/mu. Ratios (vs the proximal policy) 1.5 and 1.0,
+    # advantages 1 and -2, weights 0.5 and 2: objectives 0.5 x 1.2 (clipped) and 2 x -2.
+    old = torch.full((2,), -1.0)
+    new = (old + torch.log(torch.tensor([1.5, 1.0]))).requires_grad_(True)
+    zeros = torch.zeros(2)
+    loss, stats = ppo_loss(new, old, torch.tensor([1.0, -2.0]), zeros, zeros, zeros, CLIP, 0.0, 0.0,
+                           weight=torch.tensor([0.5, 2.0]))
+    loss.backward()
+    assert float(loss.detach()) == pytest.approx(-(0.5 * 1.2 + 2.0 * -2.0) / 2, rel=1e-6)
+    assert new.grad is not None and float(new.grad[0]) == 0.0  # the clipped row
+    assert float(new.grad[1]) == pytest.approx(-(2.0 * -2.0 * 1.0) / 2, rel=1e-6)  # d/dlogp of w r A
+    assert float(stats["clip_frac"]) == 0.5

@@ -142,15 +142,18 @@ def test_stale_rollout_with_pi_equal_mu_gives_the_on_policy_update() -> None:
     assert _same_weights(on, stale)
 
 
-def test_stale_rollout_ratio_is_against_mu_and_needs_no_recorded_values() -> None:
-    learner = Learner(cfg("train.staleness=1"), OBS, ACTIONS, "cpu")
+@pytest.mark.parametrize("clip", ["behaviour", "proximal"])
+def test_stale_rollout_ratio_is_against_mu_and_needs_no_recorded_values(clip: str) -> None:
+    learner = Learner(cfg("train.staleness=1", f"train.staleness_clip={clip}"), OBS, ACTIONS, "cpu")
     rollout = rollout_of(learner)
     rollout.policy_version = learner.version - 1
     rollout.values[:] = np.nan  # train.collect_values=false: V-trace uses the learner's critic
     rollout.bootstrap[:] = np.nan
     rollout.logp[:] -= 0.5  # mu: less likely to take these actions (pi is near the recorded logp)
     stats = learner.update(rollout)
-    assert stats["clip_frac"] > 0.5 and math.isfinite(stats["value_loss"])
+    # Clipped around mu, pi/mu = e^0.5 starts outside the trust region: most rows give no
+    # gradient. Clipped around the policy at the update's start, most start inside it.
+    assert (stats["clip_frac"] > 0.5) == (clip == "behaviour") and math.isfinite(stats["value_loss"])
     assert stats["is_ratio_mean"] == pytest.approx(math.exp(0.5), rel=1e-2) and stats["is_ratio_truncated"] == 1.0
     rollout.logp[0, 0] = np.nan
     rollout.policy_version = learner.version - 1
@@ -168,6 +171,27 @@ def test_correction_none_differs_from_vtrace() -> None:
         return learner
 
     assert not _same_weights(trained(), trained("train.staleness_correction=none"))
+    assert not _same_weights(trained(), trained("train.staleness_clip=behaviour"))
+
+
+def test_proximal_clip_weights_rows_by_truncated_pi_over_mu() -> None:
+    # Decoupled PPO: old_logp is the learner's own (the first minibatch's ratio is 1) and the
+    # weight is min(rho-bar, pi/mu) per row, by hand for mu = pi - 0.5 on half the rows and
+    # pi + 0.5 on the other half.
+    learner = Learner(cfg("train.staleness=1", "train.vtrace_rho_bar=1.2"), OBS, ACTIONS, "cpu")
+    rollout = rollout_of(learner)
+    probe = copy.deepcopy(learner)
+    own, _ = probe._prepare(probe._to_device(rollout), behaviour=True)
+    shift = np.where(np.arange(rollout.logp.size) % 2 == 0, 0.5, -0.5).reshape(rollout.logp.shape)
+    rollout.logp[:] = own.old_logp.reshape(rollout.logp.shape).numpy() - shift
+    rollout.policy_version = learner.version - 1
+    batch, _ = learner._prepare(learner._to_device(rollout), behaviour=False)
+    assert torch.equal(batch.old_logp, own.old_logp)
+    expected = np.minimum(np.exp(shift.reshape(-1)), 1.2)
+    np.testing.assert_allclose(batch.weight.numpy(), expected, rtol=1e-5)
+    none = Learner(cfg("train.staleness=1", "train.staleness_correction=none"), OBS, ACTIONS, "cpu")
+    plain, _ = none._prepare(none._to_device(rollout), behaviour=False)
+    assert plain.weight is None and torch.equal(plain.old_logp, own.old_logp)
 
 
 @pytest.mark.parametrize(("key", "match"), [("train.staleness=-1", "train.staleness"),

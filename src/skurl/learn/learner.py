@@ -90,14 +90,19 @@ class PreparedBatch:
     advantages: torch.Tensor  # normalized
     returns: torch.Tensor
     old_values: torch.Tensor
+    weight: torch.Tensor | None = None  # truncated pi_prox / mu of a stale batch (None: 1)
 
     def take(self, index: torch.Tensor) -> PreparedBatch:
         """The rows `index` of every column (copies)."""
-        return PreparedBatch(*(getattr(self, f.name).index_select(0, index) for f in fields(self)))
+        return PreparedBatch(*(_maybe(getattr(self, f.name), lambda c: c.index_select(0, index)) for f in fields(self)))
 
     def rows(self, start: int, stop: int) -> PreparedBatch:
         """Rows [start, stop) of every column (views)."""
-        return PreparedBatch(*(getattr(self, f.name)[start:stop] for f in fields(self)))
+        return PreparedBatch(*(_maybe(getattr(self, f.name), lambda c: c[start:stop]) for f in fields(self)))
+
+
+def _maybe(column: torch.Tensor | None, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
+    return None if column is None else op(column)
 
 
 Forward = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -122,7 +127,7 @@ def ppo_minibatch_loss(forward: Forward, mb: PreparedBatch, clip: float, vf_coef
     new_logp = logp_all.gather(-1, mb.actions.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return ppo_loss(new_logp, mb.old_logp, mb.advantages, values, mb.returns, entropy, clip, vf_coef, ent_coef,
-                    train_policy)
+                    train_policy, mb.weight)
 
 
 def recorded_behaviour(data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -280,11 +285,12 @@ class Learner:
             self.preserve_obs_norm(before)
         norm_obs = torch.cat([self.model.normalize(c) for c in obs.split(EVAL_ROWS)])
         log_ratio = None  # log pi/mu of a stale rollout's actions under train.staleness > 0
+        weight = None
         if behaviour or self.cfg.train.staleness > 0:  # recomputed: bf16 collectors cannot bias the ratio
             old_logp, values = self._logp_values(norm_obs, actions)
             bootstrap = self._values(self.model.normalize(data[Columns.LAST_OBS]))
-            if not behaviour:  # near-on-policy: the ratio is against the policy that collected
-                old_logp, log_ratio = behaviour_logp(data, old_logp)
+            if not behaviour:  # near-on-policy: corrected for the policy that collected
+                old_logp, log_ratio, weight = self.stale_ratio(data, old_logp)
         else:  # stale rollout: only the recorded behaviour outputs are right
             old_logp, values, bootstrap = recorded_behaviour(data)
         # Centred first, so the scale is that of the differential returns, not of the
@@ -299,7 +305,7 @@ class Learner:
         adv, returns = self.advantages_and_returns(rewards, values.reshape(steps, n), bootstrap, data, log_ratio)
         adv, returns = adv.reshape(-1), returns.reshape(-1)
         mean, std = allreduce_mean_std(adv)
-        batch = PreparedBatch(norm_obs, actions, old_logp, (adv - mean) / (std + 1e-8), returns, values)
+        batch = PreparedBatch(norm_obs, actions, old_logp, (adv - mean) / (std + 1e-8), returns, values, weight)
         stats = {
             **ratio_stats(log_ratio, self.cfg.train.vtrace_rho_bar),
             "explained_variance": _explained_variance(values, returns),
@@ -309,6 +315,20 @@ class Learner:
             "average_reward": avg_reward,
         }
         return batch, stats
+
+    def stale_ratio(self, data: dict[str, torch.Tensor],
+                    logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """For a stale rollout whose actions have log-probs `logp` under the current policy:
+        the log-probs PPO's ratio is clipped against, log pi/mu for the targets (None: GAE)
+        and the surrogate's weight (None: 1), by train.staleness_correction and
+        train.staleness_clip (docs/near_on_policy.md)."""
+        t = self.cfg.train
+        if t.staleness_correction == "none":  # as if on-policy: the baseline the correction is judged by
+            return logp, None, None
+        mu, log_ratio = behaviour_logp(data, logp)
+        if t.staleness_clip == "behaviour":
+            return mu, log_ratio, None
+        return logp, log_ratio, log_ratio.exp().clamp(max=t.vtrace_rho_bar)
 
     def obs_stats_before_update(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """ppo.preserve_obs_norm: the observation moments before this iteration's update

@@ -3,6 +3,12 @@
 Schulman et al. (2017), "Proximal Policy Optimization Algorithms": clipped surrogate
 L^CLIP (eq. 7) + value loss (eq. 9) - entropy bonus. approx_kl is the low-variance
 estimator E[(r - 1) - log r] (Schulman, "Approximating KL Divergence", 2020).
+
+`weight` makes it decoupled PPO (Hilton, Cobbe & Schulman 2021, "Batch size-invariance
+for policy optimization", eq. 4): old_logp is then the proximal policy's (the learner's
+own at the update's start) and weight the detached pi_prox / mu of the behaviour policy
+mu that collected a stale rollout, so the trust region is around the current policy
+however old the data is.
 """
 
 from __future__ import annotations
@@ -21,13 +27,17 @@ def ppo_loss(
     vf_coef: float,
     ent_coef: float,
     train_policy: bool = True,
+    weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss to minimize and detached stats (policy_loss, value_loss, entropy, approx_kl,
     clip_frac). All inputs are [B]; adv is already normalized. With train_policy=False
-    the loss is the value term alone (the policy gets no gradient; stats as usual)."""
+    the loss is the value term alone (the policy gets no gradient; stats as usual). weight
+[B] (or None: 1) scales each row's clipped surrogate."""
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
     surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv)
+    if weight is not None:
+        surrogate = weight * surrogate
     policy_loss = -surrogate.mean()
     value_loss = 0.5 * (values - returns).square().mean()
     entropy_mean = entropy.mean()
