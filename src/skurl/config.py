@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 DemandDist = Literal["poisson", "geometric", "negbin"]
+# the heuristic policies of policy/baselines.py (named here: eval.baselines validates against them)
+POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock")
 # Seeds go to numpy, torch.manual_seed (a signed 64-bit value) and the simulator's counters.
 MAX_SEED = 2**62
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -410,8 +412,18 @@ class EvalConfig:
     warmup: int = opt(50, "days simulated before costs are counted")
     seed: int = opt(10_000, "first held-out seed for evaluation (training never uses it)")
     skus: int = opt(0, "SKUs evaluated; 0 = the whole catalog")
+    baselines: list[str] = opt(
+        ["forecast-base-stock", "capped-base-stock"], "baselines tuned per SKU and evaluated beside the "
+        "trained policy (training reports compare with each; 'best baseline' is the best of them on the "
+        "catalog): any of base-stock, capped-base-stock, s-S, constant, forecast-base-stock"
+    )
 
     def __post_init__(self) -> None:
+        for name in self.baselines:
+            check(name in POLICY_NAMES, "eval.baselines", list(self.baselines),
+                  f"a list of distinct names out of {', '.join(POLICY_NAMES)}")
+        check(len(set(self.baselines)) == len(self.baselines), "eval.baselines", list(self.baselines),
+              "a list of distinct baseline names")
         check(self.days >= 1, "eval.days", self.days, "an integer >= 1")
         check(self.warmup >= 0, "eval.warmup", self.warmup, "an integer >= 0")
         check(self.skus >= 0, "eval.skus", self.skus, "an integer >= 0 (0 = the whole catalog)")

@@ -38,7 +38,10 @@ def test_train_then_eval_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                 "time_infer", "time_learn", "time_sync", "transitions_per_s"):
         assert key in records[-1], key
     evaluation = json.loads((run / "eval.json").read_text())
-    assert set(evaluation["policies"]) == {"ppo", "forecast-base-stock"}
+    policies = evaluation["policies"]
+    assert set(policies) == {"ppo", "forecast-base-stock", "capped-base-stock"}  # eval.baselines
+    best = min(("forecast-base-stock", "capped-base-stock"), key=lambda n: policies[n]["avg_cost_per_sku_day"])
+    assert summary["baseline_cost"] == policies[best]["avg_cost_per_sku_day"]  # sim.reward=cost: the cheapest
     assert [h["iteration"] for h in evaluation["history"]] == [1, 2]
     assert "ppo" in (run / "report.md").read_text()
 

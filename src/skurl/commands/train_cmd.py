@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Parquet/CSV catalog to train on (sets catalog.kind=file, catalog.path); with --resume "
                    "the run continues on it: SKUs added and removed by id, shards recomputed, same network")
     p.add_argument("--no-baseline", action="store_true",
-                   help="skip tuning and scoring the forecast-base-stock baseline")
+                   help="skip tuning and scoring the baselines (eval.baselines)")
     p.add_argument("--json", action="store_true", help="print the final evaluation as one JSON object")
     p.add_argument("--mode", choices=("colocated", "decoupled", "ray"), default=None,
                    help="colocated (default): one process | decoupled: sim servers, collectors and learner "
@@ -77,7 +77,6 @@ def _serving_metrics(port: int, command: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from skurl.commands import train_tracked
-    from skurl.train.evaluation import BASELINE
 
     repeats = getattr(args, "repeats", 1)
     if repeats < 1:
@@ -91,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.resume or args.run_dir)
     result = train_tracked.tracked(train_tracked.resolved_config(args, extra), run_dir,
                                    lambda: train_once(args, extra))
-    return _finish(args, result, BASELINE)
+    return _finish(args, result)
 
 
 def _prepare(args: argparse.Namespace) -> list[str]:
@@ -243,7 +242,7 @@ def _changes_catalog(run_dir: str, catalog: str | None, overrides: list[str]) ->
     return bool(catalog) or touched or (Path(run_dir) / CHANGE_FILE).is_file()
 
 
-def _finish(args: argparse.Namespace, result: Any, baseline: str) -> int:
+def _finish(args: argparse.Namespace, result: Any) -> int:
     summary = {
         "run_dir": str(result.run_dir),
         "iterations": result.iterations,
@@ -253,14 +252,14 @@ def _finish(args: argparse.Namespace, result: Any, baseline: str) -> int:
     if args.json:
         print_json({**summary, "eval": result.eval, "baseline": result.baseline})
     else:
-        print(_summary_line(result, baseline))
+        print(_summary_line(result))
         print(f"report: {result.run_dir / 'report.md'}")
     return 0
 
 
-def _summary_line(result: Any, baseline: str) -> str:
-    """One line: the objective of the last evaluation vs the tuned baseline (cost, or
-    profit when the run optimizes profit)."""
+def _summary_line(result: Any) -> str:
+    """One line: the objective of the last evaluation vs the best tuned baseline (cost,
+    or profit when the run optimizes profit)."""
     line = f"run {result.run_dir}: {result.iterations} iterations"
     ev, base = result.eval or {}, result.baseline or {}
     key, label = ("avg_cost_per_sku_day", "cost")
@@ -270,5 +269,5 @@ def _summary_line(result: Any, baseline: str) -> str:
     if value is not None:
         line += f", {label}/SKU-day {value:.4f}"
         if ref:
-            line += f" vs {baseline} {ref:.4f} ({100 * (value - ref) / abs(ref):+.1f}%)"
+            line += f" vs {base.get('policy', 'baseline')} {ref:.4f} ({100 * (value - ref) / abs(ref):+.1f}%)"
     return line

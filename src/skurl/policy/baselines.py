@@ -25,12 +25,11 @@ from typing import Any
 import numpy as np
 
 from skurl.catalog.schema import Catalog
-from skurl.config import SimConfig
+from skurl.config import POLICY_NAMES, SimConfig
 from skurl.errors import UserError
 from skurl.policy.protection import cover_moments
 from skurl.sim.api import Obs, RawState
 
-POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock")
 
 Params = dict[str, np.ndarray]
 

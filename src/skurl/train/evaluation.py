@@ -22,7 +22,7 @@ from skurl.telemetry.report import write_eval
 from skurl.train.best import BestKeeper, catalog_digest, validation_score, validation_seed
 from skurl.train.core import RunCore
 
-BASELINE = "forecast-base-stock"  # the planner's policy the trained one must beat (tuned)
+BASELINE = "forecast-base-stock"  # the planner's policy (register's backtest; catalog change)
 BASELINE_FILE = "baseline.json"
 TRAINED = "ppo"
 
@@ -41,7 +41,8 @@ class Evaluator:
         self.catalog = eval_subset(core.catalog, cfg.eval.skus)
         self.env: Any = None
         self.want_baseline = baseline
-        self.baseline: dict[str, Any] | None = None
+        self.baselines: dict[str, dict[str, Any]] = {}  # eval.baselines, tuned: name -> result
+        self.baseline: dict[str, Any] | None = None  # the best of them by the run's objective
         self.best = BestKeeper(self.run_dir, self.catalog, learner.iteration) if cfg.train.keep_best else None
         self.last: dict[str, Any] | None = None
         self.on_scored: list[Scored] = []
@@ -67,7 +68,7 @@ class Evaluator:
         return out
 
     def _results(self) -> dict[str, Any]:
-        return {TRAINED: self.last, **({BASELINE: self.baseline} if self.baseline is not None else {})}
+        return {TRAINED: self.last, **self.baselines}
 
     def _offer_best(self, policy: Any) -> dict[str, float]:
         """train.keep_best: score the policy on the validation seed; keep the learner's
@@ -110,31 +111,46 @@ class Evaluator:
                         seed=seed, env=self.env)
 
     def ensure_baseline(self) -> None:
-        """The tuned baseline's evaluation, once per run dir, cached with what it depends
-        on (evaluation SKUs, sim and eval settings): a cache from other settings (a resume
-        with --set, a fresh run in a crashed run's dir) or a torn file is redone."""
-        if not self.want_baseline:
+        """Each of eval.baselines tuned and evaluated, once per run dir, cached with what it
+        depends on (evaluation SKUs, sim and eval settings): a cache from other settings (a
+        resume with --set, a fresh run in a crashed run's dir) or a torn file is redone; a
+        baseline added to the list on resume is tuned alone. `baseline` is the best one."""
+        if not self.want_baseline or not self.cfg.eval.baselines:
             return
         path = self.run_dir / BASELINE_FILE
         key = baseline_key(self.catalog, self.cfg)
         cached = read_json_or_none(path)
-        if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("result"), dict):
-            self.baseline = cached["result"]
-            return
+        results = cached.get("results") if isinstance(cached, dict) and cached.get("key") == key else None
+        results = {k: v for k, v in results.items() if isinstance(v, dict)} if isinstance(results, dict) else {}
+        for name in self.cfg.eval.baselines:
+            if name not in results:
+                results[name] = self._tuned(name)
+                atomic.write_text(path, json.dumps({"key": key, "results": results}, indent=1) + "\n")
+        self.baselines = {name: results[name] for name in self.cfg.eval.baselines}
+        reward = self.cfg.sim.reward
+        self.baseline = max(self.baselines.values(), key=lambda r: objective(r, reward))
+
+    def _tuned(self, name: str) -> dict[str, Any]:
+        """Baseline `name` tuned per SKU on tuning seeds, then scored on the held-out ones."""
         from skurl.policy.baselines import make_policy
         from skurl.policy.tuning import tune
 
         cfg = self.cfg
         with self.core.timer.stage("baseline"):
-            tuned = tune(BASELINE, self.catalog, cfg.sim, eval_seed=cfg.eval.seed,
+            tuned = tune(name, self.catalog, cfg.sim, eval_seed=cfg.eval.seed,
                          days=cfg.eval.days, warmup=cfg.eval.warmup)
-            policy = make_policy(BASELINE, self.catalog, cfg.sim, tuned.params)
-            self.baseline = policy_result(self._score(policy), self.catalog)
-        atomic.write_text(path, json.dumps({"key": key, "result": self.baseline}, indent=1) + "\n")
+            policy = make_policy(name, self.catalog, cfg.sim, tuned.params)
+            return policy_result(self._score(policy), self.catalog)
+
+
+def objective(result: dict[str, Any], reward: str) -> float:
+    """Higher is better (validation_score's rule on eval.json's PolicyResult)."""
+    return result["avg_profit_per_sku_day"] if reward == "profit" else -result["avg_cost_per_sku_day"]
 
 
 def baseline_key(catalog: Catalog, cfg: Config) -> str:
-    settings = json.dumps([BASELINE, dataclasses.asdict(cfg.sim), dataclasses.asdict(cfg.eval)], sort_keys=True)
+    evaluation = {k: v for k, v in dataclasses.asdict(cfg.eval).items() if k != "baselines"}  # cached per name
+    settings = json.dumps([dataclasses.asdict(cfg.sim), evaluation], sort_keys=True)
     return hashlib.sha256((catalog_digest(catalog) + settings).encode()).hexdigest()
 
 
