@@ -49,8 +49,9 @@ def check_resources(rc: RayConfig) -> None:
 
 
 class RayCluster:
-    """The run's actors and the SKU sets placed on them. `model`, `timer` and
-    `resumed_from` are the loop's, set when its collectors are built (RayCollectors reads them)."""
+    """The run's actors and the SKU sets placed on them. `core`, `model` and `timer` are
+    read from the loop's trainer, known once its collectors are built (RayCollectors reads
+    them), as is `resumed_from`, the iteration the run resumed at."""
 
     def __init__(self, cfg: Config) -> None:
         from skurl.sync.ray_weights import start_weight_slot
@@ -66,9 +67,7 @@ class RayCluster:
         self.collector_actors: list[Any] = []
         self.slot: Any = None
         self._store: Any = None
-        self.core: Any = None
-        self.model: Any = None
-        self.timer: Any = None
+        self.trainer: Any = None
         self.resumed_from: int | None = None  # a restarted learner trains on this iteration's stored shards
         self.slot_weights: Any = None
         try:
@@ -94,14 +93,26 @@ class RayCluster:
     def collectors(self, trainer: Any) -> Any:
         from skurl.collect.near_policy import with_staleness
 
-        self.core, self.model, self.timer = trainer.core, trainer.model, trainer.core.timer
-        self.resumed_from = trainer.learner.iteration if trainer.resumed else None
+        self.trainer = trainer
+        self.resumed_from = trainer.learner.iteration if trainer.resumed else None  # fixed at the start
         t = self.cfg.train
         if t.staleness == 0:
             return RayIterations(self, trainer.weights)
         return with_staleness(t, trainer.weights, trainer.run_dir,
                               lambda history: RayIterations(self, history, slot=self.slot_weights),
                               trainer.learner.sample_index)
+
+    @property
+    def core(self) -> Any:
+        return self.trainer.core
+
+    @property
+    def model(self) -> Any:
+        return self.trainer.model
+
+    @property
+    def timer(self) -> Any:
+        return self.trainer.core.timer
 
     @property
     def _center(self) -> bytes | None:
