@@ -175,3 +175,18 @@ def test_not_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         write_report(tmp_path / "nope")
     assert main([str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.startswith("error: run dir")
+
+
+def test_best_baseline_follows_the_runs_objective(tmp_path: Path) -> None:
+    # Under sim.reward=profit the best baseline is the most profitable one, even when
+    # another costs less (it buys less and sells less): as the evaluator picks it.
+    def profit_run(cost: float, profit: float) -> dict[str, Any]:
+        return {**_policy(cost), "objective": "profit", "avg_profit_per_sku_day": profit}
+
+    _write_metrics(tmp_path, iterations=2)
+    write_eval(tmp_path, 1, {"ppo": profit_run(3.0, 8.0), "cheap": profit_run(2.0, 5.0),
+                             "rich": profit_run(4.0, 7.0)})
+    md = write_report(tmp_path).read_text()
+    assert "| rich (best baseline) |" in md and "| cheap |" in md
+    write_eval(tmp_path, 1, {"ppo": _policy(3.0), "cheap": _policy(2.0), "rich": _policy(4.0)})
+    assert "| cheap (best baseline) |" in write_report(tmp_path).read_text()  # cost: the cheapest

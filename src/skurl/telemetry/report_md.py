@@ -68,7 +68,7 @@ class ReportData:
     eval_error: str | None
     trained: str | None = None
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    baselines: list[str] = field(default_factory=list)  # cheapest first
+    baselines: list[str] = field(default_factory=list)  # best first (_rank)
     baseline_costs: dict[str, float] = field(default_factory=dict)
     learning_curve: list[tuple[int, float]] = field(default_factory=list)
     breakdowns: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -98,7 +98,7 @@ class ReportData:
             self.trained = DEFAULT_TRAINED
         others = [n for n in self.policies if n != self.trained and _cost(self.policies[n])
                   is not None]
-        self.baselines = sorted(others, key=lambda n: _cost(self.policies[n]) or 0.0)
+        self.baselines = sorted(others, key=self._rank)
         self.baseline_costs = {n: _cost(self.policies[n]) or 0.0 for n in self.baselines}
         if self.trained is not None:
             self.learning_curve = [(h["iteration"], float(h[self.trained]))
@@ -107,6 +107,14 @@ class ReportData:
         self.breakdowns = {n: dict(p["breakdown"]) for n, p in self.policies.items()
                            if isinstance(p.get("breakdown"), dict)}
         self.segment_rows = self._segments()
+
+    def _rank(self, name: str) -> float:
+        """Lower ranks first: by cost, or by profit when the run optimizes profit (as the
+        evaluator picks the run's baseline, train/evaluation.py)."""
+        p = self.policies[name]
+        if (self.policies.get(self.trained or "") or p).get("objective") == "profit":
+            return -(_profit(p) or 0.0)
+        return _cost(p) or 0.0
 
     def _segments(self) -> list[SegmentRow]:
         def segs(name: str | None) -> dict[str, Any]:
