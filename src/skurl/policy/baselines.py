@@ -30,7 +30,6 @@ from skurl.errors import UserError
 from skurl.policy.protection import cover_moments
 from skurl.sim.api import Obs, RawState
 
-
 Params = dict[str, np.ndarray]
 
 

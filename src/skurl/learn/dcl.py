@@ -1,0 +1,118 @@
+"""Deep Controlled Learning: approximate policy iteration with common-random-number rollouts.
+
+Temizöz, Imdahl, Dijkman, Lamghari-Idrissi & van Jaarsveld (EJOR 2025), "Deep Controlled
+Learning for inventory control". One iteration improves a policy pi_k:
+
+1. run pi_k on the training env (so the states are those pi_k visits) and, on sampled days,
+   take sampled SKU rows as states;
+2. estimate Q(s, a) of every action of the grid in those states by rollouts that fix the
+   first order and follow pi_k for H days, with common random numbers across the actions
+   and sequential halving of the budget (policy/rollout_q.py);
+3. label each state with the action left after the halving, and fit the policy net to the
+   labels by cross-entropy (learn/imitate.clone, the warm start's supervised step).
+
+The greedy fitted net is pi_{k+1}. Why: PPO's advantages on lost-sales SKUs are mostly
+demand noise (its critic explains ~9% of the return variance there); the paired rollouts
+compare actions under the same future, so the label is right far more often than the
+sign of a single-path advantage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from skurl.buffer.minibatch import seeded_generator
+from skurl.learn.imitate import Demonstrations
+from skurl.policy.actions import ActionGrid, bind_to_env
+from skurl.policy.rollout_q import RolloutPolicy, RolloutSpec, candidate_orders, estimate_q
+from skurl.sim.env import VectorEnv
+
+DCL_KEY = 4  # seeded_generator key (learner.py uses 1 and 2, imitate.py 3)
+# Episodes of the state-sampling runs and of the rollouts' replications: apart from PPO's
+# episodes (0..iterations-1) and the warm start's teacher episodes (2**40 + e).
+SAMPLE_EPISODE0 = 2**41
+ROLLOUT_EPISODE0 = 2**42
+ROLLOUT_STRIDE = 2**24  # replication episodes per DCL iteration and sampled day
+
+
+@dataclass(frozen=True)
+class DclSpec:
+    """How states are sampled and labelled in one iteration."""
+
+    states: int  # labelled states per iteration (rows x sampled days)
+    horizon: int  # H: days per rollout, the fixed first order's day included
+    budget: int  # rollouts per state over the halving rounds
+    warmup: int  # days of pi_k before the first sampled day (its state distribution)
+    every: int = 1  # days between sampled days
+    spread: int = 8  # sampled days the states are spread over (fewer rows per day)
+
+    def __post_init__(self) -> None:
+        if min(self.states, self.horizon, self.budget, self.every, self.spread) < 1 or self.warmup < 0:
+            raise ValueError(f"DclSpec: states, horizon, budget, every and spread must be >= 1, "
+                             f"warmup >= 0: {self}")
+
+
+@dataclass
+class Labelled:
+    demos: Demonstrations  # features and Q-best labels of the sampled states
+    q_gap: float  # mean Q(best) - Q(pi_k's action) per state over the first round (paired)
+    changed: float  # share of states whose label differs from pi_k's action
+    sku_days: int  # rollout SKU-days simulated
+
+
+def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
+    """The days states are taken on: every `every` days from `warmup`, as many as the
+    states need at `rows_per_day` each (at most the episode's days before its last)."""
+    wanted = math.ceil(spec.states / rows_per_day)
+    usable = list(range(spec.warmup, days - 1, spec.every))
+    if not usable:
+        raise ValueError(f"dcl: warmup {spec.warmup} leaves no day to sample in an episode of {days} days")
+    return usable[:wanted]
+
+
+def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: ActionGrid, spec: DclSpec, *,
+                 seed: int, iteration: int) -> Labelled:
+    """Run `policy` (pi_k: a Policy over env's rows) for an episode of `env` and label the
+    sampled states by Q estimates with `rollout` (pi_k over clone rows) after the first order."""
+    grid = bind_to_env(grid, env)
+    n, days = env.num_skus, int(env.info()["days"])
+    rows_per_day = min(n, math.ceil(spec.states / spec.spread))
+    schedule = set(sampled_days(days, spec, rows_per_day))
+    obs = env.reset(seed, SAMPLE_EPISODE0 + iteration)
+    feats, labels, gaps, changed, sku_days, left = [], [], [], 0, 0, spec.states
+    for day in range(days):
+        actions = np.asarray(policy.action_indices(obs), np.int64)
+        if day in schedule and left > 0:
+            rows = _rows(n, min(rows_per_day, left), seed, iteration, day)
+            first = candidate_orders(grid, env, rows)
+            base = ROLLOUT_EPISODE0 + (iteration * days + day) * ROLLOUT_STRIDE
+            q = estimate_q(env, rows, first, rollout,
+                           RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed))
+            own = actions[rows]
+            feats.append(np.asarray(obs.features[rows], np.float32))
+            labels.append(q.best)
+            gaps.append(q.q_first[np.arange(rows.size), q.best] - q.q_first[np.arange(rows.size), own])
+            changed += int((q.best != own).sum())
+            sku_days += q.sku_days
+            left -= rows.size
+        units, _ = grid.orders_for(actions, obs.raw)
+        result = env.step(units)
+        obs = result.obs
+        if result.done or left == 0:
+            break
+    got = sum(f.shape[0] for f in feats)
+    demos = Demonstrations(np.concatenate(feats), np.concatenate(labels), float("nan"), float("nan"))
+    return Labelled(demos, float(np.concatenate(gaps).mean()), changed / max(got, 1), sku_days)
+
+
+def _rows(n: int, k: int, seed: int, iteration: int, day: int) -> np.ndarray:
+    """k sorted SKU rows of n, drawn per (seed, iteration, day)."""
+    if k >= n:
+        return np.arange(n, dtype=np.int64)
+    gen = seeded_generator(seed, DCL_KEY, iteration * 100_003 + day)
+    return torch.randperm(n, generator=gen)[:k].sort().values.numpy().astype(np.int64)
