@@ -59,3 +59,15 @@ def test_sampled_days_and_bad_specs() -> None:
         sampled_days(10, DclSpec(states=10, horizon=5, budget=8, warmup=10), 5)
     with pytest.raises(ValueError, match="DclSpec"):
         DclSpec(states=0, horizon=5, budget=8, warmup=0)
+
+
+def test_candidates_window_stays_on_the_grid() -> None:
+    from skurl.learn.dcl import candidates
+
+    own = np.array([0, 5, 11])
+    assert candidates(own, 12, 2).tolist() == [[0, 1, 2, 3, 4], [3, 4, 5, 6, 7], [7, 8, 9, 10, 11]]
+    assert candidates(own, 4, 2).shape == (3, 4)  # the window covers the grid: every action
+    env, grid, rollout = _setup()
+    spec = DclSpec(states=30, horizon=6, budget=24, warmup=5, spread=1, window=2)
+    out = label_states(env, Constant(0), rollout, grid, spec, seed=3, iteration=0)
+    assert ((out.demos.labels >= 0) & (out.demos.labels <= 4)).all() and (out.demos.labels > 0).any()

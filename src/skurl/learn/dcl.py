@@ -50,11 +50,12 @@ class DclSpec:
     warmup: int  # days of pi_k before the first sampled day (its state distribution)
     every: int = 1  # days between sampled days
     spread: int = 8  # sampled days the states are spread over (fewer rows per day)
+    window: int = 0  # candidates: the policy's action +- window on the grid (0: every action)
 
     def __post_init__(self) -> None:
-        if min(self.states, self.horizon, self.budget, self.every, self.spread) < 1 or self.warmup < 0:
+        if min(self.states, self.horizon, self.budget, self.every, self.spread) < 1 or min(self.warmup, self.window) < 0:
             raise ValueError(f"DclSpec: states, horizon, budget, every and spread must be >= 1, "
-                             f"warmup >= 0: {self}")
+                             f"warmup and window >= 0: {self}")
 
 
 @dataclass
@@ -89,15 +90,19 @@ def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: Acti
         actions = np.asarray(policy.action_indices(obs), np.int64)
         if day in schedule and left > 0:
             rows = _rows(n, min(rows_per_day, left), seed, iteration, day)
-            first = candidate_orders(grid, env, rows)
+            own = actions[rows]
+            cand = candidates(own, grid.n, spec.window)
+            first = np.take_along_axis(candidate_orders(grid, env, rows), cand, axis=1)
             base = ROLLOUT_EPISODE0 + (iteration * days + day) * ROLLOUT_STRIDE
             q = estimate_q(env, rows, first, rollout,
                            RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed))
-            own = actions[rows]
+            i = np.arange(rows.size)
+            best = cand[i, q.best]
+            own_col = np.argmax(cand == own[:, None], axis=1)
             feats.append(np.asarray(obs.features[rows], np.float32))
-            labels.append(q.best)
-            gaps.append(q.q_first[np.arange(rows.size), q.best] - q.q_first[np.arange(rows.size), own])
-            changed += int((q.best != own).sum())
+            labels.append(best)
+            gaps.append(q.q_first[i, q.best] - q.q_first[i, own_col])
+            changed += int((best != own).sum())
             sku_days += q.sku_days
             left -= rows.size
         units, _ = grid.orders_for(actions, obs.raw)
@@ -108,6 +113,15 @@ def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: Acti
     got = sum(f.shape[0] for f in feats)
     demos = Demonstrations(np.concatenate(feats), np.concatenate(labels), float("nan"), float("nan"))
     return Labelled(demos, float(np.concatenate(gaps).mean()), changed / max(got, 1), sku_days)
+
+
+def candidates(own: np.ndarray, actions: int, window: int) -> np.ndarray:
+    """Action indices [S, C] each state's Q is estimated for: every action (window 0), or
+    own - window .. own + window shifted to stay on the grid (C = min(2 window + 1, actions))."""
+    if window == 0 or 2 * window + 1 >= actions:
+        return np.tile(np.arange(actions, dtype=np.int64), (own.shape[0], 1))
+    low = np.clip(own - window, 0, actions - 1 - 2 * window)
+    return low[:, None] + np.arange(2 * window + 1, dtype=np.int64)[None, :]
 
 
 def _rows(n: int, k: int, seed: int, iteration: int, day: int) -> np.ndarray:
