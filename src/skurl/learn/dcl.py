@@ -53,7 +53,8 @@ class DclSpec:
     window: int = 0  # candidates: the policy's action +- window on the grid (0: every action)
 
     def __post_init__(self) -> None:
-        if min(self.states, self.horizon, self.budget, self.every, self.spread) < 1 or min(self.warmup, self.window) < 0:
+        positive = (self.states, self.horizon, self.budget, self.every, self.spread)
+        if min(positive) < 1 or min(self.warmup, self.window) < 0:
             raise ValueError(f"DclSpec: states, horizon, budget, every and spread must be >= 1, "
                              f"warmup and window >= 0: {self}")
 
@@ -111,6 +112,8 @@ def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: Acti
         if result.done or left == 0:
             break
     got = sum(f.shape[0] for f in feats)
+    if got == 0:
+        raise ValueError(f"dcl: the episode ended before a sampled day (days {days}, warmup {spec.warmup})")
     demos = Demonstrations(np.concatenate(feats), np.concatenate(labels), float("nan"), float("nan"))
     return Labelled(demos, float(np.concatenate(gaps).mean()), changed / max(got, 1), sku_days)
 

@@ -32,7 +32,7 @@ def ppo_loss(
     """Loss to minimize and detached stats (policy_loss, value_loss, entropy, approx_kl,
     clip_frac). All inputs are [B]; adv is already normalized. With train_policy=False
     the loss is the value term alone (the policy gets no gradient; stats as usual). weight
-[B] (or None: 1) scales each row's clipped surrogate."""
+    [B] (or None: 1) scales each row's clipped surrogate."""
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
     surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv)
