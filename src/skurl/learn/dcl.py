@@ -14,7 +14,8 @@ Learning for inventory control". One iteration improves a policy pi_k:
 The greedy fitted net is pi_{k+1}. Why: PPO's advantages on lost-sales SKUs are mostly
 demand noise (its critic explains ~9% of the return variance there); the paired rollouts
 compare actions under the same future, so the label is right far more often than the
-sign of a single-path advantage.
+sign of a single-path advantage. Not wired into `skurl train` yet; measurements and what
+they say: docs/dcl.md (benchmarks/dcl_lost_sales.py).
 """
 
 from __future__ import annotations
