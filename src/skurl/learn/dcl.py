@@ -80,8 +80,9 @@ def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
 
 def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: ActionGrid, spec: DclSpec, *,
                  seed: int, iteration: int) -> Labelled:
-    """Run `policy` (pi_k: a Policy over env's rows) for an episode of `env` and label the
-    sampled states by Q estimates with `rollout` (pi_k over clone rows) after the first order."""
+    """Run `policy` (pi_k over env's rows: anything with `action_indices(obs)` on `grid`, a
+    greedy LearnedPolicy) for an episode of `env` and label the sampled states by Q
+    estimates with `rollout` (pi_k over clone rows) after the first order."""
     grid = bind_to_env(grid, env)
     n, days = env.num_skus, int(env.info()["days"])
     rows_per_day = min(n, math.ceil(spec.states / spec.spread))
