@@ -41,9 +41,13 @@ def validation_seed(eval_seed: int) -> int:
     return tuning_seed(eval_seed)
 
 
-def validation_score(result: EvalResult, reward: str) -> float:
+def objective(profit: float, cost: float, reward: str) -> float:
     """Higher is better: profit per SKU-day, or minus the cost under sim.reward=cost."""
-    return result.avg_profit_per_sku_day if reward == "profit" else -result.avg_cost_per_sku_day
+    return profit if reward == "profit" else -cost
+
+
+def validation_score(result: EvalResult, reward: str) -> float:
+    return objective(result.avg_profit_per_sku_day, result.avg_cost_per_sku_day, reward)
 
 
 def catalog_digest(catalog: Catalog) -> str:

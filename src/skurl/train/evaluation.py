@@ -19,7 +19,13 @@ from skurl.learn.checkpoint import model_state
 from skurl.policy.learned import LearnedPolicy
 from skurl.policy.nets import ActorCritic
 from skurl.telemetry.report import write_eval
-from skurl.train.best import BestKeeper, catalog_digest, validation_score, validation_seed
+from skurl.train.best import (
+    BestKeeper,
+    catalog_digest,
+    objective,
+    validation_score,
+    validation_seed,
+)
 from skurl.train.core import RunCore
 
 BASELINE = "forecast-base-stock"  # the planner's policy (register's backtest; catalog change)
@@ -128,7 +134,8 @@ class Evaluator:
                 atomic.write_text(path, json.dumps({"key": key, "results": results}, indent=1) + "\n")
         self.baselines = {name: results[name] for name in self.cfg.eval.baselines}
         reward = self.cfg.sim.reward
-        self.baseline = max(self.baselines.values(), key=lambda r: objective(r, reward))
+        self.baseline = max(self.baselines.values(),
+                            key=lambda r: objective(r["avg_profit_per_sku_day"], r["avg_cost_per_sku_day"], reward))
 
     def _tuned(self, name: str) -> dict[str, Any]:
         """Baseline `name` tuned per SKU on tuning seeds, then scored on the held-out ones."""
@@ -141,11 +148,6 @@ class Evaluator:
                          days=cfg.eval.days, warmup=cfg.eval.warmup)
             policy = make_policy(name, self.catalog, cfg.sim, tuned.params)
             return policy_result(self._score(policy), self.catalog)
-
-
-def objective(result: dict[str, Any], reward: str) -> float:
-    """Higher is better (validation_score's rule on eval.json's PolicyResult)."""
-    return result["avg_profit_per_sku_day"] if reward == "profit" else -result["avg_cost_per_sku_day"]
 
 
 def baseline_key(catalog: Catalog, cfg: Config) -> str:
