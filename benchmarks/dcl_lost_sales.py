@@ -73,7 +73,8 @@ def run(lead: int, p: int, args: argparse.Namespace) -> list[dict]:
               max_grad_norm=cfg.ppo.max_grad_norm, device=torch.device("cpu"))
         score("clone", 0, {})
         spec = DclSpec(states=args.states, horizon=args.horizon, budget=args.budget, warmup=args.warmup,
-                       spread=args.spread, window=args.window)
+                       spread=args.spread, window=args.window, temperature=args.temperature,
+                       confirm=args.confirm, confirm_z=args.confirm_z)
         train_grid = core.grid.bind(env.catalog) if core.grid.needs_catalog else core.grid
         for k in range(args.iterations):
             policy = LearnedPolicy(model, train_grid)
@@ -96,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=20, help="days of the policy before states are sampled")
     ap.add_argument("--spread", type=int, default=8, help="days the states are spread over")
     ap.add_argument("--window", type=int, default=0, help="candidate actions: the policy's +- this (0: all)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="0: fit the Q-best label; > 0: soft targets, softmax of Q / (this x its standard error)")
+    ap.add_argument("--confirm", type=int, default=0, help="fresh paired rollouts testing a changed label")
+    ap.add_argument("--confirm-z", type=float, default=2.0, help="t-statistic a changed label needs")
     ap.add_argument("--fit-steps", type=int, default=1500, help="cross-entropy minibatch steps per iteration")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--config", default="configs/lost_sales.yaml")

@@ -71,3 +71,61 @@ def test_candidates_window_stays_on_the_grid() -> None:
     spec = DclSpec(states=30, horizon=6, budget=24, warmup=5, spread=1, window=2)
     out = label_states(env, Constant(0), rollout, grid, spec, seed=3, iteration=0)
     assert ((out.demos.labels >= 0) & (out.demos.labels <= 4)).all() and (out.demos.labels > 0).any()
+
+
+def test_soft_q_targets_by_hand() -> None:
+    from skurl.learn.dcl import soft_q_targets
+
+    q = np.array([[1.0, 2.0, 0.0], [5.0, 5.0, 1.0], [3.0, 1.0, 2.0]])
+    se = np.array([[1.0, 1.0, 1.0], [np.nan, np.nan, np.nan], [0.5, np.nan, 0.5]])
+    cand = np.array([[0, 1, 2], [3, 4, 5], [1, 2, 3]])
+    out = soft_q_targets(q, se, cand, 6, temperature=2.0)
+    # row 0: softmax([1, 2, 0] / (2 x 1)); row 1: errors unknown, the argmax (ties share);
+    # row 2: scale 2 x 0.5 (the mean of the known errors), softmax([3, 1, 2])
+    e = np.exp([-0.5, 0.0, -1.0])
+    assert np.allclose(out[0, :3], e / e.sum()) and (out[0, 3:] == 0).all()
+    assert out[1].tolist() == [0, 0, 0, 0.5, 0.5, 0]
+    e = np.exp([0.0, -2.0, -1.0])
+    assert np.allclose(out[2, 1:4], e / e.sum()) and out[2, 0] == 0 and (out[2, 4:] == 0).all()
+    assert np.allclose(out.sum(axis=1), 1.0) and out.dtype == np.float32
+
+
+def test_soft_labels_carry_targets_the_clone_fits() -> None:
+    import torch
+
+    from skurl.learn.imitate import clone
+    from skurl.policy.nets import ActorCritic
+
+    env, grid, rollout = _setup()
+    spec = DclSpec(states=60, horizon=6, budget=24, warmup=5, spread=2, window=2, temperature=1.0)
+    out = label_states(env, Constant(3), rollout, grid, spec, seed=3, iteration=0)
+    t = out.demos.targets
+    assert t is not None and t.shape == (60, grid.n) and np.allclose(t.sum(axis=1), 1.0)
+    # The label is the halving's survivor: never without weight (a dropped action's mean over
+    # its fewer rollouts can end above the survivor's, so it need not be the targets' mode).
+    assert (t[np.arange(60), out.demos.labels] > 0).all()
+    assert ((t > 0).sum(axis=1) > 1).any()  # actions within the noise share the weight
+    torch.manual_seed(0)
+    model = ActorCritic(out.demos.obs.shape[1], grid.n, [16, 16])
+    fit = clone(model, out.demos, steps=200, smoothing=0.0, seed=1, normalize_obs=True, stats_decay=0.99,
+                max_grad_norm=1.0, device=torch.device("cpu"))
+    # fitted to distributions, not one-hot labels: the entropy stays near the targets'
+    target_entropy = float(-(t * np.log(np.where(t > 0, t, 1.0))).sum(axis=1).mean())
+    assert abs(fit["warm_start_entropy"] - target_entropy) < 0.5, (fit, target_entropy)
+
+
+def test_confirmation_keeps_the_own_action_unless_the_gain_is_significant() -> None:
+    env, grid, rollout = _setup()
+    # Ordering nothing is clearly worse: every change passes. Near the tuned policy's own
+    # order the halving's winners are mostly noise: most do not.
+    base = DclSpec(states=60, horizon=6, budget=24, warmup=5, spread=2, window=3)
+    strict = DclSpec(states=60, horizon=6, budget=24, warmup=5, spread=2, window=3, confirm=16, confirm_z=2.0)
+    clear = label_states(env, Constant(0), rollout, grid, strict, seed=3, iteration=0)
+    assert clear.changed > 0.9
+    loose = label_states(env, Constant(5), rollout, grid, base, seed=3, iteration=0)
+    tested = label_states(env, Constant(5), rollout, grid, strict, seed=3, iteration=0)
+    assert tested.changed < loose.changed and tested.sku_days > loose.sku_days
+    kept = tested.demos.labels == 5
+    assert kept.any() and ((tested.demos.labels == loose.demos.labels) | kept).all()  # a change or the own action
+    with pytest.raises(ValueError, match="confirm"):
+        DclSpec(states=1, horizon=1, budget=1, warmup=0, confirm=1)

@@ -14,12 +14,13 @@ Learning for inventory control". One iteration improves a policy pi_k:
 The greedy fitted net is pi_{k+1}. Why: PPO's advantages on lost-sales SKUs are mostly
 demand noise (its critic explains ~9% of the return variance there); the paired rollouts
 compare actions under the same future, so the label is right far more often than the
-sign of a single-path advantage. Not wired into `skurl train` yet; measurements and what
-they say: docs/dcl.md (benchmarks/dcl_lost_sales.py).
+sign of a single-path advantage. `skurl train --set train.algo=dcl` runs it in the loop
+(train/dcl_step.py); measurements and what they say: docs/dcl.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ import torch
 from skurl.buffer.minibatch import seeded_generator
 from skurl.learn.imitate import Demonstrations
 from skurl.policy.actions import ActionGrid, bind_to_env
-from skurl.policy.rollout_q import RolloutPolicy, RolloutSpec, candidate_orders, estimate_q
+from skurl.policy.rollout_q import RolloutPolicy, RolloutSpec, candidate_orders, estimate_q, rollout_returns
 from skurl.sim.env import VectorEnv
 
 DCL_KEY = 4  # seeded_generator key (learner.py uses 1 and 2, imitate.py 3)
@@ -52,12 +53,16 @@ class DclSpec:
     every: int = 1  # days between sampled days
     spread: int = 8  # sampled days the states are spread over (fewer rows per day)
     window: int = 0  # candidates: the policy's action +- window on the grid (0: every action)
+    temperature: float = 0.0  # 0: the Q-best label; > 0: soft targets (soft_q_targets)
+    confirm: int = 0  # fresh paired rollouts testing a changed label against the own action (0: off)
+    confirm_z: float = 2.0  # the change is kept where its gain's t-statistic exceeds this
 
     def __post_init__(self) -> None:
         positive = (self.states, self.horizon, self.budget, self.every, self.spread)
-        if min(positive) < 1 or min(self.warmup, self.window) < 0:
-            raise ValueError(f"DclSpec: states, horizon, budget, every and spread must be >= 1, "
-                             f"warmup and window >= 0: {self}")
+        if min(positive) < 1 or min(self.warmup, self.window, self.temperature, self.confirm) < 0 \
+                or self.confirm == 1:
+            raise ValueError(f"DclSpec: states, horizon, budget, every and spread must be >= 1, warmup, "
+                             f"window and temperature >= 0, confirm 0 or >= 2: {self}")
 
 
 @dataclass
@@ -88,7 +93,7 @@ def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: Acti
     rows_per_day = min(n, math.ceil(spec.states / spec.spread))
     schedule = set(sampled_days(days, spec, rows_per_day))
     obs = env.reset(seed, SAMPLE_EPISODE0 + iteration)
-    feats, labels, gaps, changed, sku_days, left = [], [], [], 0, 0, spec.states
+    feats, labels, targets, gaps, changed, sku_days, left = [], [], [], [], 0, 0, spec.states
     for day in range(days):
         actions = np.asarray(policy.action_indices(obs), np.int64)
         if day in schedule and left > 0:
@@ -97,14 +102,23 @@ def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: Acti
             cand = candidates(own, grid.n, spec.window)
             first = np.take_along_axis(candidate_orders(grid, env, rows), cand, axis=1)
             base = ROLLOUT_EPISODE0 + (iteration * days + day) * ROLLOUT_STRIDE
-            q = estimate_q(env, rows, first, rollout,
-                           RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed))
+            rspec = RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed)
+            q = estimate_q(env, rows, first, rollout, rspec)
             i = np.arange(rows.size)
-            best = cand[i, q.best]
             own_col = np.argmax(cand == own[:, None], axis=1)
+            best_col = q.best
+            if spec.confirm:
+                # fresh futures: the upper half of the day's episodes (the halving uses the lower)
+                t = confirm_gain(env, rows, first, own_col, best_col, rollout, spec.confirm,
+                                 dataclasses.replace(rspec, episode_base=base + ROLLOUT_STRIDE // 2))
+                best_col = np.where(t > spec.confirm_z, best_col, own_col)
+                sku_days += int((q.best != own_col).sum()) * 2 * spec.confirm * spec.horizon
+            best = cand[i, best_col]
             feats.append(np.asarray(obs.features[rows], np.float32))
             labels.append(best)
-            gaps.append(q.q_first[i, q.best] - q.q_first[i, own_col])
+            if spec.temperature > 0:
+                targets.append(soft_q_targets(q.q, q.se, cand, grid.n, spec.temperature))
+            gaps.append(q.q_first[i, best_col] - q.q_first[i, own_col])
             changed += int((best != own).sum())
             sku_days += q.sku_days
             left -= rows.size
@@ -116,8 +130,56 @@ def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: Acti
     got = sum(f.shape[0] for f in feats)
     if got == 0:
         raise ValueError(f"dcl: the episode ended before a sampled day (days {days}, warmup {spec.warmup})")
-    demos = Demonstrations(np.concatenate(feats), np.concatenate(labels), float("nan"), float("nan"))
+    demos = Demonstrations(np.concatenate(feats), np.concatenate(labels), float("nan"), float("nan"),
+                           np.concatenate(targets) if targets else None)
     return Labelled(demos, float(np.concatenate(gaps).mean()), changed / max(got, 1), sku_days)
+
+
+def confirm_gain(env: VectorEnv, rows: np.ndarray, first: np.ndarray, own_col: np.ndarray,
+                 best_col: np.ndarray, rollout: RolloutPolicy, reps: int, spec: RolloutSpec) -> np.ndarray:
+    """t-statistic (float64 [S]) of Q(best) - Q(own) for the states whose halving winner
+    best_col differs from the policy's own action own_col (columns of first [S, C]), on
+    `reps` paired rollouts of fresh futures (episodes spec.episode_base + j); 0 elsewhere.
+    The halving's own estimate of its winner is biased up (the winner's curse: it is the
+    maximum of noisy means), and near the optimum most winners beat the own action by noise
+    alone; a change that does not pass this test keeps the policy's action."""
+    out = np.zeros(rows.shape[0])
+    changed = np.flatnonzero(best_col != own_col)
+    if changed.size == 0:
+        return out
+    pair = np.stack([first[changed, own_col[changed]], first[changed, best_col[changed]]], axis=1)
+    shape = (changed.size, 2, reps)
+    src = np.broadcast_to(rows[changed][:, None, None], shape).ravel()
+    orders = np.broadcast_to(pair[:, :, None], shape).ravel()
+    episodes = np.broadcast_to(spec.episode_base + np.arange(reps)[None, None, :], shape).ravel()
+    returns = rollout_returns(env, src, orders, episodes, rollout, spec).reshape(shape)
+    gain = returns[:, 1] - returns[:, 0]
+    mean, sd = gain.mean(axis=1), gain.std(axis=1, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(sd > 0, mean / (sd / math.sqrt(reps)), np.where(mean > 0, np.inf, 0.0))
+    out[changed] = t
+    return out
+
+
+def soft_q_targets(q: np.ndarray, se: np.ndarray, cand: np.ndarray, actions: int,
+                   temperature: float) -> np.ndarray:
+    """Target distributions (float32 [S, actions]) over each state's candidates cand [S, C]:
+    softmax of Q [S, C] / (temperature x the state's mean standard error of Q). Near the
+    optimum Q is flat over neighbouring orders and the argmax of noisy estimates is mostly
+    noise; in units of that noise a clear winner still gets (nearly) all the weight, and
+    actions within the noise share it. A state whose errors are unknown (one replication)
+    or zero gets its argmax."""
+    known = np.isfinite(se)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = temperature * np.where(known, se, 0.0).sum(axis=1, keepdims=True) / known.sum(axis=1, keepdims=True)
+    z = q - q.max(axis=1, keepdims=True)
+    sharp = ~(np.isfinite(scale) & (scale > 0))
+    logits = np.where(sharp, np.where(z == 0, 0.0, -np.inf), z / np.where(sharp, 1.0, scale))
+    weights = np.exp(logits)
+    weights /= weights.sum(axis=1, keepdims=True)
+    out = np.zeros((q.shape[0], actions), np.float32)
+    np.put_along_axis(out, cand, weights.astype(np.float32), axis=1)
+    return out
 
 
 def candidates(own: np.ndarray, actions: int, window: int) -> np.ndarray:

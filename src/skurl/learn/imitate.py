@@ -66,6 +66,9 @@ class Demonstrations:
     labels: np.ndarray  # int64 [M]: the grid action nearest to the teacher's order
     reward_mean: float  # the grid-rounded teacher's mean reward per SKU-day (all SKUs)
     exact: float  # share of the teacher's orders the grid reproduces exactly
+    targets: np.ndarray | None = None  # float32 [M, A]: the fit's target distributions, where
+    # the teacher gives more than a label (DCL's softmax of Q estimates); None: the labels
+
 
     def scalars(self) -> dict[str, float]:
         return {"warm_start_rows": float(self.labels.shape[0]), "warm_start_reward_mean": self.reward_mean,
@@ -133,11 +136,12 @@ def clone(model: Any, demos: Demonstrations, *, steps: int, smoothing: float, se
           normalize_obs: bool, stats_decay: float, max_grad_norm: float,
           device: torch.device) -> dict[str, float]:
     """Fit model.policy (an ActorCritic's) to the demonstrations by cross-entropy against
-    soft_targets for `steps` minibatch steps (reshuffled passes over the data); the
-    value net is left alone. Returns the final loss, the share of
-    labels the greedy policy reproduces and the mean entropy of the clone."""
+    their targets, else soft_targets of their labels, for `steps` minibatch steps
+    (reshuffled passes over the data); the value net is left alone. Returns the final
+    loss, the share of labels the greedy policy reproduces and the clone's mean entropy."""
     obs = torch.from_numpy(demos.obs).to(device)
     labels = torch.from_numpy(demos.labels).to(device)
+    targets = None if demos.targets is None else torch.from_numpy(demos.targets).to(device)
     if normalize_obs:
         model.obs_norm.update(obs, stats_decay)
     with torch.no_grad():
@@ -153,7 +157,8 @@ def clone(model: Any, demos: Demonstrations, *, steps: int, smoothing: float, se
                 break
             done += 1
             index = perm[start:start + CLONE_MINIBATCH]
-            target = soft_targets(labels[index], model.n_actions, smoothing)
+            target = (soft_targets(labels[index], model.n_actions, smoothing) if targets is None
+                      else targets[index])
             loss = F.cross_entropy(model.policy(x[index]), target)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
