@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from skurl.catalog_columns import COLUMNS
+from skurl.config_dcl import DclConfig
 from skurl.config_loader import apply_overrides, build, check, opt, read_yaml, section, to_dict
 from skurl.config_services import DeployConfig, RayConfig, RpcConfig, StoreConfig, SyncConfig
 from skurl.config_tracking import TrackingConfig
@@ -22,6 +23,7 @@ __all__ = [
     "ActionsConfig",
     "CatalogConfig",
     "Config",
+    "DclConfig",
     "DemandConfig",
     "DeployConfig",
     "EvalConfig",
@@ -315,6 +317,11 @@ class PPOConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     iterations: int = opt(50, "training iterations (collect + learn + publish)")
+    algo: Literal["ppo", "dcl"] = opt(
+        "ppo", "how an iteration improves the policy: ppo = collect rollouts and take PPO steps; dcl = "
+        "Deep Controlled Learning (docs/dcl.md): label sampled states with their best action by "
+        "common-random-number rollouts (settings: dcl.*) and fit the policy to the labels"
+    )
     seed: int = opt(0, "run seed: demand draws, network init, sampling")
     collect_skus: int = opt(0, "SKUs simulated per iteration; 0 = the whole catalog")
     chunk: int = opt(4096, "SKUs per inference batch in the collector")
@@ -399,6 +406,8 @@ class TrainConfig:
               "a number in [0, 1)")
         check(self.warm_start_critic >= 0, "train.warm_start_critic", self.warm_start_critic, "an integer >= 0")
         check(self.staleness >= 0, "train.staleness", self.staleness, "an integer >= 0 (0 = the sync barrier)")
+        check(self.algo == "ppo" or self.staleness == 0, "train.staleness", self.staleness,
+              "0 with train.algo=dcl (its states come from the learner's own policy)")
         check(self.max_lag == 0 or self.max_lag >= self.staleness, "train.max_lag", self.max_lag,
               f"0 or an integer >= train.staleness ({self.staleness})")
         check(self.vtrace_rho_bar > 0, "train.vtrace_rho_bar", self.vtrace_rho_bar, "a number > 0")
@@ -437,6 +446,7 @@ class Config:
     policy: PolicyConfig = section(PolicyConfig, "policy network and action grid")
     ppo: PPOConfig = section(PPOConfig, "PPO learner")
     train: TrainConfig = section(TrainConfig, "the training loop")
+    dcl: DclConfig = section(DclConfig, "train.algo=dcl: state sampling and rollout Q estimates")
     eval: EvalConfig = section(EvalConfig, "evaluation on held-out seeds")
     sync: SyncConfig = section(SyncConfig, "weight sync between learner and collectors")
     store: StoreConfig = section(StoreConfig, "rollout store (local directory or S3)")

@@ -29,6 +29,7 @@ from skurl.telemetry.metrics import get_metrics
 from skurl.telemetry.progress import Progress
 from skurl.telemetry.report import forget_evaluations_from, write_report
 from skurl.train.core import RunCore, build_core, save_env_spec, set_threads
+from skurl.train.dcl_step import DclStep
 from skurl.train.evaluation import TRAINED, Evaluator
 from skurl.train.warm_start import warm_start
 
@@ -113,6 +114,8 @@ class Trainer:
             self.weights = parts.weights(self)
             self.model = ActorCritic.from_state(self.learner.weights())  # the collectors' copy
             self.evaluator = Evaluator(self.core, self.learner, baseline=baseline) if parts.lead else None
+            # train.algo: how an iteration improves the policy (the rest of the loop is shared)
+            self.step: Callable[[int], dict[str, Any]] = DclStep(self) if cfg.train.algo == "dcl" else self.ppo_step
         except BaseException:
             parts.close()  # a mode's processes or actors started for this run
             raise
@@ -236,6 +239,10 @@ class Trainer:
         return True
 
     def iteration(self, it: int) -> dict[str, Any]:
+        """One iteration of train.algo; its scalars."""
+        return self.step(it)
+
+    def ppo_step(self, it: int) -> dict[str, Any]:
         """collect -> learn -> publish, in every mode; the iteration's scalars."""
         cfg, timer = self.cfg, self.core.timer
         timer.reset()

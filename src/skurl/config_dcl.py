@@ -1,0 +1,54 @@
+"""Settings of Deep Controlled Learning (train.algo=dcl, learn/dcl.py): how states are
+sampled and their actions' Q estimated by common-random-number rollouts. Part of
+`skurl.config`, apart only to keep each file to one responsibility."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from skurl.config_loader import check, opt
+
+
+@dataclass(frozen=True)
+class DclConfig:
+    states: int = opt(20_000, "states labelled per iteration (SKU rows on sampled days of the policy's episode)")
+    horizon: int = opt(
+        0, "days per rollout, the fixed first order's included; 0 = 4 x (the catalog's longest lead "
+        "time + 1), at least 8: an order's effect plays out over its lead time and the cycles after"
+    )
+    budget: int = opt(200, "rollouts per state, spent over the candidates by sequential halving")
+    window: int = opt(
+        3, "candidates: the policy's own action +- this many on the grid (0 = every action); a "
+        "budget spread over the whole grid leaves each action too few rollouts to rank"
+    )
+    warmup: int = opt(20, "days of the policy's episode before the first sampled day (its state distribution)")
+    spread: int = opt(20, "sampled days the states are spread over (fewer rows per day: less correlated states)")
+    every: int = opt(1, "days between sampled days")
+    fit_steps: int = opt(1500, "cross-entropy minibatch steps (2048 states each) fitting the policy to the labels")
+    temperature: float = opt(
+        0.0, "0 = fit each state's Q-best action; > 0 = soft targets: softmax of Q / (this x the "
+        "state's standard error of Q), so actions within the noise share the weight"
+    )
+    confirm: int = opt(
+        0, "0 = label each state with the halving's winner; >= 2 = test a winner that differs from "
+        "the policy's own action on this many fresh paired rollouts, and keep the own action unless "
+        "the gain passes dcl.confirm_z (the halving's winner beats it by noise alone near the optimum)"
+    )
+    confirm_z: float = opt(2.0, "with dcl.confirm: the t-statistic of the gain a changed label needs")
+
+    def __post_init__(self) -> None:
+        for key in ("states", "budget", "spread", "every", "fit_steps"):
+            value = getattr(self, key)
+            check(value >= 1, f"dcl.{key}", value, "an integer >= 1")
+        for key in ("horizon", "window", "warmup"):
+            value = getattr(self, key)
+            check(value >= 0, f"dcl.{key}", value, "an integer >= 0")
+        check(self.confirm != 1 and self.confirm >= 0, "dcl.confirm", self.confirm, "0 or an integer >= 2")
+        check(math.isfinite(self.confirm_z), "dcl.confirm_z", self.confirm_z, "a finite number")
+        check(self.temperature >= 0, "dcl.temperature", self.temperature, "a number >= 0 (0 = hard labels)")
+
+
+def auto_horizon(max_lead_time: int) -> int:
+    """dcl.horizon=0's rollout days for a catalog whose longest lead time is `max_lead_time`."""
+    return max(8, 4 * (int(max_lead_time) + 1))

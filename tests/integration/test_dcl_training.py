@@ -1,0 +1,65 @@
+"""train.algo=dcl in the one loop (train/dcl_step.py): a warm-started run labels states by
+CRN rollouts and fits the policy each iteration; resumed after a stop it ends bit for bit
+where a run never stopped ends, and decoupled mode (its labelling in the learner's
+process) trains the same weights as colocated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from test_decoupled import final_weights
+
+from skurl.config import load_config
+from skurl.deploy import colocated, decoupled
+from skurl.errors import ConfigError
+from skurl.telemetry.logger import read_metrics
+
+DCL = [
+    "catalog.kind=uniform", "catalog.skus=60", "catalog.lead_time=2", "catalog.lost_sale_cost=9",
+    "sim.days=24", "sim.backorders=false", "sim.reward=cost", "policy.actions.kind=units", "policy.actions.n=12",
+    "policy.actions.step=1", "policy.hidden=[16,16]", "train.algo=dcl", "train.iterations=3",
+    "train.checkpoint_every=1", "train.eval_every=0", "train.warm_start=capped-base-stock",
+    "train.warm_start_steps=30", "train.warm_start_skus=60", "eval.days=10", "eval.warmup=2",
+    "dcl.states=60", "dcl.budget=12", "dcl.warmup=3", "dcl.spread=3", "dcl.fit_steps=20", "dcl.temperature=1",
+    "train.torch_threads=1", "sim.threads=1", "train.infer_dtype=float32",
+    "deploy.sim_servers=1", "deploy.collectors=1", "sync.timeout_s=20",
+]
+
+
+def test_dcl_run_resumes_bit_exactly_and_records_its_labelling(tmp_path: Path) -> None:
+    cfg = load_config(None, DCL)
+    colocated.train(cfg, tmp_path / "straight", baseline=False)
+    colocated.train(cfg, tmp_path / "stopped", stop_after=2, baseline=False)
+    colocated.resume(tmp_path / "stopped", baseline=False)
+    want, got = final_weights(tmp_path / "straight"), final_weights(tmp_path / "stopped")
+    assert set(want) == set(got)
+    for k in want:
+        assert torch.equal(want[k], got[k]), k
+    records = read_metrics(tmp_path / "straight" / "metrics.jsonl")
+    assert [r["policy_version"] for r in records] == [2, 3, 4]  # the clone is version 1
+    for r in records:
+        assert r["transitions"] == 60 and r["dcl_horizon"] == 12  # auto: 4 x (lead time 2 + 1)
+        assert 0 <= r["dcl_label_changed"] <= 1 and r["dcl_rollout_sku_days"] > 0
+        assert r["rollout_sku_days_per_s"] > 0 and 0 <= r["dcl_fit_accuracy"] <= 1
+    assert records[0]["dcl_q_gap"] >= 0  # Q(best) - Q(own action) on paired rollouts
+    evaluated = json.loads((tmp_path / "straight" / "eval.json").read_text())
+    assert evaluated["policies"][evaluated["trained"]]["avg_cost_per_sku_day"] > 0
+    assert (tmp_path / "straight" / "report.md").is_file()
+
+
+@pytest.mark.slow
+def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path) -> None:
+    cfg = load_config(None, [*DCL, "train.iterations=2", "sync.backend=grpc"])
+    colocated.train(cfg, tmp_path / "colocated", baseline=False)
+    decoupled.train(cfg, tmp_path / "decoupled", baseline=False)  # servers and collectors started, left idle
+    want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "decoupled")
+    for k in want:
+        assert torch.equal(want[k], got[k]), k
+
+
+def test_dcl_refuses_staleness() -> None:
+    with pytest.raises(ConfigError, match=r"train\.staleness.*train\.algo=dcl"):
+        load_config(None, ["train.algo=dcl", "train.staleness=1"])
