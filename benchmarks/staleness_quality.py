@@ -35,7 +35,7 @@ VARIANTS = {
 
 def grid_args(args: argparse.Namespace, variant: str) -> argparse.Namespace:
     """The namespace lost_sales_grid.run_instance reads, for one variant."""
-    sets = [*VARIANTS[variant], *args.set]
+    sets = ["train.algo=ppo", *VARIANTS[variant], *args.set]  # staleness is PPO's (the config trains DCL)
     if args.iterations:
         sets.append(f"train.iterations={args.iterations}")
     return argparse.Namespace(out=str(Path(args.out) / variant), config=args.config, set=sets,

@@ -17,7 +17,7 @@ class DclConfig:
         0, "days per rollout, the fixed first order's included; 0 = 4 x (the catalog's longest lead "
         "time + 1), at least 8: an order's effect plays out over its lead time and the cycles after"
     )
-    budget: int = opt(200, "rollouts per state, spent over the candidates by sequential halving")
+    budget: int = opt(800, "rollouts per state, spent over the candidates by sequential halving")
     window: int = opt(
         3, "candidates: the policy's own action +- this many on the grid (0 = every action); a "
         "budget spread over the whole grid leaves each action too few rollouts to rank"
@@ -44,6 +44,9 @@ class DclConfig:
         for key in ("horizon", "window", "warmup"):
             value = getattr(self, key)
             check(value >= 0, f"dcl.{key}", value, "an integer >= 0")
+        for key in ("budget", "confirm"):  # replications are numbered within 2**24 episodes a day (learn/dcl.py)
+            value = getattr(self, key)
+            check(value <= 1_000_000, f"dcl.{key}", value, "at most 1,000,000 rollouts per state")
         check(self.confirm != 1 and self.confirm >= 0, "dcl.confirm", self.confirm, "0 or an integer >= 2")
         check(math.isfinite(self.confirm_z), "dcl.confirm_z", self.confirm_z, "a finite number")
         check(self.temperature >= 0, "dcl.temperature", self.temperature, "a number >= 0 (0 = hard labels)")

@@ -31,7 +31,13 @@ import torch
 from skurl.buffer.minibatch import seeded_generator
 from skurl.learn.imitate import Demonstrations
 from skurl.policy.actions import ActionGrid, bind_to_env
-from skurl.policy.rollout_q import RolloutPolicy, RolloutSpec, candidate_orders, estimate_q, rollout_returns
+from skurl.policy.rollout_q import (
+    RolloutPolicy,
+    RolloutSpec,
+    candidate_orders,
+    estimate_q,
+    rollout_returns,
+)
 from skurl.sim.env import VectorEnv
 
 DCL_KEY = 4  # seeded_generator key (learner.py uses 1 and 2, imitate.py 3)
@@ -93,46 +99,49 @@ def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: Acti
     rows_per_day = min(n, math.ceil(spec.states / spec.spread))
     schedule = set(sampled_days(days, spec, rows_per_day))
     obs = env.reset(seed, SAMPLE_EPISODE0 + iteration)
-    feats, labels, targets, gaps, changed, sku_days, left = [], [], [], [], 0, 0, spec.states
+    feats, days_out, left = [], [], spec.states
     for day in range(days):
         actions = np.asarray(policy.action_indices(obs), np.int64)
         if day in schedule and left > 0:
             rows = _rows(n, min(rows_per_day, left), seed, iteration, day)
-            own = actions[rows]
-            cand = candidates(own, grid.n, spec.window)
-            first = np.take_along_axis(candidate_orders(grid, env, rows), cand, axis=1)
             base = ROLLOUT_EPISODE0 + (iteration * days + day) * ROLLOUT_STRIDE
-            rspec = RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed)
-            q = estimate_q(env, rows, first, rollout, rspec)
-            i = np.arange(rows.size)
-            own_col = np.argmax(cand == own[:, None], axis=1)
-            best_col = q.best
-            if spec.confirm:
-                # fresh futures: the upper half of the day's episodes (the halving uses the lower)
-                t = confirm_gain(env, rows, first, own_col, best_col, rollout, spec.confirm,
-                                 dataclasses.replace(rspec, episode_base=base + ROLLOUT_STRIDE // 2))
-                best_col = np.where(t > spec.confirm_z, best_col, own_col)
-                sku_days += int((q.best != own_col).sum()) * 2 * spec.confirm * spec.horizon
-            best = cand[i, best_col]
+            days_out.append(_label_rows(env, rows, actions[rows], grid, rollout, spec,
+                                        RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed)))
             feats.append(np.asarray(obs.features[rows], np.float32))
-            labels.append(best)
-            if spec.temperature > 0:
-                targets.append(soft_q_targets(q.q, q.se, cand, grid.n, spec.temperature))
-            gaps.append(q.q_first[i, best_col] - q.q_first[i, own_col])
-            changed += int((best != own).sum())
-            sku_days += q.sku_days
             left -= rows.size
         units, _ = grid.orders_for(actions, obs.raw)
         result = env.step(units)
         obs = result.obs
         if result.done or left == 0:
             break
-    got = sum(f.shape[0] for f in feats)
-    if got == 0:
+    if not feats:
         raise ValueError(f"dcl: the episode ended before a sampled day (days {days}, warmup {spec.warmup})")
+    labels, targets, gaps, changed, sku_days = (list(x) for x in zip(*days_out, strict=True))
     demos = Demonstrations(np.concatenate(feats), np.concatenate(labels), float("nan"), float("nan"),
-                           np.concatenate(targets) if targets else None)
-    return Labelled(demos, float(np.concatenate(gaps).mean()), changed / max(got, 1), sku_days)
+                           np.concatenate(targets) if spec.temperature > 0 else None)
+    return Labelled(demos, float(np.concatenate(gaps).mean()), sum(changed) / demos.labels.shape[0], sum(sku_days))
+
+
+def _label_rows(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionGrid, rollout: RolloutPolicy,
+                spec: DclSpec, rspec: RolloutSpec) -> tuple[np.ndarray, Any, np.ndarray, int, int]:
+    """One sampled day's states (env rows `rows`, the policy's actions `own`): their labels,
+    soft targets (None without dcl temperature), paired Q gains of the label over `own`,
+    how many labels changed, and the rollout SKU-days spent."""
+    cand = candidates(own, grid.n, spec.window)
+    first = np.take_along_axis(candidate_orders(grid, env, rows), cand, axis=1)
+    q = estimate_q(env, rows, first, rollout, rspec)
+    i = np.arange(rows.size)
+    own_col = np.argmax(cand == own[:, None], axis=1)
+    best_col, sku_days = q.best, q.sku_days
+    if spec.confirm:
+        # fresh futures: the upper half of the day's episodes (the halving uses the lower)
+        t = confirm_gain(env, rows, first, own_col, best_col, rollout, spec.confirm,
+                         dataclasses.replace(rspec, episode_base=rspec.episode_base + ROLLOUT_STRIDE // 2))
+        sku_days += int((best_col != own_col).sum()) * 2 * spec.confirm * spec.horizon
+        best_col = np.where(t > spec.confirm_z, best_col, own_col)
+    best = cand[i, best_col]
+    targets = soft_q_targets(q.q, q.se, cand, grid.n, spec.temperature) if spec.temperature > 0 else None
+    return best, targets, q.q_first[i, best_col] - q.q_first[i, own_col], int((best != own).sum()), sku_days
 
 
 def confirm_gain(env: VectorEnv, rows: np.ndarray, first: np.ndarray, own_col: np.ndarray,
