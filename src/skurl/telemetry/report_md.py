@@ -12,7 +12,10 @@ from skurl.telemetry.plots import COST_PARTS, DIAGNOSTIC_KEYS, SegmentRow, stage
 EVAL_FILE = "eval.json"
 DEFAULT_TRAINED = "ppo"  # the trained policy's name when eval.json does not say
 _TRAINING_KEYS = ("reward_mean", "reward_p5", "reward_p50", "reward_p95", *DIAGNOSTIC_KEYS,
-                  "transitions_per_s")
+                  "transitions_per_s",
+                  # train.algo=dcl's iterations (train/dcl_step.py)
+                  "dcl_label_changed", "dcl_q_gap", "dcl_fit_accuracy", "dcl_fit_entropy", "dcl_horizon",
+                  "rollout_sku_days_per_s")
 
 
 def _num(value: Any) -> float | None:
