@@ -11,6 +11,7 @@ resumed run redoes an iteration bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from skurl.config_dcl import auto_horizon
 from skurl.errors import UserError
 from skurl.learn.dcl import DclSpec, label_states
 from skurl.learn.imitate import clone
+from skurl.policy.actions import bind_to_env
 from skurl.policy.learned import LearnedPolicy
 from skurl.policy.nets import ActorCritic
 from skurl.policy.rollout_q import learned_rollout
@@ -29,11 +31,9 @@ from skurl.telemetry.metrics import get_metrics
 
 def dcl_spec(cfg: Any, catalog: Any) -> DclSpec:
     """The labelling's settings for the training env's `catalog` (dcl.horizon=0 resolved)."""
-    d = cfg.dcl
+    same = {f.name: getattr(cfg.dcl, f.name) for f in dataclasses.fields(DclSpec)}  # every field is a dcl.* key
     lead = int(np.max(catalog.lead_time + catalog.delay_max, initial=1))
-    return DclSpec(states=d.states, horizon=d.horizon or auto_horizon(lead), budget=d.budget, warmup=d.warmup,
-                   every=d.every, spread=d.spread, window=d.window, temperature=d.temperature,
-                   confirm=d.confirm, confirm_z=d.confirm_z)
+    return DclSpec(**{**same, "horizon": cfg.dcl.horizon or auto_horizon(lead)})
 
 
 class DclStep:
@@ -53,7 +53,7 @@ class DclStep:
         timer = core.timer
         timer.reset()
         start = time.perf_counter()
-        grid = core.grid.bind(self.env.catalog) if core.grid.needs_catalog else core.grid
+        grid = bind_to_env(core.grid, self.env)
         with timer.stage("collect"):  # the labelling: the policy's episode and the rollouts
             policy = LearnedPolicy(ActorCritic.from_state(learner.weights()), grid)
             lab = label_states(self.env, policy, learned_rollout(policy), core.grid, self.spec,
