@@ -57,6 +57,14 @@ def per_type(values: np.ndarray, category: np.ndarray, k: int) -> np.ndarray:
     return np.bincount(category, weights=values, minlength=k) / np.bincount(category, minlength=k)
 
 
+def per_type_se(values: np.ndarray, category: np.ndarray, k: int) -> np.ndarray:
+    """Standard error of each type's mean cost over its (independent) SKUs."""
+    count = np.bincount(category, minlength=k)
+    mean = per_type(values, category, k)
+    var = np.bincount(category, weights=(values - mean[category]) ** 2, minlength=k) / np.maximum(count - 1, 1)
+    return np.sqrt(var / count)
+
+
 def score(args: argparse.Namespace) -> dict:
     catalog = read_catalog(args.catalog)
     types = sku_types()
@@ -70,7 +78,8 @@ def score(args: argparse.Namespace) -> dict:
     base = evaluate(catalog, cfg.sim, make_policy("capped-base-stock", catalog, cfg.sim, params), **kw)
     ours, theirs = per_type(learned.per_sku_cost, cat, len(types)), per_type(base.per_sku_cost, cat, len(types))
     optimal = refs.get("optimal", {})
-    rows = [{"type": t.name, "cost": float(ours[k]), "base_stock": float(theirs[k]),
+    se = per_type_se(learned.per_sku_cost, cat, len(types))
+    rows = [{"type": t.name, "cost": float(ours[k]), "se": float(se[k]), "base_stock": float(theirs[k]),
              "vs_base_stock_pct": float(100 * (ours[k] / theirs[k] - 1)),
              "optimal": optimal.get(t.name),
              "gap_pct": None if optimal.get(t.name) is None else float(100 * (ours[k] / optimal[t.name] - 1))}
@@ -86,11 +95,11 @@ def score(args: argparse.Namespace) -> dict:
 
 
 def print_result(result: dict) -> None:
-    print(f"{'type':<16} {'cost':>8} {'best cbs':>8} {'vs cbs%':>8} {'optimal':>8} {'gap%':>7}")
+    print(f"{'type':<16} {'cost':>8} {'se':>6} {'best cbs':>8} {'vs cbs%':>8} {'optimal':>8} {'gap%':>7}")
     for r in result["rows"]:
         opt = "-" if r["optimal"] is None else f"{r['optimal']:.4f}"
         gap = "-" if r["gap_pct"] is None else f"{r['gap_pct']:+.2f}"
-        print(f"{r['type']:<16} {r['cost']:>8.4f} {r['base_stock']:>8.4f} {r['vs_base_stock_pct']:>+8.2f} {opt:>8} {gap:>7}")
+        print(f"{r['type']:<16} {r['cost']:>8.4f} {r['se']:>6.4f} {r['base_stock']:>8.4f} {r['vs_base_stock_pct']:>+8.2f} {opt:>8} {gap:>7}")
     s = result["summary"]
     print(f"overall {s['cost']:.4f} vs best capped base-stock {s['base_stock']:.4f} ({s['vs_base_stock_pct']:+.2f}%); "
           f"vs base-stock per type mean {s['mean_vs_base_stock_pct']:+.2f}% worst {s['worst_vs_base_stock_pct']:+.2f}%; "

@@ -18,7 +18,13 @@ policies (order up to S on the inventory position, capped at Q): the best S is t
 baseline. --simulate runs the optimal policy (a table lookup) in skurl's VectorEnv as a
 check that the model is the simulator's.
 
+--train OUT trains skurl on each instance as a user would (`skurl train --config
+configs/lost_sales.yaml --set catalog.shelf_life=m ...`, run dirs under OUT) and scores the
+run with `skurl eval --run`: its gap to the optimum, and to the tuned capped base-stock on
+the same held-out seeds.
+
     .venv/bin/python benchmarks/perishable_optimal.py [--lead 1 2] [--life 2 3] [--simulate] [--json F]
+    .venv/bin/python benchmarks/perishable_optimal.py --train runs/perishable [--set train.algo=ppo]
 """
 
 from __future__ import annotations
@@ -30,9 +36,13 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from numba import njit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from skurl_runs import capped_base_stock, skurl_json, train_run
 
 MEAN, HOLDING, UNIT_COST, WASTE = 3.0, 1.0, 2.0, 4.0
 LEADS, LIVES, PENALTIES = (1, 2), (2, 3), (5.0, 10.0)
@@ -242,6 +252,24 @@ def simulate(inst: Instance, orders: np.ndarray, skus: int, days: int, warmup: i
     return float(per_sku.mean()), float(per_sku.std(ddof=1) / math.sqrt(skus)), largest
 
 
+def instance_sets(inst: Instance) -> list[str]:
+    """The instance as `--set`s over configs/lost_sales.yaml (Poisson, lost sales, cost reward)."""
+    return [f"catalog.demand.mean={inst.mean}", f"catalog.lead_time={inst.lead}", f"catalog.shelf_life={inst.life}",
+            f"catalog.holding_cost={inst.holding}", f"catalog.lost_sale_cost={inst.penalty}",
+            f"catalog.unit_cost={inst.unit_cost}", f"catalog.waste_cost={inst.waste}"]
+
+
+def train_instance(inst: Instance, optimal: float, args: argparse.Namespace) -> dict:
+    run_dir = Path(args.train) / f"L{inst.lead}m{inst.life}p{inst.penalty:g}"
+    sets = [*instance_sets(inst), *args.set]
+    wall, cpu = train_run(run_dir, args.config, sets, args.nice)
+    cost = skurl_json(args.nice, "eval", "--run", str(run_dir))["avg_cost_per_sku_day"]
+    capped = capped_base_stock(args.config, sets, args.nice)
+    return {"trained_cost": round(cost, 5), "trained_gap_pct": round(100 * (cost / optimal - 1), 3),
+            "capped_base_stock_cost": round(capped, 5), "trained_vs_capped_pct": round(100 * (cost / capped - 1), 3),
+            "train_seconds": round(wall, 1), "train_cpu_seconds": round(cpu, 1)}
+
+
 def solve(inst: Instance, args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     solver = Solver(inst)
@@ -256,6 +284,8 @@ def solve(inst: Instance, args: argparse.Namespace) -> dict:
         cost, se, largest = simulate(inst, orders, args.skus, args.days, args.warmup)
         row.update(simulated_cost=round(cost, 4), simulated_se=round(se, 4), simulated_largest_order=largest)
     row["seconds"] = round(time.perf_counter() - start, 1)
+    if args.train:
+        row.update(train_instance(inst, g, args))
     return row
 
 
@@ -271,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--days", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--json", help="write the rows to this JSON file")
+    ap.add_argument("--train", metavar="OUT", help="also train skurl on each instance; run dirs go here")
+    ap.add_argument("--config", default="configs/lost_sales.yaml", help="with --train: the config trained")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="with --train: overrides")
+    ap.add_argument("--nice", type=int, default=10, help="with --train: niceness of the runs")
     args = ap.parse_args(argv)
     rows = []
     print(f"{'L':>2} {'m':>2} {'p':>4} {'optimal':>9} {'best S':>6} {'S cost':>9} {'gap %':>6} "
@@ -282,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{lead:>2} {life:>2} {p:>4g} {row['optimal_cost']:>9.5f} {row['best_base_stock_level']:>6} "
               f"{row['best_base_stock_cost']:>9.5f} {row['base_stock_gap_pct']:>6.2f} {row['mass_at_cap']:>8.1e} "
               f"{sim:>16} {row['states']:>6} {row['sweeps']:>6} {row['seconds']:>6}", flush=True)
+        if args.train:
+            print(f"   trained {row['trained_cost']:.4f} ({row['trained_gap_pct']:+.2f}% to optimal, "
+                  f"{row['trained_vs_capped_pct']:+.2f}% to capped base-stock {row['capped_base_stock_cost']:.4f}) "
+                  f"in {row['train_seconds']:.0f} s", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"mean": MEAN, "holding": HOLDING, "unit_cost": UNIT_COST, "waste": WASTE, "rows": rows},

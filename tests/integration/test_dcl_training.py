@@ -63,3 +63,23 @@ def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path) -> None:
 def test_dcl_refuses_staleness() -> None:
     with pytest.raises(ConfigError, match=r"train\.staleness.*train\.algo=dcl"):
         load_config(None, ["train.algo=dcl", "train.staleness=1"])
+
+
+def test_dcl_labels_each_iterations_training_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """train.collect_skus splits the catalog into shards visited round robin; DCL labels
+    iteration k's shard, as PPO collects it, so every SKU's states are labelled in turn."""
+    from skurl.train import dcl_step
+
+    labelled: list[frozenset[int]] = []
+
+    def spy(env, *args, **kwargs):
+        labelled.append(frozenset(env.catalog.sku_id.tolist()))
+        return label_states(env, *args, **kwargs)
+
+    label_states = dcl_step.label_states
+    monkeypatch.setattr(dcl_step, "label_states", spy)
+    cfg = load_config(None, [*DCL, "train.collect_skus=30", "dcl.states=30"])
+    colocated.train(cfg, tmp_path / "run", baseline=False)
+    assert [len(s) for s in labelled] == [30, 30, 30]
+    assert labelled[0] != labelled[1] and labelled[2] == labelled[0]  # two shards, in turn
+    assert labelled[0] | labelled[1] == set(range(60))

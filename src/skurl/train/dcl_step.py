@@ -2,9 +2,9 @@
 
 The iteration labels sampled states of the current greedy policy by common-random-number
 rollouts and fits the policy net to the labels; the value net is left alone (nothing reads
-it). It runs in the learner's process on the first training shard's env (the env the warm
-start records on): the rollouts clone simulator rows, which only an in-process env holds.
-So every mode gives the same result, and the mode's collectors stay idle; spreading the
+it). It runs in the learner's process, on iteration k's training shard (k mod the shards, the
+round robin PPO collects in; one shard, the whole catalog, by default): the rollouts clone
+simulator rows, which only an in-process env holds. So every mode gives the same result, and the mode's collectors stay idle; spreading the
 labelling over collectors is not built. Everything is a function of (seed, iteration), so a
 resumed run redoes an iteration bit for bit.
 """
@@ -44,8 +44,13 @@ class DclStep:
             raise UserError("train.algo=dcl: the DDP learner is not built for it (its labelling runs in one "
                             "process); expected one learner process or train.algo=ppo")
         self.trainer = trainer
-        self.env = trainer.core.local_env(0)
-        self.spec = dcl_spec(trainer.cfg, self.env.catalog)
+        # the horizon from the whole catalog: one setting for every shard
+        self.spec = dcl_spec(trainer.cfg, trainer.core.catalog)
+
+    def env_for(self, it: int) -> Any:
+        """Iteration `it`'s training shard's in-process env (train.collect_skus' round robin)."""
+        core = self.trainer.core
+        return core.local_env(it % len(core.shards))
 
     def __call__(self, it: int) -> dict[str, Any]:
         trainer = self.trainer
@@ -53,10 +58,11 @@ class DclStep:
         timer = core.timer
         timer.reset()
         start = time.perf_counter()
-        grid = bind_to_env(core.grid, self.env)
+        env = self.env_for(it)
+        grid = bind_to_env(core.grid, env)
         with timer.stage("collect"):  # the labelling: the policy's episode and the rollouts
             policy = LearnedPolicy(ActorCritic.from_state(learner.weights()), grid)
-            lab = label_states(self.env, policy, learned_rollout(policy), core.grid, self.spec,
+            lab = label_states(env, policy, learned_rollout(policy), core.grid, self.spec,
                                seed=cfg.train.seed, iteration=it)
             labelled = time.perf_counter() - start
         with timer.stage("learn"):
