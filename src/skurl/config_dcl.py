@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from skurl.config_loader import check, opt
 
 
@@ -14,8 +16,8 @@ from skurl.config_loader import check, opt
 class DclConfig:
     states: int = opt(20_000, "states labelled per iteration (SKU rows on sampled days of the policy's episode)")
     horizon: int = opt(
-        0, "days per rollout, the fixed first order's included; 0 = 4 x (the catalog's longest lead "
-        "time + 1), at least 8: an order's effect plays out over its lead time and the cycles after"
+        0, "days per rollout, the fixed first order's included; 0 = 4 x (each SKU's lead time + "
+        "supplier delay + 1), at least 8: an order's effect plays out over its lead time and the cycles after"
     )
     budget: int = opt(800, "rollouts per state, spent over the candidates by sequential halving")
     window: int = opt(
@@ -36,12 +38,24 @@ class DclConfig:
         "the gain passes dcl.confirm_z (the halving's winner beats it by noise alone near the optimum)"
     )
     confirm_z: float = opt(2.0, "with dcl.confirm: the t-statistic of the gain a changed label needs")
+    check_episodes: int = opt(
+        4, "episodes of the training shard both the fitted candidate and the policy it came from run "
+        "(common random numbers) before the candidate is accepted; 0 = accept every fit unchecked"
+    )
+    check_z: float = opt(
+        2.0, "a candidate whose mean reward per SKU-day is below its predecessor's by more than this "
+        "many standard errors is corrected (dcl.corrections), else the iteration keeps the old policy"
+    )
+    corrections: int = opt(
+        1, "labellings of a rejected candidate's own states (Q of the old policy, as before) added to "
+        "the fit before it is checked again: the labels must be right where the new policy goes"
+    )
 
     def __post_init__(self) -> None:
         for key in ("states", "budget", "spread", "every", "fit_steps"):
             value = getattr(self, key)
             check(value >= 1, f"dcl.{key}", value, "an integer >= 1")
-        for key in ("horizon", "window", "warmup"):
+        for key in ("horizon", "window", "warmup", "check_episodes", "corrections"):
             value = getattr(self, key)
             check(value >= 0, f"dcl.{key}", value, "an integer >= 0")
         for key in ("budget", "confirm"):  # replications are numbered within 2**24 episodes a day (learn/dcl.py)
@@ -49,9 +63,11 @@ class DclConfig:
             check(value <= 1_000_000, f"dcl.{key}", value, "at most 1,000,000 rollouts per state")
         check(self.confirm != 1 and self.confirm >= 0, "dcl.confirm", self.confirm, "0 or an integer >= 2")
         check(math.isfinite(self.confirm_z), "dcl.confirm_z", self.confirm_z, "a finite number")
+        check(math.isfinite(self.check_z) and self.check_z >= 0, "dcl.check_z", self.check_z, "a number >= 0")
         check(self.temperature >= 0, "dcl.temperature", self.temperature, "a number >= 0 (0 = hard labels)")
 
 
-def auto_horizon(max_lead_time: int) -> int:
-    """dcl.horizon=0's rollout days for a catalog whose longest lead time is `max_lead_time`."""
-    return max(8, 4 * (int(max_lead_time) + 1))
+def auto_horizon(lead_time: np.ndarray) -> np.ndarray:
+    """dcl.horizon=0's rollout days (int64, elementwise) for SKUs of lead time plus supplier
+    delay `lead_time`."""
+    return np.maximum(8, 4 * (np.asarray(lead_time, np.int64) + 1))

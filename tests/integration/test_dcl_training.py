@@ -41,7 +41,7 @@ def test_dcl_run_resumes_bit_exactly_and_records_its_labelling(tmp_path: Path) -
     records = read_metrics(tmp_path / "straight" / "metrics.jsonl")
     assert [r["policy_version"] for r in records] == [2, 3, 4]  # the clone is version 1
     for r in records:
-        assert r["transitions"] == 60 and r["dcl_horizon"] == 12  # auto: 4 x (lead time 2 + 1)
+        assert r["transitions"] == 60 * (1 + r["dcl_corrections"]) and r["dcl_horizon"] == 12  # 4 x (L 2 + 1)
         assert 0 <= r["dcl_label_changed"] <= 1 and r["dcl_rollout_sku_days"] > 0
         assert r["rollout_sku_days_per_s"] > 0 and 0 <= r["dcl_fit_accuracy"] <= 1
     assert records[0]["dcl_q_gap"] >= 0  # Q(best) - Q(own action) on paired rollouts
@@ -73,7 +73,8 @@ def test_dcl_labels_each_iterations_training_shard(tmp_path: Path, monkeypatch: 
     labelled: list[frozenset[int]] = []
 
     def spy(env, *args, **kwargs):
-        labelled.append(frozenset(env.catalog.sku_id.tolist()))
+        if kwargs.get("part", 0) == 0:  # an iteration's first labelling (a correction labels the same shard)
+            labelled.append(frozenset(env.catalog.sku_id.tolist()))
         return label_states(env, *args, **kwargs)
 
     label_states = dcl_step.label_states
@@ -83,3 +84,47 @@ def test_dcl_labels_each_iterations_training_shard(tmp_path: Path, monkeypatch: 
     assert [len(s) for s in labelled] == [30, 30, 30]
     assert labelled[0] != labelled[1] and labelled[2] == labelled[0]  # two shards, in turn
     assert labelled[0] | labelled[1] == set(range(60))
+
+
+def test_a_candidate_worse_than_its_predecessor_is_corrected_then_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Labels that all say "order nothing" fit a candidate that starves every SKU: the paired
+    check refuses it, a correction labels the candidate's own states (here again all 0),
+    and the iteration keeps the policy it started from."""
+    from skurl.train import dcl_step
+
+    calls: list[tuple[int, bool]] = []
+    before: list[dict[str, torch.Tensor]] = []
+
+    def starve(env, policy, *args, **kwargs):
+        calls.append((kwargs.get("part", 0), kwargs.get("sampler") is not None))
+        if not before:
+            before.append({k: v.clone() for k, v in policy.model.state_dict().items()})
+        out = label_states(env, policy, *args, **kwargs)
+        out.demos.labels[:] = 0
+        return out
+
+    label_states = dcl_step.label_states
+    monkeypatch.setattr(dcl_step, "label_states", starve)
+    cfg = load_config(None, [*DCL, "train.iterations=1", "dcl.temperature=0", "dcl.fit_steps=200"])
+    colocated.train(cfg, tmp_path / "run", baseline=False)
+    assert calls == [(0, False), (1, True)]  # the labelling, then one correction (dcl.corrections=1)
+    (record,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert record["dcl_accepted"] == 0 and record["dcl_corrections"] == 1 and record["transitions"] == 120
+    assert record["dcl_check_gain"] < -cfg.dcl.check_z * record["dcl_check_se"] < 0
+    assert record["policy_version"] == 2  # a version all the same: the iteration happened
+    kept = final_weights(tmp_path / "run")
+    for k, v in before[0].items():
+        assert torch.equal(kept[f"model/{k}"], v), k
+
+
+def test_an_accepted_iteration_records_its_check(tmp_path: Path) -> None:
+    cfg = load_config(None, [*DCL, "train.iterations=1", "dcl.corrections=0"])
+    colocated.train(cfg, tmp_path / "run", baseline=False)
+    (record,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert record["dcl_corrections"] == 0 and record["dcl_accepted"] in (0.0, 1.0)
+    assert record["dcl_accepted"] == float(record["dcl_check_gain"] >= -cfg.dcl.check_z * record["dcl_check_se"])
+    unchecked = load_config(None, [*DCL, "train.iterations=1", "dcl.check_episodes=0"])
+    colocated.train(unchecked, tmp_path / "unchecked", baseline=False)
+    (record,) = read_metrics(tmp_path / "unchecked" / "metrics.jsonl")
+    assert record["dcl_accepted"] == 1 and "dcl_check_gain" not in record

@@ -46,6 +46,7 @@ DCL_KEY = 4  # seeded_generator key (learner.py uses 1 and 2, imitate.py 3)
 SAMPLE_EPISODE0 = 2**41
 ROLLOUT_EPISODE0 = 2**42
 ROLLOUT_STRIDE = 2**24  # replication episodes per DCL iteration and sampled day
+PART_STRIDE = 2**30  # sampling episodes of an iteration's further labellings (label_states' part)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Labelled:
     q_gap: float  # mean Q(best) - Q(pi_k's action) per state over the first round (paired)
     changed: float  # share of states whose label differs from pi_k's action
     sku_days: int  # rollout SKU-days simulated
+    rows: np.ndarray | None = None  # int64 [M]: the env row of each state
 
 
 def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
@@ -90,24 +92,33 @@ def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
 
 
 def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: ActionGrid, spec: DclSpec, *,
-                 seed: int, iteration: int) -> Labelled:
-    """Run `policy` (pi_k over env's rows: anything with `action_indices(obs)` on `grid`, a
+                 seed: int, iteration: int, sampler: Any = None, part: int = 0,
+                 horizons: np.ndarray | None = None) -> Labelled:
+    """Run `sampler` (default `policy`; anything with `action_indices(obs)` on `grid`, a
     greedy LearnedPolicy) for an episode of `env` and label the sampled states by Q
-    estimates with `rollout` (pi_k over clone rows) after the first order."""
+    estimates with `rollout` (pi_k over clone rows) after the first order; the candidates
+    are around `policy`'s (pi_k's) own action. `part` > 0 numbers further labellings of
+    one iteration (states of another sampler: a fresh episode of it). `horizons` (int [N],
+    one per env row) replaces spec.horizon row by row: a catalog mixing lead times 1 and 10
+    would otherwise roll every SKU out for the longest one's horizon."""
     grid = bind_to_env(grid, env)
+    sampler = policy if sampler is None else sampler
     n, days = env.num_skus, int(env.info()["days"])
     rows_per_day = min(n, math.ceil(spec.states / spec.spread))
     schedule = set(sampled_days(days, spec, rows_per_day))
-    obs = env.reset(seed, SAMPLE_EPISODE0 + iteration)
-    feats, days_out, left = [], [], spec.states
+    obs = env.reset(seed, SAMPLE_EPISODE0 + iteration + part * PART_STRIDE)
+    feats, days_out, taken, left = [], [], [], spec.states
     for day in range(days):
-        actions = np.asarray(policy.action_indices(obs), np.int64)
+        actions = np.asarray(sampler.action_indices(obs), np.int64)
         if day in schedule and left > 0:
             rows = _rows(n, min(rows_per_day, left), seed, iteration, day)
+            own = actions if sampler is policy else np.asarray(policy.action_indices(obs), np.int64)
             base = ROLLOUT_EPISODE0 + (iteration * days + day) * ROLLOUT_STRIDE
-            days_out.append(_label_rows(env, rows, actions[rows], grid, rollout, spec,
-                                        RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed)))
+            rspec = RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed)
+            days_out.append(_label_by_horizon(env, rows, own[rows], grid, rollout, spec, rspec,
+                                              None if horizons is None else horizons[rows]))
             feats.append(np.asarray(obs.features[rows], np.float32))
+            taken.append(rows)
             left -= rows.size
         units, _ = grid.orders_for(actions, obs.raw)
         result = env.step(units)
@@ -119,7 +130,32 @@ def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: Acti
     labels, targets, gaps, changed, sku_days = (list(x) for x in zip(*days_out, strict=True))
     demos = Demonstrations(np.concatenate(feats), np.concatenate(labels), float("nan"), float("nan"),
                            np.concatenate(targets) if spec.temperature > 0 else None)
-    return Labelled(demos, float(np.concatenate(gaps).mean()), sum(changed) / demos.labels.shape[0], sum(sku_days))
+    return Labelled(demos, float(np.concatenate(gaps).mean()), sum(changed) / demos.labels.shape[0], sum(sku_days),
+                    np.concatenate(taken))
+
+
+def _label_by_horizon(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionGrid, rollout: RolloutPolicy,
+                      spec: DclSpec, rspec: RolloutSpec, horizons: np.ndarray | None
+                      ) -> tuple[np.ndarray, Any, np.ndarray, int, int]:
+    """_label_rows for the rows of each distinct horizon in `horizons` (int [S]; None: all
+    rspec's), put back in the order of `rows`."""
+    values = None if horizons is None else np.unique(horizons)
+    if values is None or values.size == 1:
+        h = rspec.horizon if values is None else int(values[0])
+        return _label_rows(env, rows, own, grid, rollout, spec, dataclasses.replace(rspec, horizon=h))
+    best = np.empty(rows.size, np.int64)
+    gains = np.empty(rows.size)
+    targets = np.zeros((rows.size, grid.n), np.float32) if spec.temperature > 0 else None
+    changed = sku_days = 0
+    for h in values:
+        part = np.flatnonzero(horizons == h)
+        b, t, g, c, d = _label_rows(env, rows[part], own[part], grid, rollout, spec,
+                                    dataclasses.replace(rspec, horizon=int(h)))
+        best[part], gains[part] = b, g
+        if targets is not None:
+            targets[part] = t
+        changed, sku_days = changed + c, sku_days + d
+    return best, targets, gains, changed, sku_days
 
 
 def _label_rows(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionGrid, rollout: RolloutPolicy,
@@ -137,7 +173,7 @@ def _label_rows(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionG
         # fresh futures: the upper half of the day's episodes (the halving uses the lower)
         t = confirm_gain(env, rows, first, own_col, best_col, rollout, spec.confirm,
                          dataclasses.replace(rspec, episode_base=rspec.episode_base + ROLLOUT_STRIDE // 2))
-        sku_days += int((best_col != own_col).sum()) * 2 * spec.confirm * spec.horizon
+        sku_days += int((best_col != own_col).sum()) * 2 * spec.confirm * rspec.horizon
         best_col = np.where(t > spec.confirm_z, best_col, own_col)
     best = cand[i, best_col]
     targets = soft_q_targets(q.q, q.se, cand, grid.n, spec.temperature) if spec.temperature > 0 else None

@@ -20,8 +20,9 @@ import torch.distributed as dist
 
 from skurl.config_dcl import auto_horizon
 from skurl.errors import UserError
-from skurl.learn.dcl import DclSpec, label_states
-from skurl.learn.imitate import clone
+from skurl.learn.dcl import DclSpec, Labelled, label_states
+from skurl.learn.dcl_check import PairedGain, paired_gain
+from skurl.learn.imitate import Demonstrations, clone
 from skurl.policy.actions import bind_to_env
 from skurl.policy.learned import LearnedPolicy
 from skurl.policy.nets import ActorCritic
@@ -30,10 +31,16 @@ from skurl.telemetry.metrics import get_metrics
 
 
 def dcl_spec(cfg: Any, catalog: Any) -> DclSpec:
-    """The labelling's settings for the training env's `catalog` (dcl.horizon=0 resolved)."""
+    """The labelling's settings for the training env's `catalog` (dcl.horizon=0 resolved to
+    the longest SKU's; row_horizons gives each SKU its own)."""
     same = {f.name: getattr(cfg.dcl, f.name) for f in dataclasses.fields(DclSpec)}  # every field is a dcl.* key
-    lead = int(np.max(catalog.lead_time + catalog.delay_max, initial=1))
-    return DclSpec(**{**same, "horizon": cfg.dcl.horizon or auto_horizon(lead)})
+    return DclSpec(**{**same, "horizon": cfg.dcl.horizon or int(np.max(row_horizons(catalog), initial=8))})
+
+
+def row_horizons(catalog: Any) -> np.ndarray:
+    """dcl.horizon=0's rollout days per SKU of `catalog` (int64 [N]): from its own lead time
+    and supplier delay, so a long-lead SKU does not lengthen every other SKU's rollouts."""
+    return auto_horizon(np.asarray(catalog.lead_time, np.int64) + np.asarray(catalog.delay_max, np.int64))
 
 
 class DclStep:
@@ -60,30 +67,79 @@ class DclStep:
         start = time.perf_counter()
         env = self.env_for(it)
         grid = bind_to_env(core.grid, env)
+        before = learner.weights()
+        incumbent = LearnedPolicy(ActorCritic.from_state(before), grid)
         with timer.stage("collect"):  # the labelling: the policy's episode and the rollouts
-            policy = LearnedPolicy(ActorCritic.from_state(learner.weights()), grid)
-            lab = label_states(env, policy, learned_rollout(policy), core.grid, self.spec,
-                               seed=cfg.train.seed, iteration=it)
-            labelled = time.perf_counter() - start
-        with timer.stage("learn"):
-            # The warm start fitted the observation moments; without one, the first labels do.
-            moments = cfg.ppo.normalize_obs and it == 0 and not trainer.warm
-            fit = clone(learner.model, lab.demos, steps=cfg.dcl.fit_steps, smoothing=0.0, seed=cfg.train.seed + 1 + it,
-                        normalize_obs=moments, stats_decay=cfg.ppo.stats_decay,
-                        max_grad_norm=cfg.ppo.max_grad_norm, device=learner.device)
-            learner.iteration += 1
-            learner.version += 1
+            labs = [label_states(env, incumbent, learned_rollout(incumbent), core.grid, self.spec,
+                                 seed=cfg.train.seed, iteration=it, horizons=self.horizons(env))]
+        fit, check = self._fit_and_check(it, env, incumbent, labs)
+        while check is not None and check.worse(cfg.dcl.check_z) and len(labs) <= cfg.dcl.corrections:
+            # The candidate is worse: label the states *it* visits too (Q of the incumbent, as
+            # before), then refit the incumbent on every label so far (learn/dcl_check.py).
+            with timer.stage("collect"):
+                labs.append(label_states(env, incumbent, learned_rollout(incumbent), core.grid, self.spec,
+                                         seed=cfg.train.seed, iteration=it, sampler=self._candidate(grid),
+                                         part=len(labs), horizons=self.horizons(env)))
+            learner.model.load_state_dict(before)
+            fit, check = self._fit_and_check(it, env, incumbent, labs)
+        accepted = check is None or not check.worse(cfg.dcl.check_z)
+        if not accepted:
+            learner.model.load_state_dict(before)
+        learner.iteration += 1
+        learner.version += 1
         with timer.stage("sync"):
             trainer.weights.publish(learner.version, learner.weights())
         get_metrics().record_update({}, learner.version)
         seconds = time.perf_counter() - start
-        states = int(lab.demos.labels.shape[0])
+        lab = labs[0]
+        states = sum(int(x.demos.labels.shape[0]) for x in labs)
+        sku_days = sum(x.sku_days for x in labs)
+        labelling = timer.totals(exclusive=True).get("collect", 0.0)
         return {
             "transitions": states, "trained_transitions": states, "policy_version": learner.version,
             "iteration_seconds": seconds, "dcl_horizon": self.spec.horizon,
             "dcl_label_changed": lab.changed, "dcl_q_gap": lab.q_gap,
             "dcl_fit_accuracy": fit["warm_start_accuracy"], "dcl_fit_nll": fit["warm_start_nll"],
-            "dcl_fit_entropy": fit["warm_start_entropy"], "dcl_rollout_sku_days": lab.sku_days,
-            "rollout_sku_days_per_s": lab.sku_days / max(labelled, 1e-9),
+            "dcl_fit_entropy": fit["warm_start_entropy"], "dcl_rollout_sku_days": sku_days,
+            "rollout_sku_days_per_s": sku_days / max(labelling, 1e-9),
+            "dcl_corrections": len(labs) - 1, "dcl_accepted": float(accepted),
+            **({} if check is None else {"dcl_check_gain": check.gain, "dcl_check_se": check.se}),
             **timer.as_scalars(exclusive=True),
         }
+
+    def horizons(self, env: Any) -> np.ndarray | None:
+        """Per-row rollout days of `env`'s SKUs under dcl.horizon=0; None: dcl.horizon for all."""
+        return row_horizons(env.catalog) if self.trainer.cfg.dcl.horizon == 0 else None
+
+    def _candidate(self, grid: Any) -> LearnedPolicy:
+        return LearnedPolicy(ActorCritic.from_state(self.trainer.learner.weights()), grid)
+
+    def _fit_and_check(self, it: int, env: Any, incumbent: LearnedPolicy,
+                       labs: list[Labelled]) -> tuple[dict[str, float], PairedGain | None]:
+        """Fit the learner's policy net (holding the incumbent's weights) to every label of
+        `labs`; then the paired check of the fitted candidate against the incumbent (None
+        with dcl.check_episodes 0)."""
+        trainer = self.trainer
+        learner, cfg = trainer.learner, trainer.cfg
+        with trainer.core.timer.stage("learn"):
+            # The warm start fitted the observation moments; without one, the first labels do.
+            moments = cfg.ppo.normalize_obs and it == 0 and not trainer.warm
+            fit = clone(learner.model, merged(labs), steps=cfg.dcl.fit_steps, smoothing=0.0,
+                        seed=cfg.train.seed + 1 + it, normalize_obs=moments, stats_decay=cfg.ppo.stats_decay,
+                        max_grad_norm=cfg.ppo.max_grad_norm, device=learner.device)
+        if cfg.dcl.check_episodes == 0:
+            return fit, None
+        with trainer.core.timer.stage("check"):
+            check = paired_gain(env, incumbent, self._candidate(incumbent.grid), seed=cfg.train.seed,
+                                iteration=it, episodes=cfg.dcl.check_episodes, skip=self.spec.warmup)
+        return fit, check
+
+
+def merged(labs: list[Labelled]) -> Demonstrations:
+    """One set of demonstrations out of several labellings' (soft targets kept where all have them)."""
+    if len(labs) == 1:
+        return labs[0].demos
+    demos = [x.demos for x in labs]
+    targets = None if any(d.targets is None for d in demos) else np.concatenate([d.targets for d in demos])
+    return Demonstrations(np.concatenate([d.obs for d in demos]), np.concatenate([d.labels for d in demos]),
+                          float("nan"), float("nan"), targets)

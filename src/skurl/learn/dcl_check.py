@@ -1,0 +1,80 @@
+"""Is a DCL candidate better than the policy it was fitted from? A paired test on the training env.
+
+Exact policy iteration never makes a policy worse; the approximate one can. Its labels are
+right on the states the incumbent visits, but the performance difference lemma (Kakade &
+Langford 2002) weighs the advantages on the states the *candidate* visits. When every label
+moves the same way (L10 p4: the incumbent never holds stock, so every label says "order
+more"), the net extrapolates that to states the incumbent never reached and the candidate
+drifts into them (docs/dcl.md). Both policies run the same episodes of the training env
+(common random numbers), so the per-SKU difference of their mean daily reward is a precise
+test of the whole candidate at the price of a few greedy episodes, far less than the
+labelling.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from skurl.policy.api import Policy
+from skurl.sim.env import VectorEnv
+
+# Episodes of the check: far above PPO's, the warm start's (2**40 + e), DCL's sampling
+# (2**41 + ...) and rollout (2**42 + (iteration x days + day) x 2**24 + j) episodes
+# (episode numbers are taken modulo 2**64, sim/rng.py).
+CHECK_EPISODE0 = 2**62
+
+
+@dataclass(frozen=True)
+class PairedGain:
+    """The candidate's mean reward per SKU-day minus the incumbent's, over SKU-episodes."""
+
+    gain: float
+    se: float  # its standard error (the SKU-episodes' paired differences)
+    samples: int  # SKU-episodes
+
+    def worse(self, z: float) -> bool:
+        """The candidate loses by more than z standard errors."""
+        return self.gain < -z * self.se
+
+
+def episode_reward(env: VectorEnv, policy: Policy, *, seed: int, episode: int, skip: int) -> np.ndarray:
+    """Mean daily reward per SKU (float64 [N]) of `policy` over one episode of `env`,
+    the first `skip` days (the start-up from the catalog's initial stock) left out."""
+    reset = getattr(policy, "reset", None)
+    if callable(reset):
+        reset()
+    obs = env.reset(seed, episode)
+    total, counted = np.zeros(env.num_skus), 0
+    day = 0
+    while True:
+        result = env.step(policy.orders(obs))
+        if day >= skip:
+            total += result.reward
+            counted += 1
+        day += 1
+        if result.done:
+            break
+        obs = result.obs
+    if counted == 0:
+        raise ValueError(f"dcl check: skipping {skip} days leaves nothing of an episode of {day} days")
+    return total / counted
+
+
+def paired_gain(env: VectorEnv, incumbent: Policy, candidate: Policy, *, seed: int, iteration: int,
+                episodes: int, skip: int) -> PairedGain:
+    """`episodes` episodes of env (numbered per iteration, apart from every other use of
+    the seed's streams) under both policies; see the module docstring."""
+    if episodes < 1:
+        raise ValueError(f"dcl check: episodes {episodes}, expected >= 1")
+    diffs = []
+    for e in range(episodes):
+        episode = CHECK_EPISODE0 + iteration * episodes + e
+        before = episode_reward(env, incumbent, seed=seed, episode=episode, skip=skip)
+        after = episode_reward(env, candidate, seed=seed, episode=episode, skip=skip)
+        diffs.append(after - before)
+    d = np.concatenate(diffs)
+    se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else float("inf")
+    return PairedGain(float(d.mean()), se, int(d.size))
