@@ -36,6 +36,8 @@ from skurl.policy.tuning import tune
 
 HERE = Path(__file__).resolve().parent
 LEADS, PENALTIES, DISTS = (2, 3, 4), (4.0, 9.0, 19.0, 39.0), ("poisson", "geometric")
+MORE_LEADS = (1, 6, 8, 10)  # --more-leads
+EXACT_MAX_LEAD = 4  # relative value iteration's state space grows as demand^L: none beyond
 PERISHABLE_LIVES, PERISHABLE_PENALTIES = (2, 3), (5.0, 10.0)
 
 
@@ -51,9 +53,14 @@ class SkuType:
     waste_cost: float = 0.0
 
 
-def sku_types() -> list[SkuType]:
+def sku_types(more_leads: bool = False) -> list[SkuType]:
+    """The 28 types; more_leads adds Poisson lost sales with L 1 (exact optimum known) and
+    L 6, 8, 10 (beyond exact DP: the bar is the type's best capped base-stock)."""
     lost = [SkuType(f"{d[:4]}-L{lead}p{p:g}", d, 5.0, lead, p)
             for d, lead, p in itertools.product(DISTS, LEADS, PENALTIES)]
+    if more_leads:
+        lost += [SkuType(f"pois-L{lead}p{p:g}", "poisson", 5.0, lead, p)
+                 for lead, p in itertools.product(MORE_LEADS, PENALTIES)]
     perish = [SkuType(f"pois-L1p{p:g}m{m}", "poisson", 3.0, 1, p, m, 2.0, 4.0)
               for m, p in itertools.product(PERISHABLE_LIVES, PERISHABLE_PENALTIES)]
     return lost + perish
@@ -84,7 +91,7 @@ def build_catalog(types: list[SkuType], per_type: int) -> Catalog:
 def exact_optimum(t: SkuType) -> float | None:
     """The type's optimal average cost per day, where a dynamic program is at hand."""
     sys.path.insert(0, str(HERE))
-    if t.dist != "poisson":
+    if t.dist != "poisson" or t.lead > EXACT_MAX_LEAD:
         return None
     if t.life == 0:
         import lost_sales_optimal as lso
@@ -117,6 +124,7 @@ def references(path: Path, catalog: Catalog, types: list[SkuType], sim_cfg: SimC
     ref = json.loads(path.read_text()) if path.exists() else {}
     if ref.get("skus") != len(catalog) or ref.get("eval_seed") != eval_seed:
         ref = {"skus": len(catalog), "eval_seed": eval_seed, "base_stock": tune_types(catalog, types, sim_cfg, eval_seed)}
+    ref["types"] = [t.name for t in types]  # category k is types[k] (hetero_train.py reads it)
     if exact and "optimal" not in ref:
         ref["optimal"] = {t.name: exact_optimum(t) for t in types}
     write_text(path, json.dumps(ref, indent=1))
@@ -133,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-type", type=int, default=40, help="SKUs per type")
     ap.add_argument("--eval-seed", type=int, default=10_000, help="first held-out seed (tuning avoids it)")
     ap.add_argument("--exact", action="store_true", help="also the exact optima (minutes)")
+    ap.add_argument("--more-leads", action="store_true",
+                    help="add Poisson lost-sales types with lead times 1, 6, 8 and 10")
     args = ap.parse_args(argv)
-    types = sku_types()
+    types = sku_types(args.more_leads)
     catalog = build_catalog(types, args.per_type)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

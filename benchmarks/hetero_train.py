@@ -67,23 +67,23 @@ def per_type_se(values: np.ndarray, category: np.ndarray, k: int) -> np.ndarray:
 
 def score(args: argparse.Namespace) -> dict:
     catalog = read_catalog(args.catalog)
-    types = sku_types()
     refs = json.loads(Path(args.catalog).with_suffix(".refs.json").read_text())
+    names = refs.get("types") or [t.name for t in sku_types()]  # older refs files: the 28 types
     cfg = load_config(run_config_file(Path(args.run_dir), "run"))
     kw = {"days": args.days, "warmup": args.warmup, "seed": args.seed, "episodes": args.episodes}
     learned = evaluate(catalog, cfg.sim, policy_of_run(args.run_dir, catalog=catalog), **kw)
     cat = catalog.category.astype(np.int64)
     bs = refs["base_stock"]
-    params = {key: np.array([bs[types[c].name][key] for c in cat]) for key in ("S", "r")}
+    params = {key: np.array([bs[names[c]][key] for c in cat]) for key in ("S", "r")}
     base = evaluate(catalog, cfg.sim, make_policy("capped-base-stock", catalog, cfg.sim, params), **kw)
-    ours, theirs = per_type(learned.per_sku_cost, cat, len(types)), per_type(base.per_sku_cost, cat, len(types))
+    ours, theirs = per_type(learned.per_sku_cost, cat, len(names)), per_type(base.per_sku_cost, cat, len(names))
     optimal = refs.get("optimal", {})
-    se = per_type_se(learned.per_sku_cost, cat, len(types))
-    rows = [{"type": t.name, "cost": float(ours[k]), "se": float(se[k]), "base_stock": float(theirs[k]),
+    se = per_type_se(learned.per_sku_cost, cat, len(names))
+    rows = [{"type": name, "cost": float(ours[k]), "se": float(se[k]), "base_stock": float(theirs[k]),
              "vs_base_stock_pct": float(100 * (ours[k] / theirs[k] - 1)),
-             "optimal": optimal.get(t.name),
-             "gap_pct": None if optimal.get(t.name) is None else float(100 * (ours[k] / optimal[t.name] - 1))}
-            for k, t in enumerate(types)]
+             "optimal": optimal.get(name),
+             "gap_pct": None if optimal.get(name) is None else float(100 * (ours[k] / optimal[name] - 1))}
+            for k, name in enumerate(names)]
     gaps = [r["gap_pct"] for r in rows if r["gap_pct"] is not None]
     summary = {"cost": learned.avg_cost_per_sku_day, "base_stock": base.avg_cost_per_sku_day,
                "vs_base_stock_pct": 100 * (learned.avg_cost_per_sku_day / base.avg_cost_per_sku_day - 1),

@@ -112,6 +112,7 @@ def test_a_candidate_worse_than_its_predecessor_is_corrected_then_refused(
     (record,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert record["dcl_accepted"] == 0 and record["dcl_corrections"] == 1 and record["transitions"] == 120
     assert record["dcl_check_gain"] < -cfg.dcl.check_z * record["dcl_check_se"] < 0
+    assert record["dcl_first_check_gain"] < 0  # the uncorrected candidate's
     assert record["policy_version"] == 2  # a version all the same: the iteration happened
     kept = final_weights(tmp_path / "run")
     for k, v in before[0].items():

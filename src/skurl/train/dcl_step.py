@@ -61,28 +61,12 @@ class DclStep:
 
     def __call__(self, it: int) -> dict[str, Any]:
         trainer = self.trainer
-        core, learner, cfg = trainer.core, trainer.learner, trainer.cfg
-        timer = core.timer
+        learner, timer = trainer.learner, trainer.core.timer
         timer.reset()
         start = time.perf_counter()
-        env = self.env_for(it)
-        grid = bind_to_env(core.grid, env)
         before = learner.weights()
-        incumbent = LearnedPolicy(ActorCritic.from_state(before), grid)
-        with timer.stage("collect"):  # the labelling: the policy's episode and the rollouts
-            labs = [label_states(env, incumbent, learned_rollout(incumbent), core.grid, self.spec,
-                                 seed=cfg.train.seed, iteration=it, horizons=self.horizons(env))]
-        fit, check = self._fit_and_check(it, env, incumbent, labs)
-        while check is not None and check.worse(cfg.dcl.check_z) and len(labs) <= cfg.dcl.corrections:
-            # The candidate is worse: label the states *it* visits too (Q of the incumbent, as
-            # before), then refit the incumbent on every label so far (learn/dcl_check.py).
-            with timer.stage("collect"):
-                labs.append(label_states(env, incumbent, learned_rollout(incumbent), core.grid, self.spec,
-                                         seed=cfg.train.seed, iteration=it, sampler=self._candidate(grid),
-                                         part=len(labs), horizons=self.horizons(env)))
-            learner.model.load_state_dict(before)
-            fit, check = self._fit_and_check(it, env, incumbent, labs)
-        accepted = check is None or not check.worse(cfg.dcl.check_z)
+        labs, fit, checks = self._improve(it, before)
+        accepted = checks[-1] is None or not checks[-1].worse(trainer.cfg.dcl.check_z)
         if not accepted:
             learner.model.load_state_dict(before)
         learner.iteration += 1
@@ -90,20 +74,50 @@ class DclStep:
         with timer.stage("sync"):
             trainer.weights.publish(learner.version, learner.weights())
         get_metrics().record_update({}, learner.version)
-        seconds = time.perf_counter() - start
-        lab = labs[0]
+        return {"policy_version": learner.version, "iteration_seconds": time.perf_counter() - start,
+                "dcl_accepted": float(accepted), **self._scalars(labs, fit, checks)}
+
+    def _improve(self, it: int, before: dict[str, Any]) -> tuple[list[Labelled], dict[str, float],
+                                                                  list[PairedGain | None]]:
+        """Label, fit and check; while the candidate is worse (and dcl.corrections allow),
+        label the states *it* visits too (Q of the incumbent, as before) and refit the
+        incumbent on every label so far (learn/dcl_check.py). The labellings, the last fit's
+        figures and every check."""
+        core, learner, cfg = self.trainer.core, self.trainer.learner, self.trainer.cfg
+        env = self.env_for(it)
+        grid = bind_to_env(core.grid, env)
+        incumbent = LearnedPolicy(ActorCritic.from_state(before), grid)
+        labs: list[Labelled] = []
+        checks: list[PairedGain | None] = []
+        sampler = None  # the first labelling: the incumbent's own states
+        while True:
+            with core.timer.stage("collect"):  # the labelling: a policy's episode and the rollouts
+                labs.append(label_states(env, incumbent, learned_rollout(incumbent), core.grid, self.spec,
+                                         seed=cfg.train.seed, iteration=it, sampler=sampler, part=len(labs),
+                                         horizons=self.horizons(env)))
+            if len(labs) > 1:
+                learner.model.load_state_dict(before)
+            fit, check = self._fit_and_check(it, env, incumbent, labs)
+            checks.append(check)
+            if check is None or not check.worse(cfg.dcl.check_z) or len(labs) > cfg.dcl.corrections:
+                return labs, fit, checks
+            sampler = self._candidate(grid)
+
+    def _scalars(self, labs: list[Labelled], fit: dict[str, float],
+                 checks: list[PairedGain | None]) -> dict[str, Any]:
         states = sum(int(x.demos.labels.shape[0]) for x in labs)
         sku_days = sum(x.sku_days for x in labs)
+        timer = self.trainer.core.timer
         labelling = timer.totals(exclusive=True).get("collect", 0.0)
+        last = checks[-1]
         return {
-            "transitions": states, "trained_transitions": states, "policy_version": learner.version,
-            "iteration_seconds": seconds, "dcl_horizon": self.spec.horizon,
-            "dcl_label_changed": lab.changed, "dcl_q_gap": lab.q_gap,
+            "transitions": states, "trained_transitions": states, "dcl_horizon": self.spec.horizon,
+            "dcl_label_changed": labs[0].changed, "dcl_q_gap": labs[0].q_gap,
             "dcl_fit_accuracy": fit["warm_start_accuracy"], "dcl_fit_nll": fit["warm_start_nll"],
             "dcl_fit_entropy": fit["warm_start_entropy"], "dcl_rollout_sku_days": sku_days,
-            "rollout_sku_days_per_s": sku_days / max(labelling, 1e-9),
-            "dcl_corrections": len(labs) - 1, "dcl_accepted": float(accepted),
-            **({} if check is None else {"dcl_check_gain": check.gain, "dcl_check_se": check.se}),
+            "rollout_sku_days_per_s": sku_days / max(labelling, 1e-9), "dcl_corrections": len(labs) - 1,
+            **({} if last is None else {"dcl_check_gain": last.gain, "dcl_check_se": last.se}),
+            **({} if len(checks) == 1 or checks[0] is None else {"dcl_first_check_gain": checks[0].gain}),
             **timer.as_scalars(exclusive=True),
         }
 
