@@ -12,6 +12,7 @@ resumed run redoes an iteration bit for bit.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -28,6 +29,8 @@ from skurl.policy.learned import LearnedPolicy
 from skurl.policy.nets import ActorCritic
 from skurl.policy.rollout_q import learned_rollout
 from skurl.telemetry.metrics import get_metrics
+
+log = logging.getLogger("skurl.train")
 
 
 def dcl_spec(cfg: Any, catalog: Any) -> DclSpec:
@@ -99,6 +102,9 @@ class DclStep:
                 learner.model.load_state_dict(before)
             fit, check = self._fit_and_check(it, env, incumbent, labs)
             checks.append(check)
+            if check is not None:
+                log.info("dcl iteration %d, candidate %d: reward per SKU-day %+.4g +- %.2g against the "
+                         "policy it came from", it, len(labs), check.gain, check.se)
             if check is None or not check.worse(cfg.dcl.check_z) or len(labs) > cfg.dcl.corrections:
                 return labs, fit, checks
             sampler = self._candidate(grid)
