@@ -1,11 +1,12 @@
 """train.algo=dcl: one iteration of Deep Controlled Learning in the loop (learn/dcl.py).
 
 The iteration labels sampled states of the current greedy policy by common-random-number
-rollouts and fits the policy net to the labels; the value net is left alone (nothing reads
-it). It runs in the learner's process, on iteration k's training shard (k mod the shards, the
+rollouts, fits the policy net to the labels, and keeps the fit only if it passes a paired
+check against the policy it came from (after dcl.corrections relabellings of its own states;
+learn/dcl_check.py). The value net is left alone (nothing reads it). It runs in the learner's process, on iteration k's training shard (k mod the shards, the
 round robin PPO collects in; one shard, the whole catalog, by default): the rollouts clone
-simulator rows, which only an in-process env holds. So every mode gives the same result, and the mode's collectors stay idle; spreading the
-labelling over collectors is not built. Everything is a function of (seed, iteration), so a
+simulator rows, which only an in-process env holds. So every mode gives the same result, and
+the mode's collectors stay idle; spreading the labelling over collectors is not built. Everything is a function of (seed, iteration), so a
 resumed run redoes an iteration bit for bit.
 """
 
