@@ -100,7 +100,7 @@ def exact_optimum(t: SkuType) -> float | None:
     import perishable_optimal as po
 
     inst = po.Instance(lead=t.lead, life=t.life, penalty=t.penalty)
-    args = argparse.Namespace(cap=12, tol=1e-8, simulate=False, skus=0, days=0, warmup=0)
+    args = argparse.Namespace(cap=12, tol=1e-8, simulate=False, skus=0, days=0, warmup=0, train=None)
     return float(po.solve(inst, args)["optimal_cost"])
 
 
@@ -125,9 +125,10 @@ def references(path: Path, catalog: Catalog, types: list[SkuType], sim_cfg: SimC
     if ref.get("skus") != len(catalog) or ref.get("eval_seed") != eval_seed:
         ref = {"skus": len(catalog), "eval_seed": eval_seed, "base_stock": tune_types(catalog, types, sim_cfg, eval_seed)}
     ref["types"] = [t.name for t in types]  # category k is types[k] (hetero_train.py reads it)
+    write_text(path, json.dumps(ref, indent=1))  # the tuning is kept should the optima fail
     if exact and "optimal" not in ref:
         ref["optimal"] = {t.name: exact_optimum(t) for t in types}
-    write_text(path, json.dumps(ref, indent=1))
+        write_text(path, json.dumps(ref, indent=1))
     return ref
 
 
