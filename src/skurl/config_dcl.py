@@ -47,8 +47,9 @@ class DclConfig:
         "many standard errors is corrected (dcl.corrections), else the iteration keeps the old policy"
     )
     corrections: int = opt(
-        1, "labellings of a rejected candidate's own states (Q of the old policy, as before) added to "
-        "the fit before it is checked again: the labels must be right where the new policy goes"
+        3, "labellings of a rejected candidate's own states (Q of the old policy, as before) added to "
+        "the fit before it is checked again: the labels must be right where the new policy goes "
+        "(L10 p4 needed 2; a candidate that passes at once costs none)"
     )
 
     def __post_init__(self) -> None:

@@ -106,7 +106,8 @@ def test_a_candidate_worse_than_its_predecessor_is_corrected_then_refused(
 
     label_states = dcl_step.label_states
     monkeypatch.setattr(dcl_step, "label_states", starve)
-    cfg = load_config(None, [*DCL, "train.iterations=1", "dcl.temperature=0", "dcl.fit_steps=200"])
+    cfg = load_config(None, [*DCL, "train.iterations=1", "dcl.temperature=0", "dcl.fit_steps=200",
+                             "dcl.corrections=1"])
     colocated.train(cfg, tmp_path / "run", baseline=False)
     assert calls == [(0, False), (1, True)]  # the labelling, then one correction (dcl.corrections=1)
     (record,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
