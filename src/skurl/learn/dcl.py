@@ -78,7 +78,7 @@ class Labelled:
     q_gap: float  # mean Q(best) - Q(pi_k's action) per state over the first round (paired)
     changed: float  # share of states whose label differs from pi_k's action
     sku_days: int  # rollout SKU-days simulated
-    rows: np.ndarray | None = None  # int64 [M]: the env row of each state
+    rows: np.ndarray  # int64 [M]: the env row of each state
 
 
 def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:

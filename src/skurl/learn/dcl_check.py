@@ -20,6 +20,7 @@ import numpy as np
 
 from skurl.policy.api import Policy
 from skurl.sim.env import VectorEnv
+from skurl.sim.episode import run_episode, sku_objective
 
 # Episodes of the check: far above PPO's, the warm start's (2**40 + e), DCL's sampling
 # (2**41 + ...) and rollout (2**42 + (iteration x days + day) x 2**24 + j) episodes
@@ -42,25 +43,13 @@ class PairedGain:
 
 def episode_reward(env: VectorEnv, policy: Policy, *, seed: int, episode: int, skip: int) -> np.ndarray:
     """Mean daily reward per SKU (float64 [N]) of `policy` over one episode of `env`,
-    the first `skip` days (the start-up from the catalog's initial stock) left out."""
-    reset = getattr(policy, "reset", None)
-    if callable(reset):
-        reset()
-    obs = env.reset(seed, episode)
-    total, counted = np.zeros(env.num_skus), 0
-    day = 0
-    while True:
-        result = env.step(policy.orders(obs))
-        if day >= skip:
-            total += result.reward
-            counted += 1
-        day += 1
-        if result.done:
-            break
-        obs = result.obs
-    if counted == 0:
-        raise ValueError(f"dcl check: skipping {skip} days leaves nothing of an episode of {day} days")
-    return total / counted
+    the first `skip` days (the start-up from the catalog's initial stock) left out: minus
+    the objective evaluation and tuning count (sim/episode.py)."""
+    days = int(env.info()["days"]) - skip
+    if days < 1:
+        raise ValueError(f"dcl check: skipping {skip} days leaves nothing of an episode of {days + skip} days")
+    totals, _ = run_episode(env, policy, seed=seed, episode=episode, days=days, warmup=skip)
+    return -sku_objective(totals, env.cfg.reward) / days
 
 
 def paired_gain(env: VectorEnv, incumbent: Policy, candidate: Policy, *, seed: int, iteration: int,

@@ -3,11 +3,12 @@
 The iteration labels sampled states of the current greedy policy by common-random-number
 rollouts, fits the policy net to the labels, and keeps the fit only if it passes a paired
 check against the policy it came from (after dcl.corrections relabellings of its own states;
-learn/dcl_check.py). The value net is left alone (nothing reads it). It runs in the learner's process, on iteration k's training shard (k mod the shards, the
-round robin PPO collects in; one shard, the whole catalog, by default): the rollouts clone
-simulator rows, which only an in-process env holds. So every mode gives the same result, and
-the mode's collectors stay idle; spreading the labelling over collectors is not built. Everything is a function of (seed, iteration), so a
-resumed run redoes an iteration bit for bit.
+learn/dcl_check.py). The value net is left alone (nothing reads it). It runs in the
+learner's process, on iteration k's training shard (k mod the shards, the round robin PPO
+collects in; one shard, the whole catalog, by default): the rollouts clone simulator rows,
+which only an in-process env holds. So every mode gives the same result, and the mode's
+collectors stay idle; spreading the labelling over collectors is not built. Everything is a
+function of (seed, iteration), so a resumed run redoes an iteration bit for bit.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class DclStep:
         env = self.env_for(it)
         grid = bind_to_env(core.grid, env)
         incumbent = LearnedPolicy(ActorCritic.from_state(before), grid)
+        horizons = self.horizons(env)
         labs: list[Labelled] = []
         checks: list[PairedGain | None] = []
         sampler = None  # the first labelling: the incumbent's own states
@@ -98,17 +100,17 @@ class DclStep:
             with core.timer.stage("collect"):  # the labelling: a policy's episode and the rollouts
                 labs.append(label_states(env, incumbent, learned_rollout(incumbent), core.grid, self.spec,
                                          seed=cfg.train.seed, iteration=it, sampler=sampler, part=len(labs),
-                                         horizons=self.horizons(env)))
+                                         horizons=horizons))
             if len(labs) > 1:
                 learner.model.load_state_dict(before)
-            fit, check = self._fit_and_check(it, env, incumbent, labs)
+            fit, candidate, check = self._fit_and_check(it, env, incumbent, labs)
             checks.append(check)
             if check is not None:
                 log.info("dcl iteration %d, candidate %d: reward per SKU-day %+.4g +- %.2g against the "
                          "policy it came from", it, len(labs), check.gain, check.se)
             if check is None or not check.worse(cfg.dcl.check_z) or len(labs) > cfg.dcl.corrections:
                 return labs, fit, checks
-            sampler = self._candidate(grid)
+            sampler = candidate
 
     def _scalars(self, labs: list[Labelled], fit: dict[str, float],
                  checks: list[PairedGain | None]) -> dict[str, Any]:
@@ -132,14 +134,11 @@ class DclStep:
         """Per-row rollout days of `env`'s SKUs under dcl.horizon=0; None: dcl.horizon for all."""
         return row_horizons(env.catalog) if self.trainer.cfg.dcl.horizon == 0 else None
 
-    def _candidate(self, grid: Any) -> LearnedPolicy:
-        return LearnedPolicy(ActorCritic.from_state(self.trainer.learner.weights()), grid)
-
-    def _fit_and_check(self, it: int, env: Any, incumbent: LearnedPolicy,
-                       labs: list[Labelled]) -> tuple[dict[str, float], PairedGain | None]:
+    def _fit_and_check(self, it: int, env: Any, incumbent: LearnedPolicy, labs: list[Labelled]
+                       ) -> tuple[dict[str, float], LearnedPolicy | None, PairedGain | None]:
         """Fit the learner's policy net (holding the incumbent's weights) to every label of
-        `labs`; then the paired check of the fitted candidate against the incumbent (None
-        with dcl.check_episodes 0)."""
+        `labs`; the fit's figures, the fitted candidate and its paired check against the
+        incumbent (both None with dcl.check_episodes 0: nothing checks or corrects it)."""
         trainer = self.trainer
         learner, cfg = trainer.learner, trainer.cfg
         with trainer.core.timer.stage("learn"):
@@ -149,11 +148,12 @@ class DclStep:
                         seed=cfg.train.seed + 1 + it, normalize_obs=moments, stats_decay=cfg.ppo.stats_decay,
                         max_grad_norm=cfg.ppo.max_grad_norm, device=learner.device)
         if cfg.dcl.check_episodes == 0:
-            return fit, None
+            return fit, None, None
+        candidate = LearnedPolicy(ActorCritic.from_state(learner.weights()), incumbent.grid)
         with trainer.core.timer.stage("check"):
-            check = paired_gain(env, incumbent, self._candidate(incumbent.grid), seed=cfg.train.seed,
+            check = paired_gain(env, incumbent, candidate, seed=cfg.train.seed,
                                 iteration=it, episodes=cfg.dcl.check_episodes, skip=self.spec.warmup)
-        return fit, check
+        return fit, candidate, check
 
 
 def merged(labs: list[Labelled]) -> Demonstrations:
