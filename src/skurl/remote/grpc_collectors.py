@@ -21,12 +21,14 @@ import numpy as np
 
 from skurl.buffer.assemble import ShardAssembly, sample_mask
 from skurl.buffer.rollout import Rollout
+from skurl.collect.breaker import max_lag_of
 from skurl.collect.collectors import Collected
 from skurl.collect.lost_share import judge_loss
 from skurl.collect.near_policy import with_staleness
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.remote.collect_report import CollectReport, report_scalars, rollout_scalars
+from skurl.remote.lag_watch import CollectorLagWatch, held_wire_of
 from skurl.remote.shard_envs import business_from_totals
 from skurl.remote.shard_stream import CONSUMER, StreamShares, open_stream, uses_stream
 from skurl.rpc.collector_client import CollectorClient
@@ -105,6 +107,7 @@ class GrpcCollectors:
         self.clients: dict[str, CollectorClient] = {}
         self._skus_of: dict[str, int] = {}  # each collector's SKUs, from its last shard
         self._pool: ThreadPoolExecutor | None = None
+        self.watch: CollectorLagWatch | None = None  # bounded staleness: collectors' lag (Driven)
         try:
             self._connect(addresses)
         except BaseException:
@@ -128,8 +131,9 @@ class GrpcCollectors:
         with self.timer.stage("gather"):
             rollout, scalars = self._assemble(iteration, shares, report)
         self._record_metrics(report)
+        watched = self.watch.take_figures() if self.watch is not None else {}
         return Collected(rollout, {**scalars, **report_scalars(report, self.weights.publish_unix),
-                                   **report.loss.scalars()})
+                                   **report.loss.scalars(), **watched})
 
     def _connect(self, addresses: Sequence[str]) -> None:
         for address in addresses:
@@ -209,6 +213,8 @@ class GrpcCollectors:
     def _collect_all(self, it: int, ids: list[str], report: CollectReport, *, patient: bool) -> dict[str, dict]:
         """Replies of `ids`; impatient: a collector found unreachable is left out (not waited for)."""
         futures = {cid: self._pool.submit(self._collect_one, cid, it, report, patient) for cid in ids}
+        if self.watch is not None:
+            self.watch.wait(futures, held_wire_of(self.clients, self.watch.poll_s))
         out = {}
         for cid, f in futures.items():
             exc = f.exception()
@@ -405,6 +411,9 @@ class Driven:
             return grpc_collectors
 
         collectors = with_staleness(t, trainer.weights, trainer.run_dir, from_history, trainer.learner.sample_index)
+        if t.staleness_mode == "bounded":  # collectors use the newest weights: watch their lag
+            grpc_collectors.watch = CollectorLagWatch(max_lag_of(t), collectors.learner_version, collectors.ahead,
+                                                      grpc_collectors.weights.wire.map.get)
         if uses_stream(trainer.cfg):  # shards announced on the run's Redis Stream
             self.stream = open_stream(trainer.cfg, trainer.run_dir.name, CONSUMER)
             shares = StreamShares(self.stream, grpc_collectors, trainer.run_dir, trainer.learner.iteration,

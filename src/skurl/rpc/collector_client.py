@@ -63,8 +63,8 @@ class CollectorClient:
             raise from_rpc_error(exc, self.address, what) from None
         return _assemble(chunks, what)
 
-    def stats(self) -> dict[str, Any]:
-        reply = self._call("GetStats", pb.StatsRequest())
+    def stats(self, timeout: float | None = None) -> dict[str, Any]:
+        reply = self._call("GetStats", pb.StatsRequest(), timeout)
         return {"collector_id": reply.collector_id, "policy_version": int(reply.policy_version),
                 "iterations": int(reply.iterations), "transitions": int(reply.transitions),
                 "steps_per_second": reply.steps_per_second, **dict(reply.values)}
