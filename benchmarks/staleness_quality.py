@@ -39,7 +39,7 @@ def grid_args(args: argparse.Namespace, variant: str) -> argparse.Namespace:
     if args.iterations:
         sets.append(f"train.iterations={args.iterations}")
     return argparse.Namespace(out=str(Path(args.out) / variant), config=args.config, set=sets,
-                              nice=args.nice, exact=False)
+                              nice=args.nice, exact=False, capped=False)
 
 
 def print_row(variant: str, r: dict, strict_gap: float | None) -> None:
