@@ -28,6 +28,7 @@ VARIANTS = {
     "strict": ["train.staleness=0"],
     "s1": ["train.staleness=1"],
     "s2": ["train.staleness=2"],
+    "s2-none": ["train.staleness=2", "train.staleness_correction=none"],
     "s8": ["train.staleness=8", "train.staleness_correction=vtrace"],
     "s8-none": ["train.staleness=8", "train.staleness_correction=none"],
 }
