@@ -31,6 +31,7 @@ VARIANTS = {
     "s2-none": ["train.staleness=2", "train.staleness_correction=none"],
     "s8": ["train.staleness=8", "train.staleness_correction=vtrace"],
     "s8-none": ["train.staleness=8", "train.staleness_correction=none"],
+    "s8-behaviour": ["train.staleness=8", "train.staleness_correction=vtrace", "train.staleness_clip=behaviour"],
 }
 
 
