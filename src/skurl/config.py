@@ -360,7 +360,8 @@ class TrainConfig:
         "proximal", "PPO's ratio on stale rollouts (with staleness_correction=vtrace): proximal = clipped "
         "around the learner's policy at the update's start, each row weighted by its pi/mu truncated at "
         "train.vtrace_rho_bar (decoupled PPO, Hilton et al. 2021); behaviour = clipped around the "
-        "recorded behaviour log-probs mu"
+        "recorded behaviour log-probs mu (use it at staleness > 2 with a fast-moving policy: proximal "
+        "diverged there, docs/near_on_policy.md)"
     )
     collect_ahead: bool = opt(
         True, "with train.staleness >= 1 (fixed): a background thread collects iteration k + 1 while "
