@@ -28,7 +28,7 @@ from skurl.collect.near_policy import with_staleness
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.remote.collect_report import CollectReport, report_scalars, rollout_scalars
-from skurl.remote.lag_watch import CollectorLagWatch, held_wire_of
+from skurl.remote.lag_watch import CollectorLagWatch, held_wire_of, newest_wire
 from skurl.remote.shard_envs import business_from_totals
 from skurl.remote.shard_stream import CONSUMER, StreamShares, open_stream, uses_stream
 from skurl.rpc.collector_client import CollectorClient
@@ -148,10 +148,7 @@ class GrpcCollectors:
 
     def version_floor(self, backend: Any) -> int:
         """First wire version every collector and the sync backend will take as newer."""
-        held = [backend.published_version()]
-        for client in self.clients.values():
-            stats = client.stats()
-            held += [stats["policy_version"], int(stats.get("pending_version", -1))]
+        held = [backend.published_version(), *(newest_wire(c.stats()) for c in self.clients.values())]
         return max((v for v in held if v is not None), default=-1) + 1
 
     def close(self) -> None:

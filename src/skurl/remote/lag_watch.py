@@ -84,6 +84,12 @@ def held_wire_of(clients: Mapping[str, Any], timeout_s: float) -> Callable[[str]
         except Exception as exc:  # a reading, not a verdict
             log.debug("collector %s: no stats (%s)", cid, exc)
             return None
-        return max(int(stats["policy_version"]), int(stats.get("pending_version", -1)))
+        return newest_wire(stats)
 
     return held
+
+
+def newest_wire(stats: Mapping[str, Any]) -> int:
+    """A collector's newest wire version from its GetStats: loaded, or received and not yet
+    loaded (-1: none)."""
+    return max(int(stats["policy_version"]), int(stats.get("pending_version", -1)))
