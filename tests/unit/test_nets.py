@@ -145,3 +145,33 @@ def test_learned_policy_greedy_picks_the_most_likely_quantity() -> None:
     orders = LearnedPolicy(model, grid).orders(obs)
     # SKU 0: one unit has probability 0.6 over two indices, zero units 0.4; SKU 1: all distinct.
     assert orders.tolist() == [1.0, 0.0]
+
+
+def _all_pairs_quantity(probs: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
+    """The definition: each index's mass is the probability of every index ordering its quantity."""
+    same = units.unsqueeze(-1) == units.unsqueeze(-2)
+    return (same * probs.unsqueeze(-2)).sum(-1).argmax(-1)
+
+
+def test_most_likely_quantity_by_hand() -> None:
+    from skurl.policy.nets import most_likely_quantity
+
+    probs = torch.tensor([[0.4, 1e-6, 0.3, 0.3 - 1e-6], [0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25],
+                          [0.2, 0.3, 0.1, 0.4]], dtype=torch.float64)
+    units = torch.tensor([[0, 0, 1, 1], [5, 5, 5, 5], [3, 1, 3, 1], [7, 2, 2, 7]], dtype=torch.float64)
+    # quantity 1 (0.6) beats 0; one quantity: its first index; a tie of two quantities: the first
+    # index of either (index 0 orders 3); quantities out of order on the grid: 7 has 0.6
+    assert most_likely_quantity(probs, units).tolist() == [2, 0, 0, 0]
+
+
+def test_most_likely_quantity_equals_the_all_pairs_definition() -> None:
+    from skurl.policy.nets import most_likely_quantity
+
+    gen = torch.Generator().manual_seed(5)
+    for actions, levels in ((21, 3), (21, 12), (7, 7), (2, 1)):
+        logits = torch.randn(4000, actions, generator=gen, dtype=torch.float64) * 2
+        probs = torch.softmax(logits, -1)
+        units = torch.randint(0, levels, (4000, actions), generator=gen).double()
+        units[:1000] = units[:1000].sort(-1).values  # nondecreasing rows, as the cover grid's
+        got, want = most_likely_quantity(probs, units), _all_pairs_quantity(probs, units)
+        assert torch.equal(got, want), (actions, levels, int((got != want).sum()))

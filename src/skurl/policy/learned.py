@@ -19,7 +19,14 @@ from skurl.config import Config
 from skurl.errors import UserError
 from skurl.policy.action_noise import ActionUniforms
 from skurl.policy.actions import ActionGrid, report_clipped
-from skurl.policy.nets import ActorCritic, InferenceNets, greedy, input_tensor, sample_inverse_cdf
+from skurl.policy.nets import (
+    ActorCritic,
+    InferenceNets,
+    greedy,
+    input_tensor,
+    most_likely_quantity,
+    sample_inverse_cdf,
+)
 from skurl.sim.api import Obs
 
 CONFIG_FILE = "config.yaml"
@@ -110,11 +117,7 @@ class LearnedPolicy:
         the same units for slow movers (0 and 0.25 both order 0 units at a forecast of
         1), several safety factors all order 0 when stock is high (cover grid), and the
         most probable single index would favour the quantity split over fewer indices."""
-        units = torch.from_numpy(unit_table)
-        probs = torch.softmax(logits.double(), dim=-1)
-        same = units.unsqueeze(-1) == units.unsqueeze(-2)  # [B, A, A]
-        mass = (same * probs.unsqueeze(-2)).sum(-1)  # probability of each index's quantity
-        return mass.argmax(dim=-1)
+        return most_likely_quantity(torch.softmax(logits.double(), dim=-1), torch.from_numpy(unit_table))
 
     def orders(self, obs: Obs) -> np.ndarray:
         """Units per SKU; orders of SKUs whose forecast exploded are clipped and reported."""
