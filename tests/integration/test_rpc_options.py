@@ -26,3 +26,19 @@ def test_server_accepts_pings_as_often_as_clients_send_them() -> None:
 def test_keepalive_off() -> None:
     opts = dict(server_options(RpcConfig(keepalive_s=0)))
     assert not any("keepalive" in k or "ping" in k for k in opts)
+
+
+def test_a_second_server_cannot_take_a_live_servers_port() -> None:
+    """SO_REUSEPORT is off: a server on a port another one holds is a clear error, never a
+    silent second listener the kernel would hand half the clients to."""
+    import pytest
+
+    from skurl.errors import UserError
+    from skurl.rpc.servicer_base import GrpcServer
+
+    first = GrpcServer(lambda server: None, RpcConfig())
+    try:
+        with pytest.raises(UserError, match=f"cannot listen on 127.0.0.1:{first.port}"):
+            GrpcServer(lambda server: None, RpcConfig(), port=first.port)
+    finally:
+        first.stop(0)

@@ -59,7 +59,10 @@ def channel_options(cfg: RpcConfig) -> Options:
 
 def server_options(cfg: RpcConfig) -> Options:
     """Options for grpc.server(..., options=...)."""
-    opts = _common(cfg)
+    # A server owns its port. gRPC's default SO_REUSEPORT lets a second server bind a live
+    # one's port (even by autoselect, port 0: grpc/grpc#10755) and the kernel then splits
+    # the clients between the two: a simulator shard answered by another process's state.
+    opts = [*_common(cfg), ("grpc.so_reuseport", 0)]
     if cfg.keepalive_s > 0:
         # Accept client pings as often as our own config sends them (half, for jitter).
         opts.append(("grpc.http2.min_ping_interval_without_data_ms",
