@@ -213,7 +213,8 @@ class ActionsConfig:
             offsets = self.cover_z()
             check(bool(np.any(offsets == 0.0)), "policy.actions.z_min", self.z_min,
                   f"z_min..z_max in {len(offsets)} even steps to include offset 0 with z_center=tuned "
-                  f"(z_max={self.z_max}, n={self.n}; e.g. z_min=-1.5 z_max=1.5 n=21)")
+                  f"(z_max={self.z_max}, n={self.n}{', the skip action besides' if self.skip else ''}; "
+                  f"e.g. z_min=-1.5 z_max=1.5 n={22 if self.skip else 21})")
 
     def cover_z(self) -> np.ndarray:
         """The cover grid's safety factors (or offsets), z_min..z_max evenly spaced, one per

@@ -123,6 +123,9 @@ def test_an_unset_centre_is_refused_and_other_grids_ignore_it() -> None:
     with pytest.raises(ConfigError, match="include offset 0"):  # -1, 0.25, 1.5: the baseline is off the grid
         ActionsConfig(kind="cover", z_center="tuned", z_min=-1.0, z_max=1.5, n=3)
     ActionsConfig(kind="cover", z_center="tuned", z_min=-1.0, z_max=2.0, n=5, skip=True)  # skip, then -1, 0, 1, 2
+    # n counts the skip action: the message's example does too
+    with pytest.raises(ConfigError, match=r"n=21, the skip action besides; e.g. z_min=-1.5 z_max=1.5 n=22\)"):
+        ActionsConfig(kind="cover", z_center="tuned", z_min=-1.5, z_max=1.5, n=21, skip=True)
     # `--set policy.actions.kind=multiplier` over defaults that centre a cover grid: no centre
     multiplier = grid_for(load_config(None, [*SETTINGS, "policy.actions.kind=multiplier"]))
     assert not multiplier.needs_center and multiplier.with_center(None) is multiplier
