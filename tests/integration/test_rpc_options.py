@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from skurl.config import RpcConfig
+from skurl.errors import UserError
 from skurl.rpc.options import channel_options, max_message_bytes, server_options
+from skurl.rpc.servicer_base import GrpcServer
 
 
 def test_one_value_sets_client_and_server_limits() -> None:
@@ -31,11 +35,6 @@ def test_keepalive_off() -> None:
 def test_a_second_server_cannot_take_a_live_servers_port() -> None:
     """SO_REUSEPORT is off: a server on a port another one holds is a clear error, never a
     silent second listener the kernel would hand half the clients to."""
-    import pytest
-
-    from skurl.errors import UserError
-    from skurl.rpc.servicer_base import GrpcServer
-
     first = GrpcServer(lambda server: None, RpcConfig())
     try:
         with pytest.raises(UserError, match=f"cannot listen on 127.0.0.1:{first.port}"):

@@ -100,7 +100,8 @@ class LearnedPolicy:
             elif self.grid.kind == "units":
                 idx = greedy(logits)
             else:
-                idx = self._most_likely_quantity(logits, self._unit_table(obs, slice(s, e)))
+                probs = torch.softmax(logits.double(), dim=-1)
+                idx = most_likely_quantity(probs, torch.from_numpy(self._unit_table(obs, slice(s, e))))
             out[s:e] = idx.numpy()
         return out
 
@@ -111,13 +112,6 @@ class LearnedPolicy:
         forecast = obs.raw.forecast[rows, 0]
         base = np.maximum(forecast.astype(np.float64) * self.grid.review_days, 1.0)
         return np.floor(self.grid.values[None, :] * base[:, None] + 0.5)
-
-    def _most_likely_quantity(self, logits: torch.Tensor, unit_table: np.ndarray) -> torch.Tensor:
-        """The index of the most probable order *quantity*: several multipliers round to
-        the same units for slow movers (0 and 0.25 both order 0 units at a forecast of
-        1), several safety factors all order 0 when stock is high (cover grid), and the
-        most probable single index would favour the quantity split over fewer indices."""
-        return most_likely_quantity(torch.softmax(logits.double(), dim=-1), torch.from_numpy(unit_table))
 
     def orders(self, obs: Obs) -> np.ndarray:
         """Units per SKU; orders of SKUs whose forecast exploded are clipped and reported."""

@@ -172,7 +172,10 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
 
 def most_likely_quantity(probs: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
     """Per row, the first index whose order quantity (units [B, A]) has the most probability
-    (probs [B, A]) summed over every index ordering it (int64 [B]).
+    (probs [B, A]) summed over every index ordering it (int64 [B]). Why the quantity and
+    not the index: several multipliers round to the same units for slow movers, several
+    safety factors all order 0 when stock is high (cover grid), and the most probable
+    single index would favour a quantity split over fewer indices.
 
     O(B A log A): each row's units sorted (stable), runs of equal units summed by
     scatter_add, the run's sum handed back to its members. The all-pairs [B, A, A]
