@@ -15,6 +15,8 @@ References per type, cached in a JSON file next to the catalog (computed once):
   (perishable_optimal.py); none for geometric demand.
 
     .venv/bin/python benchmarks/hetero_catalog.py --out runs/hetero/catalog.parquet [--per-type 40] [--exact]
+    .venv/bin/python benchmarks/hetero_catalog.py --out runs/skewed/catalog.parquet --per-type 60 \
+        --more-leads --skew 1 --refs-from runs/hetero/catalog.refs.json  # a long tail of types
 """
 
 from __future__ import annotations
@@ -66,19 +68,32 @@ def sku_types(more_leads: bool = False) -> list[SkuType]:
     return lost + perish
 
 
-def build_catalog(types: list[SkuType], per_type: int) -> Catalog:
-    """per_type identical SKUs of each type, category = the type's index."""
-    n = len(types) * per_type
+def type_counts(types: int, per_type: int, skew: float, min_count: int, seed: int) -> np.ndarray:
+    """SKUs per type: per_type each (skew 0), or a long tail like a real assortment's: the
+    type of rank r (ranks a seeded permutation of the types, so the rare ones are of every
+    kind) gets per_type x types x w_r SKUs, w_r proportional to (r + 1)^-skew, at least
+    min_count."""
+    if skew == 0:
+        return np.full(types, per_type, np.int64)
+    weight = (np.arange(types) + 1.0) ** -skew
+    by_rank = np.maximum(min_count, np.round(per_type * types * weight / weight.sum())).astype(np.int64)
+    return by_rank[np.argsort(np.random.default_rng(seed).permutation(types))]
+
+
+def build_catalog(types: list[SkuType], counts: np.ndarray) -> Catalog:
+    """counts[k] identical SKUs of type k, category = the type's index."""
+    counts = np.asarray(counts, np.int64)
+    n = int(counts.sum())
 
     def col(attr: str, dtype: type) -> np.ndarray:
-        return np.repeat(np.array([getattr(t, attr) for t in types], dtype=dtype), per_type)
+        return np.repeat(np.array([getattr(t, attr) for t in types], dtype=dtype), counts)
 
     zeros = np.zeros(n, np.float32)
     izeros = np.zeros(n, np.int32)
     return Catalog(
-        sku_id=np.arange(n, dtype=np.int64), category=np.repeat(np.arange(len(types), dtype=np.int32), per_type),
+        sku_id=np.arange(n, dtype=np.int64), category=np.repeat(np.arange(len(types), dtype=np.int32), counts),
         group=np.full(n, -1, np.int32), sub_frac=zeros, demand_mean=col("mean", np.float32),
-        demand_dist=np.repeat(np.array([DIST_CODES[t.dist] for t in types], np.int8), per_type),
+        demand_dist=np.repeat(np.array([DIST_CODES[t.dist] for t in types], np.int8), counts),
         dispersion=np.ones(n, np.float32), trend=zeros, promo_uplift=zeros, promo_period=izeros,
         promo_length=izeros, promo_offset=izeros, lead_time=col("lead", np.int32), delay_prob=zeros,
         delay_max=izeros, shelf_life=col("life", np.int32), holding_cost=np.ones(n, np.float32),
@@ -121,10 +136,15 @@ def tune_types(catalog: Catalog, types: list[SkuType], sim_cfg: SimConfig, eval_
 def references(path: Path, catalog: Catalog, types: list[SkuType], sim_cfg: SimConfig, eval_seed: int,
                exact: bool) -> dict:
     """The cached references of `catalog` (computed and written when missing)."""
+    # Each type's references are tuned and solved on that type alone (tune's uniform search
+    # simulates its own copies), so they hold for any number of its SKUs: a file of the same
+    # types and seed is reused, a skewed catalog's included (--refs-from).
     ref = json.loads(path.read_text()) if path.exists() else {}
-    if ref.get("skus") != len(catalog) or ref.get("eval_seed") != eval_seed:
-        ref = {"skus": len(catalog), "eval_seed": eval_seed, "base_stock": tune_types(catalog, types, sim_cfg, eval_seed)}
-    ref["types"] = [t.name for t in types]  # category k is types[k] (hetero_train.py reads it)
+    names = [t.name for t in types]
+    if ref.get("eval_seed") != eval_seed or ref.get("types", names) != names or "base_stock" not in ref:
+        ref = {"eval_seed": eval_seed, "base_stock": tune_types(catalog, types, sim_cfg, eval_seed)}
+    ref["skus"] = len(catalog)
+    ref["types"] = names  # category k is types[k] (hetero_train.py reads it)
     write_text(path, json.dumps(ref, indent=1))  # the tuning is kept should the optima fail
     if exact and "optimal" not in ref:
         ref["optimal"] = {t.name: exact_optimum(t) for t in types}
@@ -144,14 +164,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exact", action="store_true", help="also the exact optima (minutes)")
     ap.add_argument("--more-leads", action="store_true",
                     help="add Poisson lost-sales types with lead times 1, 6, 8 and 10")
+    ap.add_argument("--skew", type=float, default=0.0,
+                    help="0 = --per-type SKUs of every type; s > 0 = a long tail, type of rank r ~ (r + 1)^-s")
+    ap.add_argument("--min-count", type=int, default=10, help="with --skew: the rarest type's SKUs at least")
+    ap.add_argument("--seed", type=int, default=0, help="with --skew: which types are rare")
+    ap.add_argument("--refs-from", help="a refs.json of the same types to start from (skips their tuning)")
     args = ap.parse_args(argv)
     types = sku_types(args.more_leads)
-    catalog = build_catalog(types, args.per_type)
+    counts = type_counts(len(types), args.per_type, args.skew, args.min_count, args.seed)
+    catalog = build_catalog(types, counts)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_catalog(catalog, out)
-    references(out.with_suffix(".refs.json"), catalog, types, lost_sales_sim(), args.eval_seed, args.exact)
-    print(f"wrote {out}: {len(types)} types x {args.per_type} SKUs")
+    refs = out.with_suffix(".refs.json")
+    if args.refs_from and not refs.exists():
+        write_text(refs, Path(args.refs_from).read_text())
+    references(refs, catalog, types, lost_sales_sim(), args.eval_seed, args.exact)
+    print(f"wrote {out}: {len(types)} types, {counts.min()} to {counts.max()} SKUs each, {len(catalog)} in all")
     return 0
 
 

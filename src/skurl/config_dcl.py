@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from skurl.catalog_strata import strata_expected, strata_names, strata_problem
 from skurl.config_loader import check, opt
 
 
@@ -23,6 +24,11 @@ class DclConfig:
     window: int = opt(
         3, "candidates: the policy's own action +- this many on the grid (0 = every action); a "
         "budget spread over the whole grid leaves each action too few rollouts to rank"
+    )
+    stratify: str = opt(
+        "category", "strata each sampled day's states are spread over equally (comma-separated integer "
+        "catalog columns or velocity, the demand-rate tercile; as `skurl ab assign --strata`); '' = "
+        "uniformly over the SKUs, where a type of 1% of them gets 1% of the labels of the shared net"
     )
     warmup: int = opt(20, "days of the policy's episode before the first sampled day (its state distribution)")
     spread: int = opt(20, "sampled days the states are spread over (fewer rows per day: less correlated states)")
@@ -65,6 +71,8 @@ class DclConfig:
         check(self.confirm != 1 and self.confirm >= 0, "dcl.confirm", self.confirm, "0 or an integer >= 2")
         check(math.isfinite(self.confirm_z), "dcl.confirm_z", self.confirm_z, "a finite number")
         check(math.isfinite(self.check_z) and self.check_z >= 0, "dcl.check_z", self.check_z, "a number >= 0")
+        names = strata_names(self.stratify)
+        check(strata_problem(names) is None, "dcl.stratify", self.stratify, f"{strata_expected()} ('' = none)")
         check(self.temperature >= 0, "dcl.temperature", self.temperature, "a number >= 0 (0 = hard labels)")
 
 

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from skurl.catalog import load_catalog
+from skurl.catalog_strata import velocity
 from skurl.cli import main
 from skurl.collect.evaluate import evaluate
 from skurl.config import load_config
@@ -59,7 +60,7 @@ def test_assign_is_deterministic_balanced_and_in_the_shared_format(catalog_file:
 
 def test_velocity_is_the_demand_rate_tercile() -> None:
     rate = np.arange(9, dtype=np.float64)
-    assert ab.velocity(rate).tolist() == ["low"] * 3 + ["mid"] * 3 + ["high"] * 3
+    assert velocity(rate).tolist() == ["low"] * 3 + ["mid"] * 3 + ["high"] * 3
 
 
 def test_compare_finds_a_known_effect_and_covers_zero_without_one() -> None:

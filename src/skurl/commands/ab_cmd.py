@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from skurl.catalog_strata import STRATA_COLUMNS, VELOCITY
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 from skurl.serve import ab
@@ -36,8 +37,8 @@ def _assign_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--catalog", metavar="FILE", help="Parquet/CSV catalog (default: the config's catalog)")
     p.add_argument("--share", type=float, default=0.5, help="share of SKUs in group B, in (0, 1)")
     p.add_argument("--strata", default="category,velocity",
-                   help=f"comma-separated: {ab.VELOCITY} (demand-rate tercile) or integer catalog columns "
-                   f"({', '.join(ab.STRATA_COLUMNS)}); '' = none")
+                   help=f"comma-separated: {VELOCITY} (demand-rate tercile) or integer catalog columns "
+                   f"({', '.join(STRATA_COLUMNS)}); '' = none")
     p.add_argument("--seed", type=int, default=0, help="seed of the split")
     p.add_argument("--out", required=True, metavar="GROUPS.parquet", help="sku_id, group, stratum")
     p.set_defaults(func=run_assign)

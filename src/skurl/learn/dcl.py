@@ -93,14 +93,16 @@ def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
 
 def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: ActionGrid, spec: DclSpec, *,
                  seed: int, iteration: int, sampler: Any = None, part: int = 0,
-                 horizons: np.ndarray | None = None) -> Labelled:
+                 horizons: np.ndarray | None = None, strata: np.ndarray | None = None) -> Labelled:
     """Run `sampler` (default `policy`; anything with `action_indices(obs)` on `grid`, a
     greedy LearnedPolicy) for an episode of `env` and label the sampled states by Q
     estimates with `rollout` (pi_k over clone rows) after the first order; the candidates
     are around `policy`'s (pi_k's) own action. `part` > 0 numbers further labellings of
     one iteration (states of another sampler: a fresh episode of it). `horizons` (int [N],
     one per env row) replaces spec.horizon row by row: a catalog mixing lead times 1 and 10
-    would otherwise roll every SKU out for the longest one's horizon."""
+    would otherwise roll every SKU out for the longest one's horizon. `strata` (int [N]
+    dense codes, one per env row) spreads each sampled day's rows equally over the strata
+    (sample_rows); None: uniformly over the rows."""
     grid = bind_to_env(grid, env)
     sampler = policy if sampler is None else sampler
     n, days = env.num_skus, int(env.info()["days"])
@@ -111,7 +113,7 @@ def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: Acti
     for day in range(days):
         actions = np.asarray(sampler.action_indices(obs), np.int64)
         if day in schedule and left > 0:
-            rows = _rows(n, min(rows_per_day, left), seed, iteration, day)
+            rows = sample_rows(n, min(rows_per_day, left), seed, iteration, day, strata)
             own = actions if sampler is policy else np.asarray(policy.action_indices(obs), np.int64)
             base = ROLLOUT_EPISODE0 + (iteration * days + day) * ROLLOUT_STRIDE
             rspec = RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed)
@@ -236,9 +238,42 @@ def candidates(own: np.ndarray, actions: int, window: int) -> np.ndarray:
     return low[:, None] + np.arange(2 * window + 1, dtype=np.int64)[None, :]
 
 
-def _rows(n: int, k: int, seed: int, iteration: int, day: int) -> np.ndarray:
-    """k sorted SKU rows of n, drawn per (seed, iteration, day)."""
+def sample_rows(n: int, k: int, seed: int, iteration: int, day: int,
+                strata: np.ndarray | None = None) -> np.ndarray:
+    """k sorted SKU rows of n, drawn per (seed, iteration, day): uniformly, or with `strata`
+    (int [n] codes 0..S-1) equally over the strata, a stratum with fewer rows than its share
+    giving all it has and the rest going to the others (stratum_shares). Why: the fit
+    weighs every state alike, so a uniform sample lets the big SKU types decide the shared
+    net and a type of 1% of the rows gets 1% of the labels (issue 21's stratified sample).
+    One stratum draws exactly the uniform sample."""
     if k >= n:
         return np.arange(n, dtype=np.int64)
     gen = seeded_generator(seed, DCL_KEY, iteration * 100_003 + day)
-    return torch.randperm(n, generator=gen)[:k].sort().values.numpy().astype(np.int64)
+    sizes = None if strata is None else np.bincount(strata)
+    if sizes is None or np.count_nonzero(sizes) <= 1:
+        return torch.randperm(n, generator=gen)[:k].sort().values.numpy().astype(np.int64)
+    shares = stratum_shares(sizes, k, torch.rand(sizes.size, generator=gen, dtype=torch.float64).numpy())
+    key = torch.rand(n, generator=gen, dtype=torch.float64).numpy()
+    order = np.lexsort((key, strata))  # by stratum, then at random within it
+    starts = np.cumsum(sizes) - sizes
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n) - starts[strata[order]]
+    return np.flatnonzero(rank < shares[strata]).astype(np.int64)
+
+
+def stratum_shares(sizes: np.ndarray, k: int, tiebreak: np.ndarray) -> np.ndarray:
+    """Rows to draw from each stratum (int64 [S]) to make k <= sum(sizes): the most equal
+    split that no stratum's size caps (water filling to a level t, sum min(size, t) = k);
+    the units left by rounding go one each to the uncapped strata of smallest `tiebreak`
+    (uniform [S]), so no stratum is favoured from day to day."""
+    sizes = np.asarray(sizes, np.int64)
+    ascending = np.sort(sizes)
+    below = np.concatenate([[0], np.cumsum(ascending)[:-1]])  # rows of the strata smaller than each
+    room = ascending * (sizes.size - np.arange(sizes.size)) + below  # rows taken if the level were that size
+    j = int(np.searchsorted(room, k, side="left"))  # the first stratum the level does not cap
+    level = (k - below[j]) // (sizes.size - j)
+    shares = np.minimum(sizes, level)
+    left = k - int(shares.sum())
+    open_ = np.flatnonzero(sizes > level)
+    shares[open_[np.argsort(tiebreak[open_], kind="stable")[:left]]] += 1
+    return shares

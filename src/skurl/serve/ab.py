@@ -27,13 +27,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from skurl import atomic
-from skurl.catalog.schema import COLUMNS, Catalog
+from skurl.catalog.schema import Catalog
+from skurl.catalog_strata import strata_expected, strata_labels, strata_names, strata_problem
 from skurl.errors import UserError
 
-VELOCITY = "velocity"
-VELOCITY_LABELS = np.array(["low", "mid", "high"])
 GROUPS_SCHEMA = pa.schema([("sku_id", pa.int64()), ("group", pa.string()), ("stratum", pa.string())])
-STRATA_COLUMNS = tuple(c.name for c in COLUMNS if np.issubdtype(c.dtype, np.integer) and c.name != "sku_id")
 _SALT = 0x5EED_AB  # keeps the split's hashes apart from the simulator's draws
 
 
@@ -53,13 +51,10 @@ class Groups:
 
 def parse_strata(text: str) -> list[str]:
     """--strata "category,velocity" -> ["category", "velocity"]; one line for a bad name."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for name in names:
-        if name != VELOCITY and name not in STRATA_COLUMNS:
-            raise UserError(f"--strata: unknown strata column '{name}'; expected a comma-separated list of "
-                            f"{VELOCITY}, {', '.join(STRATA_COLUMNS)}")
-    if len(set(names)) != len(names):
-        raise UserError(f"--strata {text!r}: a column is named twice; expected each once")
+    names = strata_names(text)
+    problem = strata_problem(names)
+    if problem:
+        raise UserError(f"--strata {text!r}: {problem}; expected {strata_expected()}")
     return names
 
 
@@ -67,27 +62,6 @@ def check_share(share: float) -> float:
     if not 0.0 < share < 1.0:  # also false for NaN
         raise UserError(f"--share {share}: expected the share of SKUs in group B, a number in (0, 1)")
     return float(share)
-
-
-def velocity(demand_mean: np.ndarray) -> np.ndarray:
-    """low / mid / high: the tercile of each SKU's base demand rate within the catalog."""
-    rate = np.asarray(demand_mean, dtype=np.float64)
-    cuts = np.quantile(rate, [1 / 3, 2 / 3]) if rate.size else np.zeros(2)
-    return VELOCITY_LABELS[np.searchsorted(cuts, rate, side="left")]
-
-
-def strata_labels(catalog: Catalog, names: list[str]) -> np.ndarray:
-    """The stratum label of every SKU ("all" without strata); one string per stratum is
-    built, then spread to its SKUs."""
-    if not names:
-        return np.full(len(catalog), "all", dtype=object)
-    parts = [velocity(catalog.demand_mean) if n == VELOCITY else np.asarray(getattr(catalog, n)).astype(str)
-             for n in names]
-    keys = np.stack(parts, axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    labels = np.array(["|".join(f"{n}={v}" for n, v in zip(names, row, strict=True)) for row in unique],
-                      dtype=object)
-    return labels[inverse.ravel()]
 
 
 def sku_hash(sku_id: np.ndarray, seed: int) -> np.ndarray:

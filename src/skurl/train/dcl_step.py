@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 
+from skurl.catalog_strata import strata_codes, strata_names
 from skurl.config_dcl import auto_horizon
 from skurl.errors import UserError
 from skurl.learn.dcl import DclSpec, Labelled, label_states
@@ -93,6 +94,7 @@ class DclStep:
         grid = bind_to_env(core.grid, env)
         incumbent = LearnedPolicy(ActorCritic.from_state(before), grid)
         horizons = self.horizons(env)
+        strata = strata_codes(env.catalog, strata_names(cfg.dcl.stratify))
         labs: list[Labelled] = []
         checks: list[PairedGain | None] = []
         sampler = None  # the first labelling: the incumbent's own states
@@ -100,7 +102,7 @@ class DclStep:
             with core.timer.stage("collect"):  # the labelling: a policy's episode and the rollouts
                 labs.append(label_states(env, incumbent, learned_rollout(incumbent), core.grid, self.spec,
                                          seed=cfg.train.seed, iteration=it, sampler=sampler, part=len(labs),
-                                         horizons=horizons))
+                                         horizons=horizons, strata=strata))
             if len(labs) > 1:
                 learner.model.load_state_dict(before)
             fit, candidate, check = self._fit_and_check(it, env, incumbent, labs)

@@ -1,0 +1,71 @@
+"""Strata of a catalog's SKUs, named once for the A/B split (serve/ab.py), DCL's stratified
+state sample (learn/dcl.py) and the config that checks dcl.stratify, apart from catalog/ so
+that config.py can import it (catalog/ imports the config): integer catalog columns
+(category, group, lead_time, shelf_life, promo_period, ...) and `velocity`, the tercile of
+the base demand rate (demand_mean) over the catalog: low (at most the 1/3 quantile), mid (at
+most the 2/3 quantile) or high."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from skurl.catalog_columns import COLUMNS
+
+VELOCITY = "velocity"
+VELOCITY_LABELS = np.array(["low", "mid", "high"])
+STRATA_COLUMNS = tuple(c.name for c in COLUMNS if np.issubdtype(c.dtype, np.integer) and c.name != "sku_id")
+
+
+def strata_names(text: str) -> list[str]:
+    """"category, velocity" -> ["category", "velocity"] ('' -> none)."""
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def strata_problem(names: list[str]) -> str | None:
+    """What is wrong with a list of strata names, in a few words; None when nothing is."""
+    for name in names:
+        if name != VELOCITY and name not in STRATA_COLUMNS:
+            return f"unknown strata column '{name}'"
+    if len(set(names)) != len(names):
+        return "a column is named twice"
+    return None
+
+
+def strata_expected() -> str:
+    return f"a comma-separated list of {VELOCITY}, {', '.join(STRATA_COLUMNS)}"
+
+
+def velocity(demand_mean: np.ndarray) -> np.ndarray:
+    """low / mid / high: the tercile of each SKU's base demand rate within the catalog."""
+    rate = np.asarray(demand_mean, dtype=np.float64)
+    cuts = np.quantile(rate, [1 / 3, 2 / 3]) if rate.size else np.zeros(2)
+    return VELOCITY_LABELS[np.searchsorted(cuts, rate, side="left")]
+
+
+def strata_labels(catalog: Any, names: list[str]) -> np.ndarray:
+    """The stratum label of every SKU (`category=3|velocity=high`; "all" without strata);
+    one string per stratum is built, then spread to its SKUs."""
+    if not names:
+        return np.full(len(catalog), "all", dtype=object)
+    keys = _keys(catalog, names)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    labels = np.array(["|".join(f"{n}={v}" for n, v in zip(names, row, strict=True)) for row in unique],
+                      dtype=object)
+    return labels[inverse.ravel()]
+
+
+def strata_codes(catalog: Any, names: list[str]) -> np.ndarray:
+    """Each SKU's stratum as a dense code 0..S-1 (int64 [N]; all 0 without strata), in the
+    order of the strata's sorted keys."""
+    if not names:
+        return np.zeros(len(catalog), np.int64)
+    _, inverse = np.unique(_keys(catalog, names), axis=0, return_inverse=True)
+    return inverse.ravel().astype(np.int64)
+
+
+def _keys(catalog: Any, names: list[str]) -> np.ndarray:
+    parts = [velocity(catalog.demand_mean) if n == VELOCITY else np.asarray(getattr(catalog, n)).astype(str)
+             for n in names]
+    return np.stack(parts, axis=1)
