@@ -39,9 +39,7 @@ def strata_expected() -> str:
 
 def velocity(demand_mean: np.ndarray) -> np.ndarray:
     """low / mid / high: the tercile of each SKU's base demand rate within the catalog."""
-    rate = np.asarray(demand_mean, dtype=np.float64)
-    cuts = np.quantile(rate, [1 / 3, 2 / 3]) if rate.size else np.zeros(2)
-    return VELOCITY_LABELS[np.searchsorted(cuts, rate, side="left")]
+    return VELOCITY_LABELS[_tercile(demand_mean)]
 
 
 def strata_labels(catalog: Any, names: list[str]) -> np.ndarray:
@@ -58,11 +56,27 @@ def strata_labels(catalog: Any, names: list[str]) -> np.ndarray:
 
 def strata_codes(catalog: Any, names: list[str]) -> np.ndarray:
     """Each SKU's stratum as a dense code 0..S-1 (int64 [N]; all 0 without strata), in the
-    order of the strata's sorted keys."""
-    if not names:
-        return np.zeros(len(catalog), np.int64)
-    _, inverse = np.unique(_keys(catalog, names), axis=0, return_inverse=True)
-    return inverse.ravel().astype(np.int64)
+    order of the strata's integer keys. Integer sorts only, no strings: 2 x 10^6 SKUs by
+    category take 0.2-0.3 s, against 2.9-4.0 s for a unique over strata_labels' strings
+    (10^7: 3 s); DCL finds them every iteration."""
+    codes = np.zeros(len(catalog), np.int64)
+    for name in names:
+        values, part = np.unique(_int_key(catalog, name), return_inverse=True)
+        # re-densified after each column, so the mixed-radix key stays below N x N
+        codes = np.unique(codes * values.size + part.ravel(), return_inverse=True)[1].ravel().astype(np.int64)
+    return codes
+
+
+def _int_key(catalog: Any, name: str) -> np.ndarray:
+    if name == VELOCITY:
+        return _tercile(catalog.demand_mean)
+    return np.asarray(getattr(catalog, name), np.int64)
+
+
+def _tercile(demand_mean: np.ndarray) -> np.ndarray:
+    rate = np.asarray(demand_mean, dtype=np.float64)
+    cuts = np.quantile(rate, [1 / 3, 2 / 3]) if rate.size else np.zeros(2)
+    return np.searchsorted(cuts, rate, side="left")
 
 
 def _keys(catalog: Any, names: list[str]) -> np.ndarray:
