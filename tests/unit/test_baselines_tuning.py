@@ -4,11 +4,13 @@ that follow each SKU's economics, and held-out gains over the untuned defaults."
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from skurl.catalog import load_catalog
 from skurl.catalog.uniform import uniform_catalog
 from skurl.collect.evaluate import evaluate
 from skurl.config import CatalogConfig, DemandConfig, SimConfig, load_config
+from skurl.errors import ConfigError
 from skurl.policy.baselines import default_params, make_policy
 from skurl.policy.tuning import (
     MAX_TUNING_REPLICAS,
@@ -190,3 +192,21 @@ def test_uniform_s_S_on_zero_demand_never_orders():
     assert res.details["runner_up"]["gap"] == 0.0 and res.details["runner_up"]["S"] != res.params["S"][0]
     result = evaluate(cat, COST, make_policy("s-S", cat, COST, res.params), seed=1, days=60, warmup=10)
     assert result.avg_cost_per_sku_day == 0.0
+
+
+def test_the_tuning_budget_sets_the_replicas_and_their_cap():
+    # eval.tune_sku_days: SKU-days per candidate; the cap of 16 replicas grows with the budget
+    assert per_sku_replicas(4400, 100) == 4 and per_sku_replicas(4400, 100, 8_000_000) == 18
+    assert per_sku_replicas(40, 60, 8_000_000) == 4 * MAX_TUNING_REPLICAS
+    assert per_sku_replicas(20_000, 100, 1) == 1  # never fewer than one copy
+    assert load_config(None, ["eval.tune_sku_days=8000000"]).eval.tune_sku_days == 8_000_000
+    with pytest.raises(ConfigError, match=r"eval\.tune_sku_days"):
+        load_config(None, ["eval.tune_sku_days=0"])
+
+
+def test_a_bigger_budget_tunes_on_more_replicas():
+    cat = load_catalog(load_config(None, ["catalog.kind=synthetic"]).catalog, skus=400)
+    small = tune("base-stock", cat, COST, eval_seed=10_000, days=60, warmup=20, sku_days=48_000)
+    big = tune("base-stock", cat, COST, eval_seed=10_000, days=60, warmup=20, sku_days=96_000)
+    assert (small.details["replicas"], big.details["replicas"]) == (2, 4)
+    assert big.sku_days > 1.9 * small.sku_days

@@ -67,7 +67,8 @@ def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
     6.9% below the baseline it was said to be)."""
     from skurl.policy.tuning import tune
 
-    result = tune(TEACHER, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup)
+    result = tune(TEACHER, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
+                  sku_days=cfg.eval.tune_sku_days)
     ids = np.asarray(catalog.sku_id, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     # Uniform catalogs tune one factor for all SKUs (a scalar); others one per SKU.

@@ -139,9 +139,11 @@ PER_SKU_DAY_BUDGET = 2_000_000
 MAX_TUNING_REPLICAS = 16
 
 
-def per_sku_replicas(skus: int, days: int) -> int:
-    """Copies of each SKU a per-SKU search simulates side by side (independent demand)."""
-    return int(min(MAX_TUNING_REPLICAS, max(1, PER_SKU_DAY_BUDGET // max(skus * days, 1))))
+def per_sku_replicas(skus: int, days: int, sku_days: int = PER_SKU_DAY_BUDGET) -> int:
+    """Copies of each SKU a per-SKU search simulates side by side (independent demand):
+    sku_days per candidate, at most MAX_TUNING_REPLICAS per PER_SKU_DAY_BUDGET of them."""
+    most = MAX_TUNING_REPLICAS * max(1, sku_days // PER_SKU_DAY_BUDGET)
+    return int(min(most, max(1, sku_days // max(skus * days, 1))))
 
 
 def replicate(catalog: Catalog, copies: int) -> Catalog:
@@ -226,14 +228,16 @@ def _expand(knob: Knob, knobs: dict[str, np.ndarray],
 
 def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, days: int, warmup: int,
          uniform_skus: int = 1000, max_uniform_skus: int = 16_000, per_sku_days: int = 100,
-         per_sku_warmup: int = 30, progress: Progress | None = None) -> TuneResult:
+         per_sku_warmup: int = 30, sku_days: int = PER_SKU_DAY_BUDGET,
+         progress: Progress | None = None) -> TuneResult:
     """Tune baseline `name` for `catalog` on tuning seeds derived from `eval_seed` (never
     the evaluation seeds), simulating warmup + days per candidate. Uniform catalogs: exact
     integer search on `uniform_skus` copies (more, up to `max_uniform_skus`, while the
     leaders are too close to call). Heterogeneous catalogs simulate every SKU for each of
     ~11-20 candidates, so their horizon is capped at per_sku_warmup + per_sku_days (a
     20k-SKU tune then stays well under a minute on 2 cores), and a small catalog is
-    simulated as several replicas (per_sku_replicas: PER_SKU_DAY_BUDGET SKU-days).
+    simulated as several replicas (per_sku_replicas: `sku_days` SKU-days a candidate,
+    eval.tune_sku_days).
     `progress` gets a line per candidate run; by default a line every 5 s at most goes to
     stderr (a minute of tuning before training must not look like a hang in a log)."""
     check_policy_name(name)
@@ -248,7 +252,7 @@ def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, day
         return tune_uniform(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup,
                             skus=uniform_skus, max_skus=max_uniform_skus, progress=progress)
     days, warmup = min(days, per_sku_days), min(warmup, per_sku_warmup)
-    copies = per_sku_replicas(len(catalog), days)
+    copies = per_sku_replicas(len(catalog), days, sku_days)
     scorer = CandidateScorer(name, replicate(catalog, copies), sim_cfg, seed=seed, days=days, warmup=warmup)
     params, obj, details = tune_per_sku(scorer, catalog, progress)
     finite = np.isfinite(obj)

@@ -53,5 +53,5 @@ def teacher_params(core: Any, catalog: Catalog) -> tuple[dict[str, Any], float]:
         z = core.grid.tuned.lookup(catalog.sku_id, default_z(catalog, cfg.sim))
         return {"z": z}, core.grid.tuned.objective
     tuned = tune(cfg.train.warm_start, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
-                 warmup=cfg.eval.warmup)  # the baseline's horizon (grid_center.tune_center)
+                 warmup=cfg.eval.warmup, sku_days=cfg.eval.tune_sku_days)  # the baseline's horizon (grid_center)
     return tuned.params, tuned.objective
