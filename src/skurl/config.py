@@ -43,7 +43,7 @@ __all__ = [
 
 DemandDist = Literal["poisson", "geometric", "negbin"]
 # the heuristic policies of policy/baselines.py (named here: eval.baselines validates against them)
-POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock")
+POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock", "forecast-s-S")
 # Seeds go to numpy, torch.manual_seed (a signed 64-bit value) and the simulator's counters.
 MAX_SEED = 2**62
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -195,6 +195,11 @@ class ActionsConfig:
         "factor Phi^-1(cu / (cu + co)) (newsvendor) or from the factor of the per-SKU-tuned "
         "forecast-base-stock (tuned: offset 0 orders exactly what that baseline orders; tuned once per run "
         "and kept in RUN_DIR/grid_center.safetensors); other grids ignore it"
+    )
+    center_policy: Literal["forecast-base-stock", "forecast-s-S"] = opt(
+        "forecast-base-stock", "z_center=tuned: the per-SKU-tuned baseline offset 0 reproduces: "
+        "forecast-base-stock (a safety factor per SKU) or forecast-s-S (a factor and a lot: below the "
+        "level, every action orders up to its level + the SKU's lot, so orders carry a fixed cost in batches)"
     )
     skip: bool = opt(
         False, "cover grid: action 0 orders nothing and the other n - 1 span z_min..z_max (lets the policy "
@@ -374,7 +379,8 @@ class TrainConfig:
         False, "the run's result is the evaluated policy with the best objective on a validation seed "
         "(never a held-out one), kept in RUN_DIR/best: the final eval.json and `skurl eval --run` use it"
     )
-    warm_start: Literal["none", "base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock"] = opt(
+    warm_start: Literal["none", "base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock",
+                         "forecast-s-S"] = opt(
         "none", "before PPO, tune this baseline on the training SKUs and clone it into the policy net "
         "(behaviour cloning on its decisions); none = start from random weights"
     )
@@ -429,9 +435,10 @@ class EvalConfig:
         "SKU-days pick more on noise (docs/dcl.md: 4,400 SKUs, 2 M: +1.95% against per-type tuning, 8 M: +0.75%)"
     )
     baselines: list[str] = opt(
-        ["forecast-base-stock", "capped-base-stock"], "baselines tuned per SKU and evaluated beside the "
-        "trained policy (training reports compare with each; 'best baseline' is the best of them on the "
-        "catalog): any of base-stock, capped-base-stock, s-S, constant, forecast-base-stock"
+        ["forecast-base-stock", "capped-base-stock", "forecast-s-S"], "baselines tuned per SKU and evaluated "
+        "beside the trained policy (training reports compare with each; 'best baseline' is the best of them on "
+        "the catalog): any of base-stock, capped-base-stock, s-S, constant, forecast-base-stock, forecast-s-S "
+        "(skipped where no SKU has an order cost: it is forecast-base-stock there)"
     )
 
     def __post_init__(self) -> None:

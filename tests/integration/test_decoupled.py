@@ -18,6 +18,7 @@ from skurl.config import Config, load_config
 from skurl.deploy import colocated, decoupled
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
+from skurl.policy.grid_center import load_center
 from skurl.remote.shard_envs import CatalogSchemaEnv, assign_shards
 from skurl.sim.api import ObsSchema
 from skurl.telemetry.logger import read_metrics
@@ -181,12 +182,15 @@ def test_a_cover_grid_decoupled_training_equals_colocated(tmp_path: Path) -> Non
     collectors: their catalog rows, lean replies with the raw state and the centre read
     from the store give the co-located orders, so the training is bit-identical."""
     cover = ("policy.actions.kind=cover", "policy.actions.z_center=tuned", "policy.actions.n=5",
-             "policy.actions.z_min=-1", "policy.actions.z_max=1", "train.warm_start=forecast-base-stock",
+             "policy.actions.z_min=-1", "policy.actions.z_max=1", "policy.actions.center_policy=forecast-s-S",
+             "train.warm_start=forecast-s-S",
              "train.warm_start_episodes=1", "train.warm_start_steps=20", "train.warm_start_critic=1")
     colocated.train(tiny(*cover), tmp_path / "colocated", baseline=False)
     decoupled.train(tiny("sync.backend=grpc", *cover), tmp_path / "decoupled", baseline=False)
     assert_same_training(tmp_path / "colocated", tmp_path / "decoupled")
     center = (tmp_path / "decoupled" / "grid_center.safetensors").read_bytes()
+    lots = load_center(tmp_path / "decoupled")
+    assert lots is not None and lots.lot is not None and lots.lot.max() > 0  # the remote grids order lots
     blobs = list((tmp_path / "decoupled" / "rollouts").rglob("*.safetensors"))
     assert [b.read_bytes() for b in blobs] == [center]  # the collectors' copy, named by its hash
 

@@ -14,7 +14,8 @@ COMMON = ["policy.hidden=[32,32]", "ppo.epochs=1", "ppo.minibatch=512", "train.i
 # The embedded defaults' grid: order-up-to offsets around the per-SKU tuned centre.
 SYNTHETIC = ["catalog.skus=200", "ppo.sample_skus=200", "policy.actions.kind=cover", "policy.actions.z_center=tuned",
              "policy.actions.n=21", "policy.actions.z_min=-1.5", "policy.actions.z_max=1.5",
-             "train.warm_start=forecast-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=50"]
+             "policy.actions.center_policy=forecast-s-S", "train.warm_start=forecast-s-S",
+             "train.warm_start_episodes=1", "train.warm_start_steps=50"]
 # The classic lost-sales family (configs/lost_sales.yaml): identical SKUs, units grid; one
 # PPO iteration (the config's DCL labels 20,000 states an iteration: a minute, not a fixture).
 LOST_SALES = ["catalog.skus=200", "train.warm_start=none", "train.algo=ppo"]

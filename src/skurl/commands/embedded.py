@@ -13,7 +13,7 @@
 # 90). On two other catalogs (catalog.seed 1, 2) that grid ended at -0.3% and -0.7%: its clone
 # started 5-11% below the baseline, and PPO fell further before it climbed back.
 EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "ppo.reward_scale=sku", "train.iterations=90",
-            "train.eval_every=10", "train.warm_start=forecast-base-stock", "train.keep_best=true")
+            "train.eval_every=10", "train.warm_start=forecast-s-S", "train.keep_best=true")
 # The grid of the embedded defaults (every --mode): order-up-to actions centred on the
 # tuned baseline's own factors (policy/grid_center.py), so the clone is that baseline
 # exactly and PPO only learns where to deviate (the multiplier grid, session 9: +1.3%, -0.3%,
@@ -29,5 +29,10 @@ EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "ppo.reward_scale=sku", 
 # the grid centre and the clone) tuned on 10 replicas of each SKU instead of one 100-day
 # episode (policy/tuning.py): catalog.seed 0 ended at 9.4714 profit vs 9.3348 (+1.5%; the
 # old baseline made 9.2814), total cost -0.6%.
+# Session 27: the centre (and the warm start's teacher) is the tuned forecast-driven (s, S),
+# forecast-s-S: a quarter of these SKUs pay a fixed cost per order, and their EOQ is 12-157
+# days of demand, so ordering up to the level every day paid 29% of forecast-base-stock's
+# inventory cost in order costs (docs/dcl.md, "Lots").
 EMBEDDED_GRID = ("policy.actions.kind=cover", "policy.actions.z_center=tuned", "policy.actions.n=21",
-                 "policy.actions.z_min=-1.5", "policy.actions.z_max=1.5", "ppo.ent_coef=0.001")
+                 "policy.actions.z_min=-1.5", "policy.actions.z_max=1.5", "ppo.ent_coef=0.001",
+                 "policy.actions.center_policy=forecast-s-S")

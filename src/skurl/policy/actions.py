@@ -5,7 +5,9 @@ index k picks a safety factor z_k and the order is what ForecastBaseStock (basel
 orders with z = z_k, max(0, ceil(F + z_k sigma) - IP), F and sigma^2 the forecast mean and
 variance over the SKU's lead + review days and IP the inventory position. A network on
 this grid contains every per-SKU constant-z base-stock policy (the tuned baseline) and
-learns when to deviate, instead of learning inventory-position arithmetic itself. It
+learns when to deviate, instead of learning inventory-position arithmetic itself. Centred
+on a tuned forecast-s-S (grid_center.py), each SKU has a lot Q too: an action that orders
+at all orders Q more, so batches that pay a fixed order cost once are on the grid. It
 needs per-SKU lead times and demand distributions (`bind(catalog)`) and the full raw
 state (on hand, pipeline, backlog, forecast window) in each observation.
 """
@@ -43,10 +45,12 @@ class CoverParams:
     dist: np.ndarray  # int8 [N]
     dispersion: np.ndarray  # float64 [N]
     z0: np.ndarray  # float64 [N]: added to every safety factor (policy.actions.z_center)
+    lot: np.ndarray | None = None  # float64 [N]: units added to an order (a forecast-s-S centre)
 
     @classmethod
     def of(cls, catalog: Catalog, review_days: int, center: str = "zero", reward: str = "profit",
            tuned: GridCenter | None = None) -> CoverParams:
+        lot = None
         if center in ("newsvendor", "tuned"):
             z0 = default_z(catalog, SimConfig(review_days=review_days, reward=reward))  # type: ignore[arg-type]
             if center == "tuned":
@@ -54,10 +58,15 @@ class CoverParams:
                     raise ConfigError("policy.actions.z_center=tuned: the grid has no tuned centre (expected "
                                       "ActionGrid.with_center(...) before bind; see policy/grid_center.py)")
                 z0 = tuned.lookup(catalog.sku_id, z0)  # SKUs it does not list keep the newsvendor factor
+                lot = None if tuned.lot is None else tuned.lots(catalog.sku_id)
         else:
             z0 = np.zeros(len(catalog))
         return cls(protection_days(catalog, review_days), np.asarray(catalog.demand_dist),
-                   catalog.dispersion.astype(np.float64), z0)
+                   catalog.dispersion.astype(np.float64), z0, lot)
+
+    def lots(self, n: int) -> np.ndarray:
+        """The lot of every row (zeros without a forecast-s-S centre)."""
+        return np.zeros(n) if self.lot is None else self.lot
 
 
 @dataclass(frozen=True)
@@ -167,6 +176,8 @@ class ActionGrid:
         with np.errstate(invalid="ignore", over="ignore"):
             level = order_up_to_level(mean[:, None], np.sqrt(var)[:, None], zz)
             units = np.maximum(0.0, level - inventory_position(_rows(raw, rows))[:, None])
+            if cover.lot is not None:  # below the level: up to level + lot (forecast-s-S)
+                units = units + np.where(units > 0.0, cover.lot[rows, None], 0.0)
         return np.where(zz == SKIP, 0.0, units)  # up to -inf: nothing (-inf x 0 would be NaN)
 
     def _bound(self, raw: RawState) -> CoverParams:

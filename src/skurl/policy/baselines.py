@@ -1,5 +1,5 @@
 """Planner heuristics as Policies: base-stock, capped base-stock, (s, S), constant order,
-forecast-driven base-stock. Vectorized over SKUs; every parameter is a per-SKU array.
+forecast-driven base-stock and forecast-driven (s, S). Vectorized over SKUs; every parameter is a per-SKU array.
 
 All of them work on the inventory position IP = on hand + pipeline - backlog (DESIGN 3:
 the order placed on day t is sold from day t + L), so stock already ordered is never
@@ -291,12 +291,60 @@ class ForecastBaseStock:
         return {"z": self.z}
 
 
+@dataclass
+class ForecastSS:
+    """Forecast-driven (s, S): when IP is below the forecast base-stock level s_t (as
+    ForecastBaseStock), order up to s_t + lot, else nothing. The lot batches orders where a
+    fixed cost per order outweighs holding (default: the EOQ, 0 for a SKU without order
+    cost, so that SKU orders exactly as forecast-base-stock)."""
+
+    z: np.ndarray
+    lot: np.ndarray  # float64 [N], whole units >= 0
+    cover_days: np.ndarray  # int64 [N]: L_i + R
+    dist: np.ndarray  # int8 [N]
+    dispersion: np.ndarray  # float64 [N]
+    review_days: int = 1
+    name: str = "forecast-s-S"
+
+    def orders(self, obs: Obs) -> np.ndarray:
+        if not _review_mask(obs, self.review_days):
+            return np.zeros(obs.raw.on_hand.shape[0])
+        mean, var = protection_moments(obs.raw.forecast, self.cover_days, self.dist, self.dispersion)
+        level = order_up_to_level(mean, np.sqrt(var), self.z)
+        ip = inventory_position(obs.raw)
+        return within_limit(np.where(ip < level, level + self.lot - ip, 0.0))
+
+    def params(self) -> dict[str, Any]:
+        return {"z": self.z, "lot": self.lot}
+
+
+def lot_size(catalog: Catalog, mult: np.ndarray | float) -> np.ndarray:
+    """forecast-s-S's lot: round(mult x EOQ) whole units, the EOQ sqrt(2 K m / h) without
+    eoq()'s floor of one unit (0 where there is no order cost), and at most the demand of
+    the shelf life for a perishable (a bigger lot expires before it sells)."""
+    m = long_run_mean(catalog)
+    h = np.maximum(catalog.holding_cost.astype(np.float64), 1e-9)
+    q = np.asarray(mult, dtype=np.float64) * np.sqrt(2.0 * catalog.order_cost.astype(np.float64) * m / h)
+    life = catalog.shelf_life.astype(np.float64)
+    q = np.where(life > 0, np.minimum(q, m * life), q)
+    return np.round(np.minimum(q, MAX_LOT))
+
+
+MAX_LOT = 1e9  # units: keeps a lot (and level + lot) finite for absurd catalog costs
+
+
 # ----------------------------------------------------------------- build by name/params
 
 def check_policy_name(name: str) -> str:
     if name not in POLICY_NAMES:
         raise UnknownPolicyError(f"unknown policy '{name}' (expected one of: {', '.join(POLICY_NAMES)})")
     return name
+
+
+def applies(name: str, catalog: Catalog) -> bool:
+    """Whether baseline `name` is a distinct heuristic on `catalog`: forecast-s-S is
+    forecast-base-stock exactly (every lot 0) where no SKU pays a fixed cost per order."""
+    return name != "forecast-s-S" or bool(np.any(catalog.order_cost > 0))
 
 
 def default_params(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Params:
@@ -310,6 +358,8 @@ def default_params(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Params:
     if name == "s-S":
         s = reorder_point(static_level(catalog, sim_cfg, z))
         return {"s": s, "S": s + eoq(catalog)}
+    if name == "forecast-s-S":
+        return {"z": z, "lot": lot_size(catalog, 1.0)}
     if name == "constant":
         # Below the mean: ordering the mean makes lost-sales stock a driftless random walk
         # that keeps growing; the critical ratio trades holding against lost sales.
@@ -344,5 +394,8 @@ def make_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params: Params 
         "forecast-base-stock": lambda: ForecastBaseStock(
             z=p["z"], cover_days=protection_days(catalog, review), dist=catalog.demand_dist,
             dispersion=catalog.dispersion.astype(np.float64), review_days=review),
+        "forecast-s-S": lambda: ForecastSS(
+            z=p["z"], lot=np.maximum(np.round(p["lot"]), 0.0), cover_days=protection_days(catalog, review),
+            dist=catalog.demand_dist, dispersion=catalog.dispersion.astype(np.float64), review_days=review),
     }
     return builders[name]()

@@ -1,8 +1,10 @@
 """The tuned centre of the cover grid (policy.actions.z_center=tuned).
 
 With this centre, action k of SKU i orders up to forecast + (z_i + z_k) sigma, z_i being the
-safety factor the per-SKU-tuned forecast-base-stock chose for SKU i. The grid's offset 0 is
-then that baseline's own order, exactly: a policy on it starts from the planner's heuristic
+safety factor the per-SKU-tuned forecast-base-stock chose for SKU i. With
+policy.actions.center_policy=forecast-s-S the tuned baseline is forecast-driven (s, S) and
+each SKU also has a lot Q_i: below its level, action k orders up to that level + Q_i. The
+grid's offset 0 is then that baseline's own order, exactly: a policy on it starts from the planner's heuristic
 (the warm start clones it without loss) and learns where to deviate, instead of learning the
 baseline's per-SKU levels from features first (a clone on a zero-centred grid lost 5-11% of
 the baseline's profit).
@@ -30,26 +32,37 @@ from skurl.config import Config
 from skurl.errors import UserError
 
 CENTER_FILE = "grid_center.safetensors"
-TEACHER = "forecast-base-stock"  # the baseline whose factors centre the grid
 
 
 @dataclass(frozen=True)
 class GridCenter:
-    """Per-SKU safety factors by SKU id (sorted ids, unique)."""
+    """Per-SKU safety factors and lots by SKU id (sorted ids, unique). The lot is forecast-s-S's
+    (policy.actions.center_policy): 0 for every SKU of a forecast-base-stock centre."""
 
     sku_id: np.ndarray  # int64 [M], ascending
     z: np.ndarray  # float64 [M]
     objective: float  # the tuner's objective per SKU-day (lower is better)
+    lot: np.ndarray | None = None  # float64 [M] whole units; None = no lots (all 0)
 
     def lookup(self, ids: np.ndarray, fallback: np.ndarray) -> np.ndarray:
         """Factors of SKUs `ids` (float64), `fallback`'s value where an id is not listed."""
+        return self._lookup(self.z, ids, fallback)
+
+    def lots(self, ids: np.ndarray) -> np.ndarray:
+        """Lots of SKUs `ids` (float64), 0 where an id is not listed."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.lot is None:
+            return np.zeros(ids.shape[0])
+        return self._lookup(self.lot, ids, np.zeros(ids.shape[0]))
+
+    def _lookup(self, values: np.ndarray, ids: np.ndarray, fallback: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
         out = np.array(fallback, dtype=np.float64)
         if self.sku_id.size == 0:
             return out
         pos = np.minimum(np.searchsorted(self.sku_id, ids), self.sku_id.size - 1)
         hit = self.sku_id[pos] == ids
-        out[hit] = self.z[pos[hit]]
+        out[hit] = values[pos[hit]]
         return out
 
     def merged(self, other: GridCenter) -> GridCenter:
@@ -57,7 +70,12 @@ class GridCenter:
         extra = ~np.isin(other.sku_id, self.sku_id)
         ids = np.concatenate([self.sku_id, other.sku_id[extra]])
         order = np.argsort(ids, kind="stable")
-        return GridCenter(ids[order], np.concatenate([self.z, other.z[extra]])[order], self.objective)
+        lot = None
+        if self.lot is not None or other.lot is not None:
+            mine = self.lot if self.lot is not None else np.zeros(self.sku_id.size)
+            theirs = other.lot if other.lot is not None else np.zeros(other.sku_id.size)
+            lot = np.concatenate([mine, theirs[extra]])[order]
+        return GridCenter(ids[order], np.concatenate([self.z, other.z[extra]])[order], self.objective, lot)
 
 
 def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
@@ -67,20 +85,27 @@ def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
     6.9% below the baseline it was said to be)."""
     from skurl.policy.tuning import tune
 
-    result = tune(TEACHER, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
+    teacher = cfg.policy.actions.center_policy
+    result = tune(teacher, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
                   sku_days=cfg.eval.tune_sku_days)
     ids = np.asarray(catalog.sku_id, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
-    # Uniform catalogs tune one factor for all SKUs (a scalar); others one per SKU.
-    z = np.broadcast_to(np.asarray(result.params["z"], dtype=np.float64), ids.shape)
-    return GridCenter(ids[order], z[order].copy(), float(result.objective))
+
+    def per_sku(key: str) -> np.ndarray:  # uniform catalogs tune one value for all SKUs (a scalar)
+        return np.broadcast_to(np.asarray(result.params[key], dtype=np.float64), ids.shape)[order].copy()
+
+    lot = per_sku("lot") if "lot" in result.params else None
+    return GridCenter(ids[order], per_sku("z"), float(result.objective), lot)
 
 
 def center_bytes(center: GridCenter) -> bytes:
     """The centre as safetensors bytes (the run dir's file; the blob remote collectors read)."""
     # Contiguous copies: safetensors writes a strided view's underlying buffer, not its values.
-    return save({"sku_id": np.ascontiguousarray(center.sku_id, dtype=np.int64),
-                 "z": np.ascontiguousarray(center.z, dtype=np.float64), "objective": np.array([center.objective])})
+    tensors = {"sku_id": np.ascontiguousarray(center.sku_id, dtype=np.int64),
+               "z": np.ascontiguousarray(center.z, dtype=np.float64), "objective": np.array([center.objective])}
+    if center.lot is not None:
+        tensors["lot"] = np.ascontiguousarray(center.lot, dtype=np.float64)
+    return save(tensors)
 
 
 def center_from_bytes(data: bytes, where: str, fix: str = "delete it to tune the centre again") -> GridCenter:
@@ -99,7 +124,14 @@ def center_from_bytes(data: bytes, where: str, fix: str = "delete it to tune the
         raise UserError(f"{where}: sku_id must be strictly ascending (one factor per SKU)")
     if not np.all(np.isfinite(z)):
         raise UserError(f"{where}: z holds a non-finite safety factor (SKU {int(ids[~np.isfinite(z)][0])})")
-    return GridCenter(ids, z, float(obj[0]))
+    lot = t.get("lot")  # absent: a forecast-base-stock centre (and every file before lots)
+    if lot is not None:
+        if lot.shape != ids.shape or lot.dtype != np.float64:
+            raise UserError(f"{where}: expected lot as float64 [M] beside sku_id, got {lot.dtype} {list(lot.shape)}")
+        bad = ~(np.isfinite(lot) & (lot >= 0) & (lot == np.round(lot)))
+        if bad.any():
+            raise UserError(f"{where}: lot must hold whole units >= 0 (SKU {int(ids[bad][0])}: {float(lot[bad][0])})")
+    return GridCenter(ids, z, float(obj[0]), lot)
 
 
 def save_center(run_dir: str | Path, center: GridCenter) -> None:
@@ -122,6 +154,7 @@ def ensure_center(cfg: Config, run_dir: str | Path, catalog: Catalog) -> GridCen
     if center is None:
         center = tune_center(cfg, catalog)
     else:
+        check_center_policy(center, cfg.policy.actions.center_policy, str(Path(run_dir) / CENTER_FILE))
         new = np.flatnonzero(~np.isin(catalog.sku_id, center.sku_id))
         if new.size == 0:
             return center
@@ -129,3 +162,12 @@ def ensure_center(cfg: Config, run_dir: str | Path, catalog: Catalog) -> GridCen
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     save_center(run_dir, center)
     return center
+
+
+def check_center_policy(center: GridCenter, policy: str, where: str) -> None:
+    """A saved centre has lots exactly when it was tuned for forecast-s-S: a run resumed with
+    another policy.actions.center_policy would change what every action orders."""
+    saved = "forecast-s-S" if center.lot is not None else "forecast-base-stock"
+    if saved != policy:
+        raise UserError(f"policy.actions.center_policy: {policy}, but {where} was tuned for {saved} "
+                        f"(expected {saved}, as the run was started, or a new run dir)")

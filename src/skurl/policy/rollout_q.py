@@ -188,7 +188,8 @@ def grid_rows(grid: ActionGrid, rows: np.ndarray) -> ActionGrid:
     if grid.cover is None:
         return grid
     cover = grid.cover
-    taken = {f.name: getattr(cover, f.name)[rows] for f in dataclasses.fields(cover)}
+    taken = {f.name: getattr(cover, f.name)[rows] for f in dataclasses.fields(cover)
+             if getattr(cover, f.name) is not None}
     return dataclasses.replace(grid, cover=dataclasses.replace(cover, **taken))
 
 

@@ -34,6 +34,7 @@ from skurl.policy.baselines import (
     default_z,
     eoq,
     long_run_mean,
+    lot_size,
     protection_days,
 )
 from skurl.policy.tuning_scorer import CandidateScorer, Progress, TuneResult, objective_is
@@ -104,6 +105,12 @@ def search_space(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Space:
         step = 0.25 if m >= 4 else max(round(m / 16, 3), 0.001)
         return Space([Axis("c", int(0.5 * m / step), math.ceil(m / step), step=step)], lambda v: {"c": v["c"]})
     z0 = float(default_z(one, sim_cfg)[0])
+    if name == "forecast-s-S":
+        # z on the 0.1 grid as forecast-base-stock, and the lot in whole units from 0
+        # (forecast-base-stock itself) around the EOQ's.
+        lot0 = int(lot_size(one, 1.0)[0])
+        return Space([Axis("z", round((z0 - 0.3) / 0.1), round((z0 + 0.3) / 0.1), floor=-30, step=0.1),
+                      Axis("lot", max(0, lot0 - 2), lot0 + 3)], lambda v: {"z": v["z"], "lot": v["lot"]})
     return Space([Axis("z", round((z0 - 1.0) / 0.1), round((z0 + 1.5) / 0.1), floor=-30, step=0.1)],
                  lambda v: {"z": v["z"]})
 

@@ -26,7 +26,7 @@ INPUTS = {
     "units": ("obs",),
     "multiplier": ("obs", "forecast"),
     "cover": ("obs", "forecast", "on_hand", "pipeline", "backlog", "day", "cover_days", "demand_dist",
-              "dispersion", "z_center"),
+              "dispersion", "z_center", "lot"),
 }
 OUTPUTS = ("order_units", "action", "probability")
 
@@ -90,9 +90,10 @@ class Decision(nn.Module):
 
     def _cover_table(self, forecast: torch.Tensor, on_hand: torch.Tensor, pipeline: torch.Tensor,
                      backlog: torch.Tensor, day: torch.Tensor, cover_days: torch.Tensor, dist: torch.Tensor,
-                     dispersion: torch.Tensor, z_center: torch.Tensor) -> torch.Tensor:
+                     dispersion: torch.Tensor, z_center: torch.Tensor, lot: torch.Tensor) -> torch.Tensor:
         """Orders [B, A] of every action (ActionGrid.unit_table): order up to
-        ceil(mean + z sigma - 1e-9) over lead + review days, minus the inventory position."""
+        ceil(mean + z sigma - 1e-9) over lead + review days, minus the inventory position, plus
+        the SKU's lot where that orders at all (0 but for a forecast-s-S centre)."""
         mean = torch.zeros_like(dispersion)
         var = torch.zeros_like(dispersion)
         for d in range(self.horizon):  # day order, as protection.cover_moments sums
@@ -106,6 +107,7 @@ class Decision(nn.Module):
         level = torch.clamp(torch.ceil(mean.unsqueeze(-1) + zz * torch.sqrt(var).unsqueeze(-1) - 1e-9), min=0.0)
         position = on_hand.double() + pipeline.sum(dim=1).double() - backlog.double()
         units = torch.clamp(level - position.unsqueeze(-1), min=0.0)
+        units = units + torch.where(units > 0.0, lot.unsqueeze(-1), torch.zeros_like(units))
         units = torch.where(zz == SKIP, torch.zeros_like(units), units)
         if self.review_days > 1:
             off = (day % self.review_days) != 0

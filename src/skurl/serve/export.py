@@ -92,7 +92,8 @@ def example_inputs(decision: Decision, widths: Widths, batch: int = 4) -> tuple[
               "pipeline": torch.zeros(batch, widths.pipeline, dtype=torch.int64),
               "backlog": torch.zeros(batch, dtype=torch.int64), "day": torch.zeros(batch, dtype=torch.int64),
               "cover_days": torch.ones(batch, dtype=torch.int64), "demand_dist": torch.zeros(batch, dtype=torch.int64),
-              "dispersion": torch.ones(batch, dtype=torch.float64), "z_center": torch.zeros(batch, dtype=torch.float64)}
+              "dispersion": torch.ones(batch, dtype=torch.float64), "z_center": torch.zeros(batch, dtype=torch.float64),
+              "lot": torch.zeros(batch, dtype=torch.float64)}
     return tuple(arrays[name] for name in decision.input_names)
 
 

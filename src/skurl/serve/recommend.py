@@ -83,7 +83,8 @@ def decode_inputs(s: Snapshot, rows: Catalog, obs: np.ndarray, info: ModelInfo) 
                             "(expected RUN_DIR/grid_center.safetensors, which `skurl export` embeds)")
         cover = CoverParams.of(rows, int(grid["review_days"]), grid["z_center"], sim.reward, info.center)
         out.update(cover_days=cover.cover_days.astype(np.int64), demand_dist=cover.dist.astype(np.int64),
-                   dispersion=cover.dispersion.astype(np.float64), z_center=cover.z0.astype(np.float64))
+                   dispersion=cover.dispersion.astype(np.float64), z_center=cover.z0.astype(np.float64),
+                   lot=cover.lots(len(s)).astype(np.float64))
     return out
 
 

@@ -128,11 +128,16 @@ class Evaluator:
         cached = read_json_or_none(path)
         results = cached.get("results") if isinstance(cached, dict) and cached.get("key") == key else None
         results = {k: v for k, v in results.items() if isinstance(v, dict)} if isinstance(results, dict) else {}
-        for name in self.cfg.eval.baselines:
+        from skurl.policy.baselines import applies
+
+        names = [name for name in self.cfg.eval.baselines if applies(name, self.catalog)]
+        if not names:
+            return
+        for name in names:
             if name not in results:
                 results[name] = self._tuned(name)
                 atomic.write_text(path, json.dumps({"key": key, "results": results}, indent=1) + "\n")
-        self.baselines = {name: results[name] for name in self.cfg.eval.baselines}
+        self.baselines = {name: results[name] for name in names}
         reward = self.cfg.sim.reward
         self.baseline = max(self.baselines.values(),
                             key=lambda r: objective(r["avg_profit_per_sku_day"], r["avg_cost_per_sku_day"], reward))

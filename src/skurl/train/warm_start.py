@@ -45,13 +45,15 @@ def teacher_params(core: Any, catalog: Catalog) -> tuple[dict[str, Any], float]:
     """The warm start's baseline, tuned for `catalog`; when the grid is centred on that
     same baseline's tuned factors, those (its offset 0 then is the teacher's order)."""
     from skurl.policy.baselines import default_z
-    from skurl.policy.grid_center import TEACHER
     from skurl.policy.tuning import tune
 
     cfg = core.cfg
-    if core.grid.tuned is not None and cfg.train.warm_start == TEACHER:
-        z = core.grid.tuned.lookup(catalog.sku_id, default_z(catalog, cfg.sim))
-        return {"z": z}, core.grid.tuned.objective
+    center = core.grid.tuned
+    if center is not None and cfg.train.warm_start == cfg.policy.actions.center_policy:
+        params = {"z": center.lookup(catalog.sku_id, default_z(catalog, cfg.sim))}
+        if cfg.train.warm_start == "forecast-s-S":
+            params["lot"] = center.lots(catalog.sku_id)
+        return params, center.objective
     tuned = tune(cfg.train.warm_start, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
                  warmup=cfg.eval.warmup, sku_days=cfg.eval.tune_sku_days)  # the baseline's horizon (grid_center)
     return tuned.params, tuned.objective
