@@ -293,29 +293,24 @@ class ForecastBaseStock:
 
 @dataclass
 class ForecastSS:
-    """Forecast-driven (s, S): when IP is below the forecast base-stock level s_t (as
-    ForecastBaseStock), order up to s_t + lot, else nothing. The lot batches orders where a
-    fixed cost per order outweighs holding (default: the EOQ, 0 for a SKU without order
-    cost, so that SKU orders exactly as forecast-base-stock)."""
+    """Forecast-driven (s, S): when IP is below the forecast base-stock level s_t (`base`'s),
+    order up to s_t + lot, else nothing. The lot batches orders where a fixed cost per order
+    outweighs holding (default: the EOQ, 0 for a SKU without order cost, so that SKU orders
+    exactly as forecast-base-stock)."""
 
-    z: np.ndarray
+    base: ForecastBaseStock
     lot: np.ndarray  # float64 [N], whole units >= 0
-    cover_days: np.ndarray  # int64 [N]: L_i + R
-    dist: np.ndarray  # int8 [N]
-    dispersion: np.ndarray  # float64 [N]
-    review_days: int = 1
     name: str = "forecast-s-S"
 
     def orders(self, obs: Obs) -> np.ndarray:
-        if not _review_mask(obs, self.review_days):
+        if not _review_mask(obs, self.base.review_days):
             return np.zeros(obs.raw.on_hand.shape[0])
-        mean, var = protection_moments(obs.raw.forecast, self.cover_days, self.dist, self.dispersion)
-        level = order_up_to_level(mean, np.sqrt(var), self.z)
+        level = self.base.level(obs.raw)
         ip = inventory_position(obs.raw)
         return within_limit(np.where(ip < level, level + self.lot - ip, 0.0))
 
     def params(self) -> dict[str, Any]:
-        return {"z": self.z, "lot": self.lot}
+        return {"z": self.base.z, "lot": self.lot}
 
 
 def lot_size(catalog: Catalog, mult: np.ndarray | float) -> np.ndarray:
@@ -386,16 +381,17 @@ def make_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params: Params 
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"policy parameter '{key}': not finite")
     review = sim_cfg.review_days
+
+    def forecast_base_stock() -> ForecastBaseStock:
+        return ForecastBaseStock(z=p["z"], cover_days=protection_days(catalog, review), dist=catalog.demand_dist,
+                                 dispersion=catalog.dispersion.astype(np.float64), review_days=review)
+
     builders: dict[str, Callable[[], Any]] = {
         "base-stock": lambda: BaseStock(S=p["S"], review_days=review),
         "capped-base-stock": lambda: CappedBaseStock(S=p["S"], r=p["r"], review_days=review),
         "s-S": lambda: SS(s=p["s"], S=np.maximum(p["S"], p["s"]), review_days=review),
         "constant": lambda: Constant(c=np.maximum(p["c"], 0.0)),
-        "forecast-base-stock": lambda: ForecastBaseStock(
-            z=p["z"], cover_days=protection_days(catalog, review), dist=catalog.demand_dist,
-            dispersion=catalog.dispersion.astype(np.float64), review_days=review),
-        "forecast-s-S": lambda: ForecastSS(
-            z=p["z"], lot=np.maximum(np.round(p["lot"]), 0.0), cover_days=protection_days(catalog, review),
-            dist=catalog.demand_dist, dispersion=catalog.dispersion.astype(np.float64), review_days=review),
+        "forecast-base-stock": forecast_base_stock,
+        "forecast-s-S": lambda: ForecastSS(base=forecast_base_stock(), lot=np.maximum(np.round(p["lot"]), 0.0)),
     }
     return builders[name]()
