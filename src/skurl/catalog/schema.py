@@ -7,6 +7,7 @@ named once (`COLUMNS`) with dtype, bounds and meaning; loaders and generators bu
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -116,3 +117,12 @@ class Catalog:
             dup = np.setdiff1d(np.arange(n), first)[0]
             raise CatalogError(f"catalog SKU {int(self.sku_id[dup])}: field 'sku_id' is duplicated, expected unique ids")
         return self
+
+
+def catalog_digest(catalog: Catalog) -> str:
+    """sha256 of every column of `catalog` (names and bytes): equal digests, equal SKUs."""
+    h = hashlib.sha256()
+    for f in fields(catalog):
+        h.update(f.name.encode())
+        h.update(np.ascontiguousarray(getattr(catalog, f.name)).tobytes())
+    return h.hexdigest()

@@ -28,12 +28,13 @@ Two searches:
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from skurl.catalog.schema import Catalog
+from skurl.catalog.schema import Catalog, catalog_digest
 from skurl.config import SimConfig
 from skurl.policy.baselines import (
     Params,
@@ -237,10 +238,37 @@ def _expand(knob: Knob, knobs: dict[str, np.ndarray],
 
 # ------------------------------------------------------------------------------ tune
 
+# Results of tune() in this process, by every input that decides them: a run tunes the same
+# baseline for its grid centre, its warm start and its report on the same SKUs (forecast-s-S
+# on the embedded catalog: 46 whole-catalog simulations, a minute on 2 cores, each time).
+_MEMO: dict[str, TuneResult] = {}
+MEMO_SIZE = 4
+
+
 def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, days: int, warmup: int,
          uniform_skus: int = 1000, max_uniform_skus: int = 16_000, per_sku_days: int = 100,
          per_sku_warmup: int = 30, sku_days: int = PER_SKU_DAY_BUDGET,
          progress: Progress | None = None) -> TuneResult:
+    """`tune_uncached`'s result, computed once per process for the same inputs (callers must
+    not modify its arrays)."""
+    check_policy_name(name)
+    key = json.dumps([name, catalog_digest(catalog), dataclasses.asdict(sim_cfg), eval_seed, days, warmup,
+                      uniform_skus, max_uniform_skus, per_sku_days, per_sku_warmup, sku_days], sort_keys=True)
+    if key not in _MEMO:
+        result = tune_uncached(name, catalog, sim_cfg, eval_seed=eval_seed, days=days, warmup=warmup,
+                               uniform_skus=uniform_skus, max_uniform_skus=max_uniform_skus,
+                               per_sku_days=per_sku_days, per_sku_warmup=per_sku_warmup, sku_days=sku_days,
+                               progress=progress)
+        while len(_MEMO) >= MEMO_SIZE:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = result
+    return _MEMO[key]
+
+
+def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, days: int, warmup: int,
+                  uniform_skus: int = 1000, max_uniform_skus: int = 16_000, per_sku_days: int = 100,
+                  per_sku_warmup: int = 30, sku_days: int = PER_SKU_DAY_BUDGET,
+                  progress: Progress | None = None) -> TuneResult:
     """Tune baseline `name` for `catalog` on tuning seeds derived from `eval_seed` (never
     the evaluation seeds), simulating warmup + days per candidate. Uniform catalogs: exact
     integer search on `uniform_skus` copies (more, up to `max_uniform_skus`, while the

@@ -13,17 +13,14 @@ compared on the same evaluation SKUs: a run resumed on a changed catalog starts 
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import math
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from skurl.catalog import Catalog
+from skurl.catalog.schema import catalog_digest
 from skurl.collect.evaluate import EvalResult
 from skurl.learn.checkpoint import (
     BEST_DIR,
@@ -48,15 +45,6 @@ def objective(profit: float, cost: float, reward: str) -> float:
 
 def validation_score(result: EvalResult, reward: str) -> float:
     return objective(result.avg_profit_per_sku_day, result.avg_cost_per_sku_day, reward)
-
-
-def catalog_digest(catalog: Catalog) -> str:
-    """sha256 of every column of `catalog` (the SKUs validation scores are computed on)."""
-    h = hashlib.sha256()
-    for f in dataclasses.fields(catalog):
-        h.update(f.name.encode())
-        h.update(np.ascontiguousarray(getattr(catalog, f.name)).tobytes())
-    return h.hexdigest()
 
 
 class BestKeeper:
