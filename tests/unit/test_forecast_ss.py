@@ -80,6 +80,9 @@ def test_the_lot_is_zero_without_an_order_cost_and_lasts_a_shelf_life_at_most() 
     cap = long_run_mean(catalog) * catalog.shelf_life
     assert np.all(lot[perishable] <= np.round(cap[perishable]) + 1e-9)
     np.testing.assert_array_equal(lot_size(catalog, 0.0), 0.0)
+    free_holding = catalog.subset(np.flatnonzero(~free))
+    free_holding.holding_cost[:] = 0.0  # EOQ without bound: at most two years of demand
+    assert np.all(lot_size(free_holding, 1.0) <= np.round(730 * long_run_mean(free_holding)) + 1e-9)
 
 
 def test_tuning_batches_the_skus_with_an_order_cost_and_beats_forecast_base_stock(

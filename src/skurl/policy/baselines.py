@@ -316,15 +316,19 @@ class ForecastSS:
 def lot_size(catalog: Catalog, mult: np.ndarray | float) -> np.ndarray:
     """forecast-s-S's lot: round(mult x EOQ) whole units, the EOQ sqrt(2 K m / h) without
     eoq()'s floor of one unit (0 where there is no order cost), and at most the demand of
-    the shelf life for a perishable (a bigger lot expires before it sells)."""
+    the shelf life for a perishable (a bigger lot expires before it sells) or of
+    MAX_LOT_DAYS (a SKU without holding cost would otherwise order an unbounded lot)."""
     m = long_run_mean(catalog)
     h = np.maximum(catalog.holding_cost.astype(np.float64), 1e-9)
     q = np.asarray(mult, dtype=np.float64) * np.sqrt(2.0 * catalog.order_cost.astype(np.float64) * m / h)
     life = catalog.shelf_life.astype(np.float64)
-    q = np.where(life > 0, np.minimum(q, m * life), q)
+    q = np.minimum(np.where(life > 0, np.minimum(q, m * life), q), m * MAX_LOT_DAYS)
     return np.round(np.minimum(q, MAX_LOT))
 
 
+# Two years of demand: the tuned lots of the embedded catalogs (seeds 0-2) reach 344-461
+# days' demand for the slowest SKUs with an order cost, none 730 (session 27).
+MAX_LOT_DAYS = 730.0
 MAX_LOT = 1e9  # units: keeps a lot (and level + lot) finite for absurd catalog costs
 
 
