@@ -193,7 +193,7 @@ class ActionsConfig:
     z_center: Literal["zero", "newsvendor", "tuned"] = opt(
         "zero", "cover grid: z_min..z_max are safety factors (zero) or offsets from each SKU's newsvendor "
         "factor Phi^-1(cu / (cu + co)) (newsvendor) or from the factor of the per-SKU-tuned "
-        "forecast-base-stock (tuned: offset 0 orders exactly what that baseline orders; tuned once per run "
+        "policy.actions.center_policy (tuned: offset 0 orders exactly what that baseline orders; tuned once per run "
         "and kept in RUN_DIR/grid_center.safetensors); other grids ignore it"
     )
     center_policy: Literal["forecast-base-stock", "forecast-s-S"] = opt(
