@@ -4,8 +4,8 @@ With this centre, action k of SKU i orders up to forecast + (z_i + z_k) sigma, z
 safety factor the per-SKU-tuned forecast-base-stock chose for SKU i. With
 policy.actions.center_policy=forecast-s-S the tuned baseline is forecast-driven (s, S) and
 each SKU also has a lot Q_i: below its level, action k orders up to that level + Q_i. The
-grid's offset 0 is then that baseline's own order, exactly: a policy on it starts from the planner's heuristic
-(the warm start clones it without loss) and learns where to deviate, instead of learning the
+grid's offset 0 is then that baseline's own order, exactly: a policy on it starts from the
+planner's heuristic (the warm start clones it without loss) and learns where to deviate, instead of learning the
 baseline's per-SKU levels from features first (a clone on a zero-centred grid lost 5-11% of
 the baseline's profit).
 
