@@ -1,5 +1,6 @@
 """Planner heuristics as Policies: base-stock, capped base-stock, (s, S), constant order,
-forecast-driven base-stock and forecast-driven (s, S). Vectorized over SKUs; every parameter is a per-SKU array.
+forecast-driven base-stock and forecast-driven (s, S). Vectorized over SKUs; every parameter
+is a per-SKU array.
 
 All of them work on the inventory position IP = on hand + pipeline - backlog (DESIGN 3:
 the order placed on day t is sold from day t + L), so stock already ordered is never

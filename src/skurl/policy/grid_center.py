@@ -50,10 +50,8 @@ class GridCenter:
 
     def lots(self, ids: np.ndarray) -> np.ndarray:
         """Lots of SKUs `ids` (float64), 0 where an id is not listed."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if self.lot is None:
-            return np.zeros(ids.shape[0])
-        return self._lookup(self.lot, ids, np.zeros(ids.shape[0]))
+        zeros = np.zeros(np.shape(ids)[0])
+        return zeros if self.lot is None else self._lookup(self.lot, ids, zeros)
 
     def _lookup(self, values: np.ndarray, ids: np.ndarray, fallback: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
