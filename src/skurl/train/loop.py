@@ -34,7 +34,7 @@ from skurl.train.evaluation import TRAINED, Evaluator
 from skurl.train.warm_start import warm_start
 
 MODE_FILE = "mode.json"  # the --mode a run was started in: --resume continues in it
-MODES = ("colocated", "decoupled", "ray")
+MODES = ("colocated", "decoupled", "ray", "ddp")
 Wrap = Callable[[Collectors], Collectors]  # a wrapper around the collectors (figures, fault injection)
 
 
