@@ -22,7 +22,7 @@ import numpy as np
 from skurl.config import RpcConfig
 from skurl.rpc.codec import decode_batch, encode_into
 from skurl.rpc.env_wire import ORDER_DTYPES, LeanReplyDecoder, ReplyDecoder, schema_from_wire
-from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError, from_rpc_error
+from skurl.rpc.errors import SIM_SERVER, RequestRejectedError, ServerUnavailableError, from_rpc_error
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.options import channel_options
@@ -50,8 +50,9 @@ _REJECTED = {
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 
 
-def connect(address: str, cfg: RpcConfig, timeout_s: float) -> grpc.Channel:
-    """A channel to `address` that is ready, or ServerUnavailableError naming it."""
+def connect(address: str, cfg: RpcConfig, timeout_s: float, server: str = SIM_SERVER) -> grpc.Channel:
+    """A channel to `address` that is ready, or ServerUnavailableError naming it and
+    `server`, what should be serving there."""
     channel = grpc.insecure_channel(address, options=channel_options(cfg))
     try:
         grpc.channel_ready_future(channel).result(timeout=timeout_s)
@@ -59,7 +60,7 @@ def connect(address: str, cfg: RpcConfig, timeout_s: float) -> grpc.Channel:
         channel.close()
         raise ServerUnavailableError(
             f"no skurl server answers at {address} within {timeout_s:g} s; "
-            "is it running there (skurl serve-sim)?", address, grpc.StatusCode.UNAVAILABLE,
+            f"is {server} running there?", address, grpc.StatusCode.UNAVAILABLE,
         ) from None
     return channel
 
