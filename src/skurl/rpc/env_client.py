@@ -22,7 +22,12 @@ import numpy as np
 from skurl.config import RpcConfig
 from skurl.rpc.codec import decode_batch, encode_into
 from skurl.rpc.env_wire import ORDER_DTYPES, LeanReplyDecoder, ReplyDecoder, schema_from_wire
-from skurl.rpc.errors import SIM_SERVER, RequestRejectedError, ServerUnavailableError, from_rpc_error
+from skurl.rpc.errors import (
+    SIM_SERVER,
+    RequestRejectedError,
+    ServerUnavailableError,
+    from_rpc_error,
+)
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.options import channel_options
