@@ -83,3 +83,13 @@ def test_ab_groups_get_their_own_orders(synthetic_run: Path, synthetic_onnx: Pat
     assert set(versions[~a_rows]) == {"baseline:base-stock"}
     assert set(versions[a_rows]) == {read_metadata(synthetic_onnx)["policy_version"]}
     assert (t.column("action").to_numpy()[~a_rows] == -1).all()
+    # Defect 13 of issue 42: the rehearsed design, A the tuned baseline (control), B the run.
+    flipped = tmp_path / "flipped.parquet"
+    assert main(["recommend", "--model", str(synthetic_onnx), "--state", str(state), "--out", str(flipped),
+                 "--ab", str(groups), "--policy-a", "base-stock"]) == 0
+    f = pq.read_table(flipped)
+    versions = np.asarray(f.column("policy_version").to_pylist())
+    assert set(versions[a_rows]) == {"baseline:base-stock"} and (f.column("action").to_numpy()[a_rows] == -1).all()
+    assert np.array_equal(f.column("order_units").to_numpy()[~a_rows], p.column("order_units").to_numpy()[~a_rows])
+    assert main(["recommend", "--model", str(synthetic_onnx), "--state", str(state), "--out", str(flipped),
+                 "--ab", str(groups), "--policy-a", "base-stock", "--policy-b", "base-stock"]) == 2
