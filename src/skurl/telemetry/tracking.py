@@ -25,7 +25,7 @@ from typing import Any
 
 from skurl import atomic
 from skurl.config_tracking import TrackingConfig
-from skurl.errors import UserError
+from skurl.errors import missing_extra
 
 TRACKING_FILE = "mlflow.json"
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag: the UI nests children under it
@@ -50,8 +50,7 @@ def client(cfg: TrackingConfig) -> Any:
         import mlflow
         from mlflow.tracking import MlflowClient
     except ModuleNotFoundError:
-        raise UserError("tracking.mlflow: the mlflow package is not installed; expected "
-                        "`pip install -c constraints.txt -e '.[mlflow]'`") from None
+        raise missing_extra("mlflow", "tracking.mlflow") from None
     uri = tracking_uri(cfg)
     if uri.startswith("file:"):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
