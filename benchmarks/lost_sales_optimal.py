@@ -3,7 +3,7 @@
 Instances (Zipkin 2008, "Old and New Methods for Lost-Sales Inventory Systems", Operations
 Research 56(5):1256-1263, Table 3): Poisson demand with mean 5, holding h = 1 per unit
 left at the end of a period, penalty p in {4, 9, 19, 39} per lost unit, lead time L in
-{1, 2, 3, 4}. Timing as in skurl's simulator (DESIGN section 3) and Zipkin: the order
+{1, 2, 3, 4}. Timing as in skurl's simulator (docs/architecture.md, Simulator semantics) and Zipkin: the order
 placed L periods ago arrives, the state is observed and an order placed, demand is served
 from stock on hand, the rest is lost; costs on the period's end.
 

@@ -1,6 +1,6 @@
 """Optimal long-run average cost of a perishable lost-sales family by relative value iteration.
 
-Model (skurl's simulator, DESIGN section 3, sim.reward=cost): Poisson demand, lead time L,
+Model (skurl's simulator, docs/architecture.md, Simulator semantics; sim.reward=cost): Poisson demand, lead time L,
 shelf life m; the order placed today arrives in L days at age 0 and can be sold on m days
 (it expires at the end of the m-th); demand is served oldest first (FIFO), the rest is
 lost. Costs of a day: unit cost c per unit ordered, holding h per unit on hand at the end

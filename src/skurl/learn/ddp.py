@@ -1,6 +1,6 @@
 """The PPO Learner on K ranks under torch DDP (torchrun; gloo on CPU, NCCL on GPU).
 
-Same math as `Learner` (DESIGN 4), split by SKU: rank r holds the contiguous SKU columns
+Same math as `Learner` (docs/architecture.md, Learning), split by SKU: rank r holds the contiguous SKU columns
 [start, stop) of the iteration's global rollout [T, N]. What must see the global batch is
 all-reduced, so that K ranks compute the update one rank would on the same data:
 

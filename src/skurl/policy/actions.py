@@ -1,4 +1,4 @@
-"""Discrete action grids: action index -> order quantity in units (DESIGN section 3).
+"""Discrete action grids: action index -> order quantity in units (docs/architecture.md, Simulator semantics).
 
 `multiplier` and `units` need only today's forecast. `cover` is an order-up-to action:
 index k picks a safety factor z_k and the order is what ForecastBaseStock (baselines.py)
@@ -143,7 +143,7 @@ class ActionGrid:
     def to_orders_checked(self, index: np.ndarray, forecast_today: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Units (float64 [N]) and the mask of SKUs whose order was clipped into [0, MAX_ORDER]:
         a forecast that exploded (or is NaN) must not make the env reject the whole batch
-        (DESIGN 3: a failing SKU is isolated and reported). NaN orders become 0.
+        (docs/architecture.md, Simulator semantics: a failing SKU is isolated and reported). NaN orders become 0.
         multiplier/units only: a cover grid needs the whole state (orders_for)."""
         if self.kind == "cover":
             raise ValueError("actions: the cover grid needs the raw state: call orders_for(index, raw)")

@@ -2,7 +2,7 @@
 forecast-driven base-stock and forecast-driven (s, S). Vectorized over SKUs; every parameter
 is a per-SKU array.
 
-All of them work on the inventory position IP = on hand + pipeline - backlog (DESIGN 3:
+All of them work on the inventory position IP = on hand + pipeline - backlog (docs/architecture.md, Simulator semantics:
 the order placed on day t is sold from day t + L), so stock already ordered is never
 ordered twice, and backorders are covered before new demand. Orders are whole units
 (float64 holding integers), never negative.

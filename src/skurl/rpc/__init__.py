@@ -1,4 +1,4 @@
-"""gRPC services and clients of the decoupled deployment (DESIGN sections 5 and 6).
+"""gRPC services and clients of the decoupled deployment (docs/architecture.md: Wire formats and services, Modes).
 
 - skurl.proto, gen/: the wire contract (package skurl.v1) and its generated code
   (scripts/gen_protos.sh regenerates it).

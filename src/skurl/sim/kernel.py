@@ -1,4 +1,4 @@
-"""The vectorized step: numba kernels over all SKUs of a shard (DESIGN section 3).
+"""The vectorized step: numba kernels over all SKUs of a shard (docs/architecture.md, Simulator semantics).
 
 Work is split into chunks of consecutive rows (chunks.py), run in parallel (prange); a
 chunk's rows are simulated serially by one `sku_jit` function with all per-SKU code

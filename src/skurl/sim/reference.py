@@ -1,4 +1,4 @@
-"""A slow scalar reference simulator, written from DESIGN section 3 independently of the
+"""A slow scalar reference simulator, written from docs/architecture.md (Simulator semantics) independently of the
 kernels: plain Python loops over SKUs and days, stock as a list of (arrival day, units)
 batches, the pipeline as a dict {due day: units}. It shares only the random numbers
 (rng.py, demand.py samplers) with VectorEnv, and exists to be stepped side by side with it

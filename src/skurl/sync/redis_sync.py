@@ -1,6 +1,6 @@
 """Weight sync through Redis: one publisher (the learner), many subscribers (collectors).
 
-Keys for model key K (DESIGN section 5):
+Keys for model key K (docs/architecture.md, Wire formats and services):
     rl:weights:K   hash {version, model_key, sha256, payload | blob}
     rl:version:K   the newest version, as a decimal string
     rl:updates:K   pub/sub channel; each message is a new version number

@@ -1,4 +1,4 @@
-"""MLflow tracking of training runs (config `tracking.*`, DESIGN 8).
+"""MLflow tracking of training runs (config `tracking.*`; docs/architecture.md, Serving).
 
 One MLflow run per run directory: the resolved config as params (flattened: `ppo.lr`), the
 per-iteration scalars under their TensorBoard tags (RunLogger sends them through
