@@ -9,9 +9,7 @@ instance by --set, the variant's train.* keys by --set, one training at a time, 
     .venv/bin/python benchmarks/staleness_quality.py --instances L4p39 --variants strict s1 s2 \\
         --iterations 100 --json staleness.json
 
-The acceptance of issue 24: s1 and s2 within 0.1 percentage points of strict's gap; s8 with
-and without the correction shows what V-trace does at a large lag.
-"""
+More: docs/benchmarks.md (benchmarks/staleness_quality.py)."""
 
 from __future__ import annotations
 

@@ -8,10 +8,7 @@ metrics.jsonl records (iteration, reward_mean, eval_profit, validation_score: on
 per iteration, none doubled or lost), eval.json (policies and history) and the kept best
 policy (train.keep_best). Exit status 0 when all match, 1 otherwise.
 
-    .venv/bin/python scripts/kill_resume_soak.py --kills 10
-    .venv/bin/python scripts/kill_resume_soak.py --mode decoupled --set sync.backend=redis \\
-        --set sync.redis_url=redis://127.0.0.1:6379/0
-"""
+More: docs/internals.md (scripts/kill_resume_soak.py)."""
 
 from __future__ import annotations
 

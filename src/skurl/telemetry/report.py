@@ -9,9 +9,7 @@ Inputs, both optional (a missing piece makes the report say so, never crash):
      "policies": {name: PolicyResult, ...},
      "history": [{"iteration": 5, "ppo": 3.1, "base_stock": 2.9}, ...]}   # cost/SKU-day
 
-The trained policy is `eval["trained"]`, else a policy named "ppo"; every other policy
-is a baseline. All money figures are averages per SKU-day of evaluation.
-"""
+More: docs/internals.md (telemetry/report.py)."""
 
 from __future__ import annotations
 
