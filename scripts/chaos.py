@@ -7,7 +7,9 @@ metrics.jsonl records, eval.json, kept best policy) and that every restart is co
 
     .venv/bin/python scripts/chaos.py --kills 8 --seed 3
 
-More: docs/internals.md (scripts/chaos.py)."""
+Redis here has no persistence: a restart loses every key, so weights ride in the rollout
+store (sync.weights_in_store) and Redis carries only the version signal. Prints one JSON
+line; exit status 0 when the result matches and every restart is counted, 1 otherwise."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ of the samples may exceed the median of the first tenth after warm-up by at most
 peak is not read as a leak (the run's data on disk: by its peaks, peak_growth). Prints one JSON line (per-process figures); writes every
 sample to DIR/samples.csv; exit status 0 when nothing grew, 1 otherwise.
 
-More: docs/internals.md (scripts/soak.py)."""
+    .venv/bin/python scripts/soak.py --minutes 60
+    .venv/bin/python scripts/soak.py --minutes 2 --interval 2     # the CI version"""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@
 - multi_remote: MultiShardEnv over two RemoteEnvs, one per shard server;
 - multi_local:  MultiShardEnv over two in-process VectorEnv shards.
 
-More: docs/internals.md (tests/contracts/test_env_contract.py)."""
+Each backend must give the same seed the same trajectory, the documented shapes, the same
+errors for the same mistakes, and trajectories bit-identical to one in-process VectorEnv
+over the whole catalog (shard invariance, through the wire)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,12 @@ command; docs/ab_acceptance.md has its figures):
 
     python -m skurl.commands.ab_coverage RUN_DIR [SPLITS]
 
-More: docs/internals.md (commands/ab_coverage.py)."""
+B is the run's trained policy, A the tuned forecast-base-stock. The pure worlds (every SKU on
+A, every SKU on B) and the pre-period (every SKU on A, the next seed) are simulated once; a
+split's outcomes are read off them per SKU. That is what `ab simulate` gives up to the
+substitution between A and B SKUs of one group, which is negligible (on the embedded
+catalog 7 of 2000 SKUs' profit moved; mean absolute change 1.4e-4 per SKU-day). The truth is eval's difference:
+B's KPI over all SKUs minus A's."""
 
 from __future__ import annotations
 

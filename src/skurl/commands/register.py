@@ -1,6 +1,15 @@
 """`skurl register`: a trained run enters the MLflow model registry only after a backtest.
 
-More: docs/internals.md (commands/register.py)."""
+The backtest is `skurl eval`'s: the run's policy (its kept best, else its newest checkpoint)
+and the tuned forecast-base-stock baseline, each on the run's evaluation SKUs over held-out
+seeds (eval.seed, eval.seed + 1, ...; training never uses them) with common random numbers.
+The gate compares the objective the run optimized (profit under sim.reward=profit, else
+total cost): the run is registered only when its relative improvement over the baseline
+exceeds `min_improvement` (0: it must be strictly better). Then the run is exported to
+ONNX (skurl.serve.export.export_run), saved in MLflow's onnx flavor, logged to the run's
+MLflow run (RUN_DIR/mlflow.json; a new run when there is none on this tracking URI) and
+registered under NAME with the backtest figures as model-version tags; `alias` (champion or
+challenger) then points at that version."""
 
 from __future__ import annotations
 

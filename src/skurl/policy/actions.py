@@ -1,6 +1,15 @@
 """Discrete action grids: action index -> order quantity in units (docs/architecture.md, Simulator semantics).
 
-More: docs/internals.md (policy/actions.py)."""
+`multiplier` and `units` need only today's forecast. `cover` is an order-up-to action:
+index k picks a safety factor z_k and the order is what ForecastBaseStock (baselines.py)
+orders with z = z_k, max(0, ceil(F + z_k sigma) - IP), F and sigma^2 the forecast mean and
+variance over the SKU's lead + review days and IP the inventory position. A network on
+this grid contains every per-SKU constant-z base-stock policy (the tuned baseline) and
+learns when to deviate, instead of learning inventory-position arithmetic itself. Centred
+on a tuned forecast-s-S (grid_center.py), each SKU has a lot Q too: an action that orders
+at all orders Q more, so batches that pay a fixed order cost once are on the grid. It
+needs per-SKU lead times and demand distributions (`bind(catalog)`) and the full raw
+state (on hand, pipeline, backlog, forecast window) in each observation."""
 
 from __future__ import annotations
 

@@ -1,6 +1,15 @@
 """Q(s, a) by rollouts with common random numbers, for approximate policy iteration.
 
-More: docs/internals.md (policy/rollout_q.py)."""
+For each sampled state s (a row of an env, today) and each candidate first order a, clones
+of s (VectorEnv.clone) place a, then follow a rollout policy for the rest of H days; the
+estimate is the mean H-day reward over replications. Replication j of every action of a
+state replays the same future (episode `episode_base + j` of that SKU's random streams), so
+action differences are not drowned in demand noise: that pairing is what makes Deep
+Controlled Learning work (Temizöz et al., EJOR 2025), where PPO's advantages are mostly
+noise. The budget (rollouts per state) is spent by sequential halving (Karnin, Koren &
+Somekh, "Almost optimal exploration in multi-armed bandits", ICML 2013): ceil(log2 A)
+rounds, each giving its surviving actions an equal share and keeping the better half.
+All rollouts of a round are one env: one policy call and one kernel step per day."""
 
 from __future__ import annotations
 

@@ -1,6 +1,15 @@
 """The Ray actors of `--mode ray` and the Env / weight-sync adapters that reach them.
 
-More: docs/internals.md (raycluster/actors.py)."""
+- `SimWorker`: holds VectorEnv shards (by key) and simulates one day per call.
+- `RayShard`: one worker's shard, the transport of sim/replaying.py's ReplayingEnv (for
+  MultiShardEnv to merge): when the worker dies mid-episode (Ray restarts it up to
+  ray.max_restarts times, then `WorkerSlot` starts a replacement), the shard is rebuilt
+  and the episode replayed on the worker with the same orders.
+- `CollectorWorker`: a Collector over a MultiShardEnv of RayShardEnvs; takes weights
+  through the weight-sync interface and returns rollouts through Ray's object store or
+  writes them to the rollout store.
+- weights travel through sync/ray_weights.py (`WeightSlot` actor, `RayWeights`).
+Every ray.get has a timeout (ray.get_timeout_s)."""
 
 from __future__ import annotations
 

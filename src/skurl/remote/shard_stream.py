@@ -1,5 +1,9 @@
 """Decoupled bounded staleness through the run's Redis Stream (store/shard_queue.py).
 
+Collectors announce each stored shard on the stream; the learner acknowledges an entry only
+once a checkpoint holds the update that trained it, so a learner killed anywhere and
+resumed trains every announced shard exactly once.
+
 More: docs/internals.md (remote/shard_stream.py)."""
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """CollectorService: a collector process driven over gRPC (decoupled mode).
 
+Pushed weights wait in a slot and load at the start of the next Collect, never mid-episode;
+Collect is the sync barrier, then one episode (stored as this collector's shard); GetBuffer
+streams the rollout in chunks under the message limit; GetStats returns counters.
+
 More: docs/internals.md (rpc/collector_server.py)."""
 
 from __future__ import annotations

@@ -1,6 +1,15 @@
 """State cloning: copy chosen SKU rows of an env into a new env, to replay their futures.
 
-More: docs/internals.md (sim/clone.py)."""
+A clone row holds a copy of its source row's state (stock by age, pipeline, backlog, sales
+history, forecast window, features) and keeps the source SKU's random-stream key: the key
+of (seed, episode, sku_id) in state column S_KEY, from which every draw of that SKU's
+future is taken (rng.py). So a clone stepped with the source's orders replays the source's
+trajectory bit for bit, clones of one row under different orders see the same demand
+(common random numbers), and a clone given another (seed, episode) key sees an
+independent future of the same SKU from the same state (a replication). The clone's row,
+not its sku_id, is what makes it a separate SKU of the new env; nothing here depends on
+the shard or the other rows, so clones are shard-invariant like the env itself. Clones are
+simulated alone: a member of a substitution group is cloned without its group."""
 
 from __future__ import annotations
 

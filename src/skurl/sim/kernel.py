@@ -1,6 +1,15 @@
 """The vectorized step: numba kernels over all SKUs of a shard (docs/architecture.md, Simulator semantics).
 
-More: docs/internals.md (sim/kernel.py)."""
+Work is split into chunks of consecutive rows (chunks.py), run in parallel (prange); a
+chunk's rows are simulated serially by one `sku_jit` function with all per-SKU code
+(day.py, sku_ops.py) inlined. One day:
+  for each chunk, in parallel: every row places its order, draws and serves its own demand;
+    rows outside substitution groups settle the day, move to tomorrow and write their
+    features; then the chunk's local groups pool their spill and settle their members;
+  then, in parallel, the global groups (rows spread over chunks) do the same.
+Every SKU (and every group) is processed by one thread from its own rows and counter-based
+random numbers, so results do not depend on thread count, shard or row order.
+`npipe` is the pipeline width P (columns S_PIPE.. of the state rows)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,11 @@ batches, the pipeline as a dict {due day: units}. It shares only the random numb
 in tests (tests/sim/test_reference*.py): every feature, raw array, reward and metric must
 agree exactly. It assumes no run-time failures (valid catalogs).
 
-More: docs/internals.md (sim/reference.py)."""
+Formulas, in the order both implementations evaluate them (float64, cast at the end):
+  mean(t)     = demand_mean * season[t % 7] * exp(trend * t) * (1 + uplift if promo day)
+  forecast(d) = demand_mean * season[d % 7] * exp(trend * d + (s z - 0.5 (s s)))
+                * (1 + uplift if promo day), s = forecast_noise, z ~ N(0,1) at (sku, d)
+  features    = quantity * (1 / max(demand_mean, 0.1)), stored as float32"""
 
 from __future__ import annotations
 

@@ -4,7 +4,12 @@ Each stage accumulates wall seconds (time.perf_counter) in the timer and observe
 Prometheus histogram `skurl_stage_seconds{stage=...}`, so the same numbers feed the
 run log (`as_scalars()` -> time_simulate, ...) and the live dashboards.
 
-More: docs/internals.md (telemetry/stages.py)."""
+Nesting: stages may nest (`iteration` around `simulate` and `learn`). Each stage is
+reported under its own name; `totals()` is *inclusive* (an outer stage's seconds include
+its inner stages', so the values of nested stages do not add up to wall time), and
+`totals(exclusive=True)` subtracts the time spent in directly nested stages, so the
+exclusive totals of all stages add up to the wall time covered by the outermost ones.
+A stage nested in itself (recursion) is counted once per level."""
 
 from __future__ import annotations
 

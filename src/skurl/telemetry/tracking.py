@@ -8,7 +8,8 @@ in RUN_DIR/mlflow.json, so `skurl train --resume` logs on into the same run (MLf
 both values of an iteration that is redone after a crash). `skurl train --repeats K` makes a
 parent run whose children are the K seeds.
 
-More: docs/internals.md (telemetry/tracking.py)."""
+MLflow is imported only when tracking is on. A local directory URI uses MLflow's file
+store, which MLflow 3 keeps in maintenance mode behind MLFLOW_ALLOW_FILE_STORE (set here)."""
 
 from __future__ import annotations
 
