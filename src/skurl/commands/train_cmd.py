@@ -186,7 +186,7 @@ def _check_mode_flags(mode: str, address: str | None) -> None:
         except ModuleNotFoundError as exc:
             if exc.name != "ray":
                 raise
-            raise missing_extra("ray", "skurl train --mode ray (or --mode colocated | decoupled)") from None
+            raise missing_extra("ray", "skurl train --mode ray") from None
 
 
 # Keys that set the shapes of a run's networks: its checkpoints cannot load into others.
