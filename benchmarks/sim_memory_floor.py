@@ -1,19 +1,7 @@
 """How fast could a simulated day be if it only moved its bytes? A memory-traffic floor for
 `skurl bench sim` (issue 2's throughput target).
 
-It builds the real simulator for the default synthetic catalog (or --config/--set) and runs
-a numba kernel over the env's own arrays that does, per SKU and day, only the memory traffic
-the real step cannot avoid, with no simulation arithmetic:
-  read the parameter row; read and rewrite the state row (counts, pipeline), the forecast
-  window, the metrics row (today's values and running totals) and one stock slot; write
-  the SKU's feature row (the observation every step returns).
-The SKU-steps/s it reaches is an upper bound for any kernel with today's array layout on
-this machine. `--half` runs the same traffic on blocks of half the width (int32 state,
-float32 metrics): the bound for a layout redesign that keeps the observation contract.
-
-    .venv/bin/python benchmarks/sim_memory_floor.py --skus 1000000 --steps 20 --threads 1
-    .venv/bin/python benchmarks/sim_memory_floor.py --skus 1000000 --steps 20 --threads 2 --half
-"""
+More: docs/benchmarks.md (benchmarks/sim_memory_floor.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Settings of the service side of skurl (DESIGN 5-6): weight sync, rollout store, gRPC
+"""Settings of the service side of skurl (docs/architecture.md: Wire formats and services, Modes): weight sync, rollout store, gRPC
 transport, the decoupled deployment and Ray. Part of `skurl.config` (imported there, with
 the same help-text conventions); apart only to keep each file to one responsibility.
 """

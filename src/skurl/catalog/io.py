@@ -9,10 +9,7 @@ Optional columns and their defaults when absent:
     delay_prob/delay_max=0, shelf_life=0, order_cost=0, unit_cost=0, waste_cost=0,
     price=0, forecast_noise=0, season_0..season_6=1 (all seven or none).
 
-demand_dist may be text (poisson | geometric | negbin, any case) or its code (0 | 1 | 2);
-files are written with text. Every problem is one CatalogError line naming the file and
-the column, and the SKU id where a row is at fault; never a traceback.
-"""
+More: docs/internals.md (catalog/io.py)."""
 
 from __future__ import annotations
 

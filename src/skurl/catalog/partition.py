@@ -3,30 +3,7 @@
 A substitution group moves demand between its members the same day, so a group is one
 unit and never split. Methods:
 
-- "equal": contiguous equal split by row count; boundaries move to group edges.
-- "round_robin_cost": units sorted by expected simulation cost (the model below, or the
-  given per-SKU `cost`), dealt out in serpentine order (0..k-1, k-1..0, ...), which keeps
-  both counts and costs balanced.
-- "lpt": greedy longest-processing-time (Graham 1969, "Bounds on multiprocessing timing
-  anomalies", SIAM J. Appl. Math. 17(2)): each unit, largest first, goes to the least
-  loaded shard; within 4/3 of the optimal makespan. Meant for measured per-SKU costs.
-
-Cost model (relative units; recalibrate with a profiling pass and method="lpt"):
-
-    cost = 1                                   # per-SKU overhead of the day's step kernel
-         + 1/4  * log2(1 + demand_mean)        # demand sampling and issuing grow ~log rate
-         + 1/16 * shelf_life                   # one on-hand bucket per age, walked FIFO
-         + 1/32 * (lead_time + delay_max)      # pipeline slots shifted every day
-         + 1/2  * [in a substitution group]    # the second, substitution pass
-
-log2 is the piecewise-linear one read from the float's exponent and mantissa (frexp) and
-the weights are powers of two, so the cost is exact IEEE arithmetic: every machine
-computes the same partition from the same catalog, whatever its SIMD flavour.
-
-Every row lands in exactly one shard; each shard's row indices are sorted ascending;
-shards may be empty when there are more shards than units. Deterministic (stable sorts,
-ties broken by position).
-"""
+More: docs/internals.md (catalog/partition.py)."""
 
 from __future__ import annotations
 

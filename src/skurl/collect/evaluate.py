@@ -5,26 +5,7 @@ env's per-SKU totals after the warm-up, and turns the totals into per-SKU-day fi
 It knows nothing of how the policy decides (Policy protocol), so baselines and learned
 policies are scored by the same code.
 
-Accounting (sums over SKUs and counted days, failed SKUs excluded):
-- cost = holding + penalty + purchase + order + waste; profit = revenue - cost. Both are
-  reported whatever sim.reward is; `objective` names the one sim.reward optimizes.
-- inventory cost = holding + penalty + order + waste + the purchase cost of the expired
-  units: total cost less the purchase of units sold or still in stock (which keep their
-  value). This is what a replenishment policy controls. Total cost is dominated by the
-  purchase of what customers buy (~95% on the default synthetic catalog), so a policy that
-  serves more customers pays more in total while doing better: its profit and its inventory
-  cost say so, its total cost does not. breakdown["expired_purchase"] is the added term.
-- fill_rate = 1 - lost / demand: the share of customers served the same day, by the item
-  they came for or by a substitute. The simulator books a substitute sale as a sale of
-  the SKU that had the stock, a customer's demand and loss at the SKU they came for, and
-  `lost` net of what substitutes served; so under lost sales this equals units sold /
-  units demanded over the catalog. Under backorders `lost` is the newly backordered
-  units, so fill_rate is the same-day (ready) rate; nothing is lost then: lost_units is 0
-  and backordered_units counts them.
-- item_fill_rate = 1 - (lost + substituted) / demand: served by the very item wanted.
-- cost_se: standard error of avg_cost_per_sku_day, treating the per-SKU(-episode) averages
-  as independent draws (exact for a uniform catalog without substitution).
-"""
+More: docs/internals.md (collect/evaluate.py)."""
 
 from __future__ import annotations
 

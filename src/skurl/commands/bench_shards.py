@@ -9,8 +9,7 @@ workers on shared cores. Time is CPU seconds of the process (the one thread that
 so other jobs on the machine slow the wall clock but hardly the figure. A worker's time is
 its shard's summed step time over `--steps` days; the spread is slowest / fastest.
 
-Registered under `skurl bench` by skurl.commands.bench_cmd (`register_bench(subparsers)`).
-"""
+Registered under `skurl bench` by skurl.commands.bench_cmd (`register_bench(subparsers)`)."""
 
 from __future__ import annotations
 

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from skurl.errors import require
+
+    require("onnx", "onnxscript", what="skurl export")  # torch.onnx.export needs both
     from skurl.serve.export import export_run
 
     out = args.out if args.out is not None else args.run / "policy.onnx"
@@ -69,7 +72,10 @@ def load_catalog_for(path: Path | None, info: object):
 
 
 def _recommend(args: argparse.Namespace) -> int:
-    from skurl.errors import UserError
+    from skurl.errors import UserError, require
+
+    if args.model is not None or args.model_b is not None:
+        require("onnxruntime", "onnx", what="skurl recommend --model")
     from skurl.serve.models import OnnxModel, open_model
     from skurl.serve.recommend import recommend, write_orders
 

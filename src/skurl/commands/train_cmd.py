@@ -16,7 +16,7 @@ from typing import Any
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.commands.embedded import EMBEDDED, EMBEDDED_GRID
-from skurl.errors import UserError
+from skurl.errors import UserError, missing_extra
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -191,8 +191,7 @@ def _check_mode_flags(mode: str, address: str | None) -> None:
         except ModuleNotFoundError as exc:
             if exc.name != "ray":
                 raise
-            raise UserError("skurl train --mode ray: the ray package is not installed; expected "
-                            "pip install 'skurl[ray]' (or --mode colocated | decoupled)") from None
+            raise missing_extra("ray", "skurl train --mode ray") from None
 
 
 # Keys that set the shapes of a run's networks: its checkpoints cannot load into others.

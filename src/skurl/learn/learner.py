@@ -69,7 +69,7 @@ def resolve_device(name: str) -> torch.device:
 
 def allreduce_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and std of x over every rank's data: sums are all-reduced under
-    torch.distributed, so advantage normalization sees the global batch (DESIGN 4).
+    torch.distributed, so advantage normalization sees the global batch (docs/architecture.md, Learning).
     Without a process group this is the plain mean and std."""
     x64 = x.detach().to(torch.float64)
     sums = torch.stack([x64.sum(), x64.square().sum(), torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device)])

@@ -2,20 +2,12 @@
 forecast-driven base-stock and forecast-driven (s, S). Vectorized over SKUs; every parameter
 is a per-SKU array.
 
-All of them work on the inventory position IP = on hand + pipeline - backlog (DESIGN 3:
+All of them work on the inventory position IP = on hand + pipeline - backlog (docs/architecture.md, Simulator semantics:
 the order placed on day t is sold from day t + L), so stock already ordered is never
 ordered twice, and backorders are covered before new demand. Orders are whole units
 (float64 holding integers), never negative.
 
-Review: with `sim.review_days = R > 1` the level-based policies order only on days
-t = 0, R, 2R, ... and their levels cover the protection period of L + R days (an order
-placed today must last until the next order arrives). The constant policy orders daily.
-
-Untuned defaults follow the newsvendor critical ratio cu / (cu + co) (underage cost cu =
-lost-sale penalty, plus the margin price - unit cost under sim.reward=profit; overage cost
-co = holding per unit-day), turned into a safety factor z with a normal approximation of
-the protection-period demand, so `skurl eval --policy NAME` works without --tune.
-"""
+More: docs/internals.md (policy/baselines.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The process mains of the decoupled deployment's roles (DESIGN 6): collector and learner.
+"""The process mains of the decoupled deployment's roles (docs/architecture.md, Modes): collector and learner.
 
 A collector process drives some sim servers' shards (remote/shard_envs.py) with the
 policy, serves CollectorService (rpc/collector_server.py) for the learner, follows the

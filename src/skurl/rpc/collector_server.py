@@ -1,19 +1,10 @@
 """CollectorService: a collector process driven over gRPC (decoupled mode).
 
-- UpdateWeights: pushed weights (sync codec bytes, sha256-checked) wait in a slot and are
-  loaded at the start of the next Collect, never in the middle of an episode.
-- Collect: the sync barrier (wait up to timeout_s until the slot holds min_version), one
-  episode with the newest weights, the rollout kept for GetBuffer and, with a store,
-  written as this collector's shard of the iteration (its manifest comes back).
-- GetBuffer: the rollout as a stream of chunks under the message limit: first one message
-  with rows = 0 holding the per-SKU arrays [N, ...] whole (sku_ids, last_obs, bootstrap),
-  then [T*N] row slices of the per-step arrays [T, N, ...].
-- GetStats: counters of this process.
+Pushed weights wait in a slot and load at the start of the next Collect, never mid-episode;
+Collect is the sync barrier, then one episode (stored as this collector's shard); GetBuffer
+streams the rollout in chunks under the message limit; GetStats returns counters.
 
-The collector itself is anything with `set_weights(version, tensors)` and
-`collect(seed, episode, version) -> Rollout` (skurl.collect.collector.Collector); without
-one, Collect and GetBuffer answer UNIMPLEMENTED and the rest still works.
-"""
+More: docs/internals.md (rpc/collector_server.py)."""
 
 from __future__ import annotations
 

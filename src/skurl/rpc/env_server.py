@@ -9,10 +9,7 @@ Reset with lean=true makes the session's replies lean until the next Reset (env_
 what a collector reads, the features as a delta against the previous reply); a Step
 whose lean flag differs from its Reset's is FAILED_PRECONDITION.
 
-Requests are validated before they reach the simulator (codec.py, env_wire.py): wrong
-names/dtypes/shapes and NaN or negative orders are INVALID_ARGUMENT; a malformed request
-never changes a session's state and never stops the server.
-"""
+More: docs/internals.md (rpc/env_server.py)."""
 
 from __future__ import annotations
 

@@ -4,19 +4,7 @@ Names (one place, like RLlib's Columns): observation tensors `OBS_NAMES`, step t
 `reward`, `failed` and one tensor per DayMetrics field. Dtypes are the env's own, so a
 remote trajectory is bit-identical to the in-process one.
 
-Lean replies (Reset/Step with lean=true; what a collector reads, ~1/13 of the bytes):
-observation `LEAN_OBS_NAMES` (the features as a lossless delta, feature_delta.py, and
-today's forecast only, [N, 1]); step `reward`, `failed` and `metric_sums` float64 [M],
-each DayMetrics field summed over the shard's SKUs (in `METRIC_NAMES` order). The rest of
-the raw state and the per-SKU metrics are not sent: the decoded Obs/StepResult show them
-as read-only zeros (raw state) and NaN (metrics), and `LeanReplyDecoder.sums` holds the sums.
-Lean with raw (a Reset with raw=true; collectors on the cover action grid): the observation
-also carries `RAW_NAMES` and the whole forecast window, the raw state bit for bit.
-
-The client decodes into arrays allocated once and overwritten by every call, the same
-contract as VectorEnv's views (sim/api.py: "copy what you keep"), which also makes them
-writable (np.frombuffer views of protobuf bytes are read-only).
-"""
+More: docs/internals.md (rpc/env_wire.py)."""
 
 from __future__ import annotations
 

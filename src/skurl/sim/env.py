@@ -7,14 +7,7 @@ Usage:
         res = env.step(orders_in_units)   # float or int [N], >= 0
         if res.done: break
 
-All returned arrays (features, raw state, reward, metrics, failed mask) are views of
-buffers allocated once and overwritten by the next reset/step: copy what you keep. The
-features and raw state views are read-only: the raw state is the simulator's own state, and
-a step rewrites only the feature columns that can change (sku_ops.write_features).
-
-A shard must be group-closed: all members of a substitution group in the same env (the
-env cannot see the rest of the catalog; catalog.partition guarantees it).
-"""
+More: docs/internals.md (sim/env.py)."""
 
 from __future__ import annotations
 

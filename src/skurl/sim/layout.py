@@ -3,7 +3,7 @@
 A = longest shelf life (expiring-by-day columns; 0 without perishables),
 P = longest lead time + longest supplier delay (pipeline slots),
 H = P + review days (forecast days in the raw state).
-The feature order is the contract of sim/api.ObsSchema (DESIGN section 3).
+The feature order is the contract of sim/api.ObsSchema (docs/architecture.md, Simulator semantics).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A slow scalar reference simulator, written from DESIGN section 3 independently of the
+"""A slow scalar reference simulator, written from docs/architecture.md (Simulator semantics) independently of the
 kernels: plain Python loops over SKUs and days, stock as a list of (arrival day, units)
 batches, the pipeline as a dict {due day: units}. It shares only the random numbers
 (rng.py, demand.py samplers) with VectorEnv, and exists to be stepped side by side with it
@@ -9,8 +9,7 @@ Formulas, in the order both implementations evaluate them (float64, cast at the 
   mean(t)     = demand_mean * season[t % 7] * exp(trend * t) * (1 + uplift if promo day)
   forecast(d) = demand_mean * season[d % 7] * exp(trend * d + (s z - 0.5 (s s)))
                 * (1 + uplift if promo day), s = forecast_noise, z ~ N(0,1) at (sku, d)
-  features    = quantity * (1 / max(demand_mean, 0.1)), stored as float32
-"""
+  features    = quantity * (1 / max(demand_mean, 0.1)), stored as float32"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Weight sync through Redis: one publisher (the learner), many subscribers (collectors).
 
-Keys for model key K (DESIGN section 5):
+Keys for model key K (docs/architecture.md, Wire formats and services):
     rl:weights:K   hash {version, model_key, sha256, payload | blob}
     rl:version:K   the newest version, as a decimal string
     rl:updates:K   pub/sub channel; each message is a new version number
@@ -8,13 +8,7 @@ All three are written in one MULTI/EXEC, so a reader never pairs a version with
 another version's bytes. `payload` is the codec's safetensors bytes; with an object
 store the hash names a `blob` in the store instead and Redis carries only the signal.
 
-A subscriber runs a background thread that listens on the channel and also polls the
-version key every `poll_s` (a missed message or a Redis restart cannot stall it). It
-fetches and verifies a newer version while the collector works (double buffer), so
-`latest()` never blocks; `wait_for(v)` is the sync barrier. Damaged weights (bad sha256,
-not safetensors, names/shapes unlike the model) are logged and skipped; the previous
-version stays. Lost connections are retried with capped exponential backoff.
-"""
+More: docs/internals.md (sync/redis_sync.py)."""
 
 from __future__ import annotations
 

@@ -8,10 +8,8 @@ for libraries and tests) exports everything. Prometheus adds the `instance` labe
 metrics carry labels only where one process holds several values (the stage of a timer;
 the run and policy of a business result).
 
-Use `get_metrics()` at the point of recording, e.g.
-`get_metrics().collector_episodes_total.inc()`; tests swap in a fresh registry with
-`with use_registry(CollectorRegistry()) as m: ...` and assert on `m`.
-"""
+Use `get_metrics()` at the point of recording, e.g. `get_metrics().collector_episodes_total.inc()`;
+tests swap in a fresh registry with `with use_registry(CollectorRegistry()) as m: ...`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The one training loop: announce a version, collect, learn, publish; evaluation,
 keep-best, warm start and checkpoints around it. Every mode runs it: a mode is a choice
 of Parts (where the collectors run, how weights reach them, which learner), not a
-subclass (DESIGN 6; docs/modes.md)."""
+subclass (docs/architecture.md, Modes; docs/modes.md)."""
 
 from __future__ import annotations
 
