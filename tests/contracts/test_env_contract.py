@@ -138,6 +138,13 @@ def test_is_an_env_with_a_schema_before_reset(make_env: Callable[[], Env]) -> No
     assert env.schema.dim == len(env.schema.names())
 
 
+def test_sku_ids_are_the_catalog_ids_in_row_order(make_env: Callable[[], Env],
+                                                  setup: tuple[Catalog, SimConfig]) -> None:
+    ids = make_env().sku_ids
+    assert ids.dtype == np.int64
+    np.testing.assert_array_equal(ids, setup[0].sku_id)
+
+
 def test_reset_shapes_and_dtypes(make_env: Callable[[], Env]) -> None:
     env = make_env()
     obs = env.reset(seed=1)

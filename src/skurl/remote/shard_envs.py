@@ -219,8 +219,8 @@ class CatalogSchemaEnv:
         return self._schema
 
     @property
-    def sku_ids(self) -> np.ndarray | None:
-        return getattr(self.env, "sku_ids", None)
+    def sku_ids(self) -> np.ndarray:
+        return self.env.sku_ids
 
     def reset(self, seed: int, episode: int = 0) -> Obs:
         self.totals = dict.fromkeys(BUSINESS_SUMS, 0.0)
