@@ -51,7 +51,7 @@ class LocalCollectors:
                  timer: StageTimer, *, chunk: int, infer_dtype: str, record_values: bool) -> None:
         self.env_of, self.shards, self.model, self.grid, self.weights = env_of, shards, model, grid, weights
         self.timer = timer
-        self.options = {"chunk": chunk, "infer_dtype": infer_dtype, "record_values": record_values}
+        self.options: dict[str, Any] = {"chunk": chunk, "infer_dtype": infer_dtype, "record_values": record_values}
 
     def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
         collector = Collector(self.env_of(iteration % self.shards), self.model, self.grid, timer=self.timer,
@@ -60,8 +60,8 @@ class LocalCollectors:
             held, tensors = self.weights.wait_for(version, timeout=60.0)
             collector.set_weights(held, tensors)
         index = sample(collector.env.num_skus)
-        obs_skus = {} if index is None else {"obs_skus": collector.sku_ids[index]}
-        rollout = collector.collect(seed, iteration, held, **obs_skus)
+        obs_skus = None if index is None else collector.sku_ids[index]
+        rollout = collector.collect(seed, iteration, held, obs_skus=obs_skus)
         assert rollout is not None
         return Collected(rollout, {**collector.stats.scalars(), **reward_spread(rollout)})
 

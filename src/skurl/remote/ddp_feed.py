@@ -168,11 +168,11 @@ class RankFeed:
         if not ok:
             raise UserError(f"rank 0 failed to collect iteration {iteration} (see its error); "
                             "this rank stops with it")
-        digests = {d.hex() for d in self._broadcast_digests([bytes(_DIGEST)] * count)}
+        wanted = {d.hex() for d in self._broadcast_digests([bytes(_DIGEST)] * count)}
         self.reader.choose(sample)
-        manifests = self.reader.listed(iteration, lambda found: digests <= {m.sha256 for m in found},
+        manifests = self.reader.listed(iteration, lambda found: wanted <= {m.sha256 for m in found},
                                        f"the {count} shards rank 0 trained on")
-        chosen = [m for m in manifests if m.sha256 in digests]
+        chosen = [m for m in manifests if m.sha256 in wanted]
         return Collected(self.reader.assemble(chosen, iteration, seed, held))
 
     def _broadcast_digests(self, digests: list[bytes]) -> list[bytes]:

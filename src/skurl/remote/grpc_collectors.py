@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 import numpy as np
@@ -36,6 +36,9 @@ from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
 from skurl.store import CorruptShardError, ShardManifest
 from skurl.sync.wire_versions import WireVersions
 from skurl.telemetry.metrics import get_metrics
+
+if TYPE_CHECKING:
+    from skurl.collect.bounded import BoundedStaleness
 
 log = logging.getLogger("skurl.deploy")
 _UNAVAILABLE_PAUSE_S = 0.5
@@ -209,7 +212,7 @@ class GrpcCollectors:
 
     def _collect_all(self, it: int, ids: list[str], report: CollectReport, *, patient: bool) -> dict[str, dict]:
         """Replies of `ids`; impatient: a collector found unreachable is left out (not waited for)."""
-        futures = {cid: self._pool.submit(self._collect_one, cid, it, report, patient) for cid in ids}
+        futures = {cid: self._pool.submit(self._collect_one, cid, it, report, patient) for cid in ids}  # type: ignore[union-attr]  # _connect made it in __init__
         if self.watch is not None:
             self.watch.wait(futures, held_wire_of(self.clients, self.watch.poll_s))
         out = {}
@@ -263,7 +266,7 @@ class GrpcCollectors:
             else:
                 manifests[cid] = manifest
         # Shards are read side by side: zstd and the S3 client release the GIL.
-        loaded = dict(zip(manifests, self._pool.map(self._load, manifests.values()), strict=True))
+        loaded = dict(zip(manifests, self._pool.map(self._load, manifests.values()), strict=True))  # type: ignore[union-attr]  # _connect made it in __init__
         out = {}
         for cid, manifest in manifests.items():
             arrays = loaded[cid]
@@ -409,13 +412,14 @@ class Driven:
 
         collectors = with_staleness(t, trainer.weights, trainer.run_dir, from_history, trainer.learner.sample_index)
         if t.staleness_mode == "bounded":  # collectors use the newest weights: watch their lag
-            grpc_collectors.watch = CollectorLagWatch(max_lag_of(t), collectors.learner_version, collectors.ahead,
+            watched = cast("BoundedStaleness", collectors)  # what with_staleness builds when bounded
+            grpc_collectors.watch = CollectorLagWatch(max_lag_of(t), watched.learner_version, watched.ahead,
                                                       grpc_collectors.weights.wire.map.get)
         if uses_stream(trainer.cfg):  # shards announced on the run's Redis Stream
             self.stream = open_stream(trainer.cfg, trainer.run_dir.name, CONSUMER)
             shares = StreamShares(self.stream, grpc_collectors, trainer.run_dir, trainer.learner.iteration,
                                   resumed=trainer.resumed)
-            return shares.attach(collectors, trainer)
+            return shares.attach(cast("BoundedStaleness", collectors), trainer)
         return collectors
 
     def close(self) -> None:

@@ -18,13 +18,16 @@ import signal
 import socket
 import threading
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from skurl.collect.staleness import refuse_unbuilt
 from skurl.config import Config
 from skurl.errors import ConfigError
 from skurl.rpc.collector_server import CollectorServer, CollectorServicer
 from skurl.sync.api import WeightSyncTimeout
+
+if TYPE_CHECKING:
+    from skurl.collect.collector import Collector
 
 log = logging.getLogger("skurl.deploy")
 READY = "skurl-ready "  # prefix of the one line a role prints once it serves (then JSON)
@@ -52,7 +55,9 @@ class RoleCollectorServicer(CollectorServicer):
     (`offer`), and each Collect records the barrier wait, timings and business totals in
     its shard's manifest and in this process's metrics."""
 
-    def __init__(self, collector_id: str, collector: Any, env: Any, cfg: Config, store: Any,
+    _collector: Collector
+
+    def __init__(self, collector_id: str, collector: Collector, env: Any, cfg: Config, store: Any,
                  run_name: str, shard_envs: list[Any] | None = None) -> None:
         # One rollout kept for GetBuffer (debugging): the learner reads the store.
         super().__init__(collector_id, collector, cfg.rpc, store=store, keep_iterations=1)

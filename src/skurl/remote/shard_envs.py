@@ -91,7 +91,7 @@ class GrpcShard:
         self.address = address
         self._cfg = cfg
         self.reconnect_timeout_s = reconnect_timeout_s
-        self._shown = {"lean": lean, "schema": schema, "raw": raw}
+        self._shown: dict[str, Any] = {"lean": lean, "schema": schema, "raw": raw}
         self.env = RemoteEnv(address, cfg, connect_timeout_s=connect_timeout_s, **self._shown)
         self.sku_ids = self.env.sku_ids
         self.catalog_rows = self.env.catalog_rows
@@ -229,7 +229,7 @@ class CatalogSchemaEnv:
 
     def step(self, orders: np.ndarray) -> StepResult:
         result = self.env.step(orders)
-        sums = [getattr(e, "metric_sums", None) for e in self._sums_from]
+        sums: list[Any] = [getattr(e, "metric_sums", None) for e in self._sums_from]
         if not (sums and all(s is not None for s in sums)):
             sums = [dict(zip(METRIC_NAMES, result.metrics.sums().tolist(), strict=True))]
         for name in BUSINESS_SUMS:

@@ -92,7 +92,7 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
             self._prepare(request)
             start = time.perf_counter()
             # Only asked-for keywords: a backend without the obs_skus option serves the rest.
-            extra = {"obs_skus": np.asarray(request.obs_sku_ids, np.int64)} if request.obs_sku_ids else {}
+            extra: dict[str, Any] = {"obs_skus": np.asarray(request.obs_sku_ids, np.int64)} if request.obs_sku_ids else {}
             rollout = collector.collect(int(request.seed), int(request.episode), self._loaded, **extra)
             seconds = time.perf_counter() - start
             manifest = self._store_shard(int(request.iteration), rollout)

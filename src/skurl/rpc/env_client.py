@@ -22,7 +22,7 @@ import numpy as np
 from skurl.config import RpcConfig
 from skurl.rpc.codec import decode_batch, encode_into
 from skurl.rpc.env_wire import ORDER_DTYPES, LeanReplyDecoder, ReplyDecoder, schema_from_wire
-from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError, from_rpc_error
+from skurl.rpc.errors import RequestRejectedError, RpcError, ServerUnavailableError, from_rpc_error
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.options import channel_options
@@ -39,7 +39,7 @@ class RemoteEnvStateError(RequestRejectedError, EnvStateError):
 
 # Status -> error class per call, matching what VectorEnv raises for the same mistake
 # (it raises EnvStateError for a negative seed, ActionError for bad orders).
-_REJECTED = {
+_REJECTED: dict[str, dict[grpc.StatusCode, type[RpcError]]] = {
     "Step": {grpc.StatusCode.INVALID_ARGUMENT: RemoteActionError,
              grpc.StatusCode.FAILED_PRECONDITION: RemoteEnvStateError},
     "Reset": {grpc.StatusCode.INVALID_ARGUMENT: RemoteEnvStateError,

@@ -136,7 +136,7 @@ class ChangeSteps:
         self.trainer, self.change = trainer, change
         self._scores: dict[str, Any] = {}
         run_dir, learner = trainer.run_dir, trainer.learner
-        if old_ids is not None:  # changed now: seed statistics, re-tune the baseline
+        if old_ids is not None and change.added is not None:  # changed now: seed statistics, re-tune the baseline
             baseline = run_dir / BASELINE_FILE
             if baseline.is_file():
                 baseline.rename(run_dir / f"baseline.before_iter_{learner.iteration}.json")

@@ -102,8 +102,8 @@ class Trainer:
         self.cfg, self.parts, self.stream, self.resumed = cfg, parts, stream, resume
         self._collectors: Collectors | None = None
         self.metrics_url: str | None = None  # this process's /metrics, where a mode serves one
-        self.before_checkpoint: list[Callable[[int], None]] = []  # before each checkpoint (its iteration)
-        self.on_checkpoint: list[Callable[[int], None]] = []  # after each saved checkpoint
+        self.before_checkpoint: list[Callable[[int], object]] = []  # before each checkpoint (its iteration)
+        self.on_checkpoint: list[Callable[[int], object]] = []  # after each saved checkpoint
         self.evaluations_due: list[Callable[[int], bool]] = []  # extra evaluations (catalog change)
         try:
             refuse_unbuilt(cfg.train, parts.mode)
@@ -215,7 +215,7 @@ class Trainer:
     def _progress_fields(self, scalars: dict[str, Any]) -> dict[str, Any]:
         """What the bar shows: the objective vs the baseline (cost, or profit when
         sim.reward=profit, where a higher cost can be the price of more sales)."""
-        keys = ("transitions_per_s", "reward_mean")
+        keys: tuple[str, ...] = ("transitions_per_s", "reward_mean")
         keys += ("eval_cost", "baseline_cost") if self.cfg.sim.reward == "cost" else ("eval_profit", "baseline_profit")
         return {k: scalars.get(k) for k in keys}
 
