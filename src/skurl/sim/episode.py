@@ -6,13 +6,16 @@ tuning (policy/tuning*.py) both run, so it sits below both.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.sim.api import DayMetrics, Env, Obs
+
+if TYPE_CHECKING:
+    from skurl.sim.env import VectorEnv
 
 COST_FIELDS = ("holding_cost", "penalty_cost", "purchase_cost", "order_cost", "waste_cost")
 TOTAL_FIELDS = tuple(f.name for f in dataclasses.fields(DayMetrics))
@@ -32,7 +35,7 @@ class TotalingEnv(Env, Protocol):
     def reset_totals(self) -> None: ...
 
 
-def make_env(catalog: Catalog, sim_cfg: SimConfig, widths: tuple[int, int] = (0, 0)) -> TotalingEnv:
+def make_env(catalog: Catalog, sim_cfg: SimConfig, widths: tuple[int, int] = (0, 0)) -> VectorEnv:
     """The in-process vectorized simulator (imported on first use: its kernels compile).
     `widths`: the whole catalog's feature widths when `catalog` is a subset of it
     (sim/layout.py catalog_widths), so a network trained on the whole shows no mismatch."""

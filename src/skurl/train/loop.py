@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
@@ -31,7 +31,11 @@ from skurl.telemetry.report import forget_evaluations_from, write_report
 from skurl.train.core import RunCore, build_core, save_env_spec, set_threads
 from skurl.train.dcl_step import DclStep
 from skurl.train.evaluation import TRAINED, Evaluator
+from skurl.train.seams import RunWeights
 from skurl.train.warm_start import warm_start
+
+if TYPE_CHECKING:
+    from skurl.sim.env import VectorEnv
 
 MODE_FILE = "mode.json"  # the --mode a run was started in: --resume continues in it
 MODES = ("colocated", "decoupled", "ray")
@@ -71,7 +75,7 @@ def in_process_weights(trainer: Trainer) -> InProcWeights:
     return weights
 
 
-def local_warm_start_env(core: RunCore) -> Any:
+def local_warm_start_env(core: RunCore) -> VectorEnv:
     """The in-process env the warm start records its baseline on: the first training shard's."""
     return core.local_env(0)
 
@@ -83,10 +87,10 @@ class Parts:
 
     mode: str
     collectors: Callable[[Trainer], Collectors]
-    weights: Callable[[Trainer], Any] = in_process_weights
+    weights: Callable[[Trainer], RunWeights] = in_process_weights
     learner: Callable[[RunCore, int, int], Learner] = plain_learner
     restore: Callable[[Trainer], dict[str, Any]] = restore_checkpoint
-    warm_start_env: Callable[[RunCore], Any] = local_warm_start_env
+    warm_start_env: Callable[[RunCore], VectorEnv] = local_warm_start_env
     around_warm_start: Callable[[Callable[[], dict[str, Any]]], dict[str, Any]] = lambda step: step()
     lead: bool = True
     close: Callable[[], None] = lambda: None
