@@ -36,7 +36,7 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.multi_shard import MultiShardEnv
 from skurl.rpc.options import channel_options
-from skurl.sim.api import Obs, ObsSchema, StepResult
+from skurl.sim.api import Env, Obs, ObsSchema, StepResult
 from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 
 log = logging.getLogger("skurl.deploy")
@@ -199,7 +199,7 @@ class CatalogSchemaEnv:
     the step's metrics or, when every env of `sums_from` has them, their `metric_sums`
     (lean replies carry sums, not per-SKU metrics)."""
 
-    def __init__(self, env: Any, schema: ObsSchema, sums_from: Sequence[Any] = ()) -> None:
+    def __init__(self, env: Env, schema: ObsSchema, sums_from: Sequence[Any] = ()) -> None:
         if env.schema != schema:
             raise UserError(f"a sim server's shard shows {env.schema.dim} features {list(env.schema.fields)}, "
                             f"expected the catalog's {schema.dim} {list(schema.fields)} (same catalog config "

@@ -23,6 +23,7 @@ from skurl.learn.checkpoint import no_checkpoint_error, restore_latest, save_che
 from skurl.learn.learner import Learner
 from skurl.policy.learned import CONFIG_FILE
 from skurl.policy.nets import ActorCritic
+from skurl.sync.api import WeightPublisher
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.logger import RunLogger
 from skurl.telemetry.metrics import get_metrics
@@ -31,7 +32,7 @@ from skurl.telemetry.report import forget_evaluations_from, write_report
 from skurl.train.core import RunCore, build_core, save_env_spec, set_threads
 from skurl.train.dcl_step import DclStep
 from skurl.train.evaluation import TRAINED, Evaluator
-from skurl.train.seams import RunWeights
+from skurl.train.seams import TrainerView
 from skurl.train.warm_start import warm_start
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def plain_learner(core: RunCore, obs_dim: int, n_actions: int) -> Learner:
     return Learner(core.cfg, obs_dim, n_actions)
 
 
-def restore_checkpoint(trainer: Trainer) -> dict[str, Any]:
+def restore_checkpoint(trainer: TrainerView) -> dict[str, Any]:
     """Load the latest checkpoint into the learner; its meta."""
     restored = restore_latest(trainer.learner, trainer.core.run_dir)
     if restored is None:
@@ -69,7 +70,7 @@ def restore_checkpoint(trainer: Trainer) -> dict[str, Any]:
     return restored[1]
 
 
-def in_process_weights(trainer: Trainer) -> InProcWeights:
+def in_process_weights(trainer: TrainerView) -> InProcWeights:
     weights = InProcWeights(TRAINED)
     weights.publish(trainer.learner.version, trainer.learner.weights())
     return weights
@@ -87,7 +88,7 @@ class Parts:
 
     mode: str
     collectors: Callable[[Trainer], Collectors]
-    weights: Callable[[Trainer], RunWeights] = in_process_weights
+    weights: Callable[[Trainer], WeightPublisher] = in_process_weights
     learner: Callable[[RunCore, int, int], Learner] = plain_learner
     restore: Callable[[Trainer], dict[str, Any]] = restore_checkpoint
     warm_start_env: Callable[[RunCore], VectorEnv] = local_warm_start_env

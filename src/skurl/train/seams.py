@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from skurl.sync.api import WeightPublisher, WeightSubscriber
+from skurl.sync.api import WeightPublisher
 
 if TYPE_CHECKING:
     from skurl.collect.collectors import Collectors
@@ -17,10 +17,6 @@ if TYPE_CHECKING:
     from skurl.sim.env import VectorEnv
     from skurl.train.core import RunCore
     from skurl.train.evaluation import Evaluator
-
-
-class RunWeights(WeightPublisher, WeightSubscriber, Protocol):
-    """The run's weights: the learner publishes each version, collectors read them."""
 
 
 class PartsView(Protocol):
@@ -55,7 +51,7 @@ class TrainerView(Protocol):
     def resumed(self) -> bool: ...
 
     @property
-    def weights(self) -> RunWeights: ...
+    def weights(self) -> WeightPublisher: ...
 
     @property
     def model(self) -> ActorCritic: ...
