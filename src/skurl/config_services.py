@@ -66,7 +66,7 @@ _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
 
 def _is_host_port(address: str) -> bool:
     m = _HOST_PORT.fullmatch(address)
-    return bool(m) and 1 <= int(m.group(2)) <= 65535
+    return m is not None and 1 <= int(m.group(2)) <= 65535
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def _most_expensive_first(unit_cost: np.ndarray) -> np.ndarray:
     return np.sort(key) & ((1 << id_bits) - 1)
 
 
-def _unit_shards(unit: np.ndarray, n_shards: int, method: str, row_cost: np.ndarray) -> np.ndarray:
+def _unit_shards(unit: np.ndarray, n_shards: int, method: str, row_cost: np.ndarray | None) -> np.ndarray:
     """Shard of each unit."""
     n_units = int(unit[-1]) + 1 if unit.shape[0] else 0
     if method == "equal":

@@ -71,7 +71,7 @@ class Catalog:
     def max_shelf_life(self) -> int:
         return int(self.shelf_life.max(initial=0))
 
-    def subset(self, index: np.ndarray) -> Catalog:
+    def subset(self, index: np.ndarray | slice) -> Catalog:
         """Rows `index` (any order); a shard of the catalog."""
         return Catalog(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 

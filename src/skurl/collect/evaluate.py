@@ -18,9 +18,9 @@ import numpy as np
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.policy.api import Policy
-from skurl.sim.api import Env
 from skurl.sim.episode import (
     COST_FIELDS,
+    TotalingEnv,
     make_env,
     run_episode,
     sku_cost,
@@ -77,7 +77,7 @@ class EvalResult:
 
 
 def evaluate(catalog: Catalog, sim_cfg: SimConfig, policy: Policy, *, days: int, warmup: int,
-             seed: int, episodes: int = 1, env: Env | None = None) -> EvalResult:
+             seed: int, episodes: int = 1, env: TotalingEnv | None = None) -> EvalResult:
     """Score `policy` on `catalog`: `episodes` episodes (seeds seed..seed+episodes-1) of
     warmup + days days each; costs counted after the warm-up. Pass `env` to reuse one
     built for this catalog with sim.days >= warmup + days."""

@@ -17,12 +17,15 @@ import argparse
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
+
+if TYPE_CHECKING:
+    from skurl.catalog.partition import Method
 
 METHODS = ("equal", "round_robin_cost", "lpt")
 
@@ -38,12 +41,12 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_shards)
 
 
-def _methods(text: str) -> list[str]:
+def _methods(text: str) -> list[Method]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if not methods or bad:
         raise UserError(f"bench shards: --methods {text!r}, expected a comma-separated list of {', '.join(METHODS)}")
-    return methods
+    return methods  # type: ignore[return-value]  # each checked to be in METHODS above
 
 
 def shard_seconds(catalog: Any, sim: Any, parts: list[np.ndarray], steps: int) -> list[float]:
@@ -90,7 +93,7 @@ def run_shards(args: argparse.Namespace) -> int:
     catalog = load_catalog(cfg.catalog, args.skus)
     cost = sku_cost(catalog)
     load_before = os.getloadavg()[0]
-    results = {}
+    results: dict[Method, dict[str, Any]] = {}
     for method in methods:
         parts = [p for p in partition(catalog, args.workers, method) if p.size]
         seconds = shard_seconds(catalog, sim, parts, args.steps)

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,7 @@ def train_once(args: argparse.Namespace, extra: list[str]) -> Any:
     catalog = getattr(args, "catalog", None)
     if args.resume and _changes_catalog(args.resume, catalog, list(args.overrides)):
         return _resume_changed(args, catalog, list(args.overrides) + extra, mode)
+    runner: types.ModuleType
     if mode == "decoupled":
         from skurl.deploy import decoupled as runner
     else:

@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -30,6 +30,9 @@ from skurl.learn.checkpoint import latest_checkpoint
 from skurl.learn.ddp import DDPLearner
 from skurl.remote.ddp_parts import RankParts, check_ddp, init_distributed
 from skurl.train.loop import Trainer, TrainResult
+
+if TYPE_CHECKING:
+    from skurl.remote.learner_weights import HostedWeights, RedisWeights
 
 ENTRY = "skurl.deploy.ddp_learner"
 
@@ -119,7 +122,7 @@ def _run_rank(cfg: Config, args: argparse.Namespace, device: torch.device) -> Tr
     return result
 
 
-def _weights(cfg: Config, host: str) -> Any:
+def _weights(cfg: Config, host: str) -> RedisWeights | HostedWeights | None:
     """Rank 0's weights backend (decoupled's), or None under sync.backend=inproc without
     collectors to drive (the weights are then in the checkpoints only)."""
     if cfg.sync.backend == "inproc":

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import partial
+from typing import overload
 
 import numpy as np
 import torch
@@ -101,6 +102,10 @@ class PreparedBatch:
         return PreparedBatch(*(_maybe(getattr(self, f.name), lambda c: c[start:stop]) for f in fields(self)))
 
 
+@overload
+def _maybe(column: torch.Tensor, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor: ...
+@overload
+def _maybe(column: None, op: Callable[[torch.Tensor], torch.Tensor]) -> None: ...
 def _maybe(column: torch.Tensor | None, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
     return None if column is None else op(column)
 

@@ -365,7 +365,8 @@ def cap_from_multiplier(catalog: Catalog, sim_cfg: SimConfig, mult: np.ndarray |
     return np.maximum(1.0, np.ceil(np.asarray(mult, dtype=np.float64) * per_review - 1e-9))
 
 
-def make_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params: Params | None = None) -> Any:
+def make_policy(name: str, catalog: Catalog, sim_cfg: SimConfig,
+                params: Params | dict[str, float] | None = None) -> Any:
     """Baseline `name` for `catalog` with `params` (default_params when None). Scalars
     broadcast to every SKU."""
     check_policy_name(name)

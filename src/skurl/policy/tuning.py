@@ -184,7 +184,7 @@ def tune_per_sku(scorer: CandidateScorer, catalog: Catalog,
                      f"{float(np.mean(best_obj[np.isfinite(best_obj)])):.4f}")
         return improved
 
-    expansions = {}
+    expansions: dict[str, int] = {}
     for knob in KNOBS[name]:
         for values in _candidates(knob, knobs, bool(np.isfinite(best_obj).any())):
             try_values(knob, values)

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 import numpy as np
@@ -32,6 +32,10 @@ from skurl.sim.api import EnvStateError
 from skurl.sync.codec import WeightIntegrityError, decode_weights
 from skurl.sync.slot import VersionedSlot
 
+if TYPE_CHECKING:
+    from skurl.buffer.rollout import Rollout
+    from skurl.store.api import RolloutStore
+
 SKU_IDS = "sku_ids"
 
 
@@ -48,7 +52,7 @@ class CollectorBackend(Protocol):
 
 class CollectorServicer(pb_grpc.CollectorServiceServicer):
     def __init__(self, collector_id: str, collector: CollectorBackend | None, cfg: RpcConfig,
-                 store: Any = None, keep_iterations: int = 2) -> None:
+                 store: RolloutStore | None = None, keep_iterations: int = 2) -> None:
         self.collector_id = collector_id
         self._collector = collector
         self._cfg = cfg
@@ -83,7 +87,7 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
             self._prepare(request)
             start = time.perf_counter()
             # Only asked-for keywords: a backend without the obs_skus option serves the rest.
-            extra = {"obs_skus": np.asarray(request.obs_sku_ids, np.int64)} if request.obs_sku_ids else {}
+            extra: dict[str, Any] = {"obs_skus": np.asarray(request.obs_sku_ids, np.int64)} if request.obs_sku_ids else {}
             rollout = collector.collect(int(request.seed), int(request.episode), self._loaded, **extra)
             seconds = time.perf_counter() - start
             manifest = self._store_shard(int(request.iteration), rollout)
@@ -146,7 +150,7 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
                                 f"received within {timeout_s:g} s (holding {self._pending.version})")
         return held
 
-    def _store_shard(self, iteration: int, rollout: Any) -> str:
+    def _store_shard(self, iteration: int, rollout: Rollout) -> str:
         if self._store is None:
             return ""
         meta = {"policy_version": int(rollout.policy_version), "sku_count": rollout.num_skus,

@@ -25,6 +25,7 @@ from skurl.rpc.env_wire import ORDER_DTYPES, LeanReplyDecoder, ReplyDecoder, sch
 from skurl.rpc.errors import (
     SIM_SERVER,
     RequestRejectedError,
+    RpcError,
     ServerUnavailableError,
     from_rpc_error,
 )
@@ -44,7 +45,7 @@ class RemoteEnvStateError(RequestRejectedError, EnvStateError):
 
 # Status -> error class per call, matching what VectorEnv raises for the same mistake
 # (it raises EnvStateError for a negative seed, ActionError for bad orders).
-_REJECTED = {
+_REJECTED: dict[str, dict[grpc.StatusCode, type[RpcError]]] = {
     "Step": {grpc.StatusCode.INVALID_ARGUMENT: RemoteActionError,
              grpc.StatusCode.FAILED_PRECONDITION: RemoteEnvStateError},
     "Reset": {grpc.StatusCode.INVALID_ARGUMENT: RemoteEnvStateError,

@@ -246,7 +246,8 @@ def column_index(inner: ObsSchema, outer: ObsSchema) -> np.ndarray:
     if [n for n, _ in inner.fields] != [n for n, _ in outer.fields]:
         raise WireError(f"observation fields {[n for n, _ in inner.fields]} differ from "
                         f"{[n for n, _ in outer.fields]}")
-    out, start = [], 0
+    out: list[int] = []
+    start = 0
     for (name, w), (_, wide) in zip(inner.fields, outer.fields, strict=True):
         if w > wide:
             raise WireError(f"observation field '{name}' is {w} wide, wider than {wide}")

@@ -34,6 +34,10 @@ OUTPUTS = ("order_units", "action", "probability")
 class Decision(nn.Module):
     """One model's decision for a batch of SKUs (see the module docstring)."""
 
+    mean: torch.Tensor  # buffers (registered in __init__)
+    inv_std: torch.Tensor
+    values: torch.Tensor
+
     def __init__(self, model: ActorCritic, grid: ActionGrid, horizon: int, probabilities: bool = False) -> None:
         super().__init__()
         if grid.kind not in INPUTS:

@@ -131,6 +131,10 @@ class VectorEnv:
         return self.layout.schema
 
     @property
+    def sku_ids(self) -> np.ndarray:
+        return self.catalog.sku_id
+
+    @property
     def day(self) -> int:
         """Day of the current observation (-1 before reset)."""
         return self._day
@@ -202,7 +206,7 @@ class VectorEnv:
         that row's future when `episodes` is None, else the future of episode episodes[j]
         under run seed `seed` (default this env's). It runs until day `days` (default
         sim.days); its totals start at zero; clones are simulated without substitution."""
-        if self._day < 0:
+        if self._day < 0 or self._seed is None:
             raise EnvStateError("clone: call reset() first")
         idx = np.ascontiguousarray(rows, dtype=np.int64)
         if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= self.num_skus:

@@ -68,7 +68,7 @@ def store_blob_name(model_key: str, version: int, sha256: str) -> str:
     return f"weights/{model_key}/v{version:012d}-{sha256[:16]}.safetensors"
 
 
-def _check_newer(version: int, current: bytes | None) -> None:
+def _check_newer(version: int, current: bytes | str | None) -> None:
     """ValueError unless `version` is newer than the published one (`current`, raw)."""
     if current is not None and int(current) >= version:
         raise ValueError(f"publish: version {version} is not newer than {int(current)}")
@@ -324,9 +324,9 @@ class RedisWeightSubscriber:
         if not fields:
             return
         try:
-            version, tensors = self._decode(fields)
+            version, tensors = self._decode(fields)  # type: ignore[arg-type]  # redis-py types hgetall as str or bytes: our client keeps bytes
         except (WeightIntegrityError, ValueError) as exc:
-            self._reject(fields, exc)
+            self._reject(fields, exc)  # type: ignore[arg-type]  # redis-py types hgetall as str or bytes: our client keeps bytes
             return
         except (KeyError, UserError) as exc:  # store blob missing or store unreachable: retry
             log.warning("weights '%s': cannot fetch the published version yet: %s",
