@@ -248,3 +248,17 @@ def test_a_consistent_non_safetensors_payload_is_refused_by_the_server(weights_s
     message = pb.Weights(key="policy", version=1, sha256=hashlib.sha256(junk).hexdigest(), payload=junk)
     assert code_of(stub.SetWeights, message, timeout=WAIT) == grpc.StatusCode.INVALID_ARGUMENT
     channel.close()
+
+
+def test_order_cap_is_the_simulators_and_reported_as_a_plain_number() -> None:
+    from skurl.rpc.env_wire import MAX_ORDER, check_orders
+    from skurl.rpc.errors import WireError
+    from skurl.sim.env import MAX_ORDER as SIM_MAX_ORDER
+
+    assert MAX_ORDER == SIM_MAX_ORDER
+    for value, shown in ((1e300, "1e+300"), (MAX_ORDER * 2, "2000000000.0"), (-1.0, "-1.0")):
+        with pytest.raises(WireError) as info:
+            check_orders(np.array([1.0, value]), 2)
+        assert f"orders[1] = {shown}," in str(info.value) and "np." not in str(info.value)
+        assert "[0, 1e+09]" in str(info.value)
+    check_orders(np.array([0.0, MAX_ORDER]), 2)
