@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -109,6 +110,24 @@ class RemoteEnv:
             self._schema = self._decoder.schema
         else:
             self._decoder = ReplyDecoder(self._num_skus, self._schema)
+        # An Attach stream tells the server this client is alive: when the process dies
+        # and its channel closes, the server frees the session (env_server.py).
+        self._attach_stop = threading.Event()
+        self._attach_call: Any = None
+        threading.Thread(target=self._hold, name=f"attach-{self.env_id}", daemon=True).start()
+
+    def _hold(self) -> None:
+        while not self._attach_stop.is_set():
+            try:
+                self._attach_call = self._stub.Attach(pb.AttachRequest(env_id=self.env_id))
+                for _ in self._attach_call:
+                    pass
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    return  # an older server: its sessions expire on idleness only
+            except ValueError:
+                return  # the channel was closed under us
+            self._attach_stop.wait(1.0)  # closed by age, or the session lapsed: re-attach
 
     # ---------------------------------------------------------------- Env protocol
     @property
@@ -152,6 +171,9 @@ class RemoteEnv:
         """Free the session on the server (best effort) and the channel; idempotent."""
         if self._channel is None:
             return
+        self._attach_stop.set()
+        if self._attach_call is not None:
+            self._attach_call.cancel()
         # The server may be gone or busy; its sessions die with it.
         with contextlib.suppress(grpc.RpcError):
             self._stub.Close(pb.CloseRequest(env_id=self.env_id),

@@ -24,9 +24,10 @@ from skurl.sync.api import Tensors, WeightSyncTimeout
 from skurl.sync.codec import (
     WeightBlob,
     WeightIntegrityError,
+    check_weights,
     decode_weights,
-    encode_weights,
-    spec_mismatch,
+    encode_checked,
+    note_rejected,
     spec_of,
 )
 from skurl.sync.slot import VersionedSlot
@@ -60,7 +61,7 @@ class GrpcWeightPublisher:
         self._stub = pb_grpc.WeightSyncServiceStub(self._channel)
 
     def publish(self, version: int, tensors: Tensors) -> None:
-        self.publish_blob(encode_weights(tensors, version, self.model_key))
+        self.publish_blob(encode_checked(tensors, version, self.model_key))
 
     def publish_blob(self, blob: WeightBlob) -> None:
         try:
@@ -164,15 +165,11 @@ class GrpcWeightSubscriber:
     def _accept(self, msg: pb.Weights) -> None:
         blob = from_message(msg)
         try:
-            if blob.model_key != self.model_key:
-                raise WeightIntegrityError(f"weights for key '{blob.model_key}', expected "
-                                           f"'{self.model_key}'")
             tensors = decode_weights(blob)
-            wrong = None if self._like is None else spec_mismatch(spec_of(tensors), self._like)
-            if wrong is not None:
-                raise WeightIntegrityError(wrong)
+            check_weights(blob, tensors, self.model_key, self._like)
         except WeightIntegrityError as exc:
             self.rejected += 1
+            note_rejected("subscribe")
             log.error("dropping weights v%d from %s: %s", blob.version, self.address, exc)
             return
         self._slot.offer(blob.version, tensors)

@@ -32,7 +32,8 @@ from skurl.sync.codec import (
     WeightBlob,
     WeightIntegrityError,
     decode_weights,
-    encode_weights,
+    encode_checked,
+    note_rejected,
     spec_mismatch,
     spec_of,
 )
@@ -140,7 +141,7 @@ class RedisWeightPublisher:
         self.server_restarts()
 
     def _publish(self, version: int, tensors: Tensors) -> None:
-        blob = encode_weights(tensors, version, self.model_key)
+        blob = encode_checked(tensors, version, self.model_key)
         fields: dict[str, Any] = {"version": blob.version, "model_key": blob.model_key,
                                   "sha256": blob.sha256}
         if self.store is None:
@@ -360,6 +361,7 @@ class RedisWeightSubscriber:
         except ValueError:
             version = -1
         self._rejected.add(version)
+        note_rejected("subscribe")
         log.error("weights '%s': rejected version %s from %s, keeping version %s: %s",
                   self.model_key, version, self.url, self.latest_version(), exc)
 
