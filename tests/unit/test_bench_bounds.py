@@ -5,6 +5,7 @@ catalog.skus their --config or --set gives."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,12 @@ def test_bench_sim_and_shards_simulate_the_configured_catalog(how: str, tmp_path
     assert json.loads(capsys.readouterr().out)["skus"] == expected
     assert main(["bench", "shards", "--workers", "2", "--steps", "1", "--methods", "equal", "--json", *flags]) == 0
     assert json.loads(capsys.readouterr().out)["skus"] == expected
+
+
+def test_bench_rollouts_prints_its_bound_against_bench_sim(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "rollouts", "--states", "30", "--budget", "8", "--horizon", "3", "--json",
+                 "--set", "catalog.kind=uniform", "--set", "sim.threads=1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rounds = max(1, math.ceil(math.log2(out["actions"])))
+    assert out["sim_skus"] == max(30, out["rollout_sku_days"] // (3 * rounds)) and out["sim_days"] == 3
+    assert out["bound_ratio"] == pytest.approx(out["rollout_sku_days_per_s"] / out["sim_sku_steps_per_s"])

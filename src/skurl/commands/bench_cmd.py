@@ -80,7 +80,6 @@ def run_sim(args: argparse.Namespace) -> int:
     from skurl.catalog import load_catalog
     from skurl.commands.bench_sim_floor import memory_floor
     from skurl.sim import VectorEnv
-    from skurl.sim.testing import order_up_to
 
     args.skus = configured_skus(args, 1_000_000)
     if args.skus < 1 or args.steps < 1:
@@ -99,23 +98,8 @@ def run_sim(args: argparse.Namespace) -> int:
         print(f"bench sim: --threads {args.threads} capped at {env.threads} (the cores numba may use, "
               "NUMBA_NUM_THREADS)", file=sys.stderr)
     t_compile = _warm_up(catalog, cfg.sim)
-    t0 = time.perf_counter()
-    obs = env.reset(seed=0)
-    t_reset = time.perf_counter() - t0
-    orders = np.zeros(len(catalog))
-    lead = catalog.lead_time.astype(np.float64)
-    t_policy = cpu_sim = 0.0
-    step_s = np.empty(args.steps)
     load_before = os.getloadavg()[0]
-    for k in range(args.steps):
-        t0 = time.perf_counter()
-        raw = obs.raw
-        order_up_to(raw.on_hand, raw.pipeline, raw.backlog, raw.forecast, lead, orders)
-        t1, c1 = time.perf_counter(), time.process_time()
-        obs = env.step(orders).obs
-        step_s[k] = time.perf_counter() - t1
-        cpu_sim += time.process_time() - c1
-        t_policy += t1 - t0
+    step_s, t_policy, cpu_sim, t_reset = timed_steps(env, args.steps)
     out = _sim_report(args, env, float(step_s.sum()), t_policy, t_catalog, t_reset)
     out["warm_up_s"] = t_compile
     # On a shared machine wall time depends on other load; CPU seconds (all threads) do
@@ -148,6 +132,30 @@ def run_sim(args: argparse.Namespace) -> int:
               f"({out['floor_bytes_per_sku_step']} bytes per SKU-step), bound_ratio {out['bound_ratio']:.2f} "
               f"(medians: {out['median_bound_ratio']:.2f})")
     return 0
+
+
+def timed_steps(env: Any, steps: int) -> tuple[np.ndarray, float, float, float]:
+    """Reset `env` and step it `steps` days under order-up-to orders: wall seconds of each
+    step, policy seconds, CPU seconds of the steps (all threads) and the reset's seconds."""
+    from skurl.sim.testing import order_up_to
+
+    t0 = time.perf_counter()
+    obs = env.reset(seed=0)
+    t_reset = time.perf_counter() - t0
+    orders = np.zeros(env.num_skus)
+    lead = env.catalog.lead_time.astype(np.float64)
+    t_policy = cpu_sim = 0.0
+    step_s = np.empty(steps)
+    for k in range(steps):
+        t0 = time.perf_counter()
+        raw = obs.raw
+        order_up_to(raw.on_hand, raw.pipeline, raw.backlog, raw.forecast, lead, orders)
+        t1, c1 = time.perf_counter(), time.process_time()
+        obs = env.step(orders).obs
+        step_s[k] = time.perf_counter() - t1
+        cpu_sim += time.process_time() - c1
+        t_policy += t1 - t0
+    return step_s, t_policy, cpu_sim, t_reset
 
 
 def _warm_up(catalog: Catalog, sim_cfg: SimConfig) -> float:
