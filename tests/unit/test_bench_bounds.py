@@ -79,3 +79,19 @@ def test_bench_rollouts_prints_its_bound_against_bench_sim(capsys: pytest.Captur
     rounds = max(1, math.ceil(math.log2(out["actions"])))
     assert out["sim_skus"] == max(30, out["rollout_sku_days"] // (3 * rounds)) and out["sim_days"] == 3
     assert out["bound_ratio"] == pytest.approx(out["rollout_sku_days_per_s"] / out["sim_sku_steps_per_s"])
+
+
+@pytest.mark.parametrize("update", ["fused", "autograd"])
+def test_bench_train_breaks_an_iteration_into_stages(update: str, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--autograd"] if update == "autograd" else []
+    assert main(["bench", "train", "--json", *flags, "--set", "catalog.skus=120", "--set", "ppo.sample_skus=40",
+                 "--set", "sim.days=10", "--set", "policy.hidden=[16]", "--set", "ppo.epochs=2",
+                 "--set", "train.torch_threads=1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["update"] == update and out["transitions_trained"] == 40 * 10 and out["epochs"] == 2
+    stages, phases = out["stages_s"], out["learn_phases_s"]
+    assert all(stages[k] > 0 for k in ("collect", "simulate", "infer", "learn"))
+    assert ("forward (nets)" in phases) == (update == "fused")
+    assert sum(phases.values()) + out["learn_outside_gemm_s"]["unmarked"] == pytest.approx(stages["learn"])
+    outside = sum(out["learn_outside_gemm_s"].values())
+    assert outside == pytest.approx(stages["learn"] - out["learn_gemm_total_s"])

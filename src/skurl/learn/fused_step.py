@@ -29,10 +29,13 @@ def fused_minibatch_grads(policy: torch.nn.Module, value: torch.nn.Module, obs: 
                           actions: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
                           returns: torch.Tensor, weight: torch.Tensor | None, *, clip: float,
                           vf_coef: float, ent_coef: float, train_policy: bool, dtype: torch.dtype,
-                          side_by_side: bool, grads_fn: LossGrads | None = None) -> dict[str, torch.Tensor]:
+                          side_by_side: bool, grads_fn: LossGrads | None = None,
+                          mark: Callable[[str], None] | None = None) -> dict[str, torch.Tensor]:
     """Set .grad of both nets' parameters to the PPO loss's gradient on this minibatch
     (as `loss.backward()` after zero_grad(set_to_none=True) would); the detached stats.
-    `grads_fn`: loss_grads (the default) or a torch.compile of it (train.compile)."""
+    `grads_fn`: loss_grads (the default) or a torch.compile of it (train.compile).
+    `mark(phase)`: called after each phase (`skurl bench train` times them)."""
+    mark = mark or _no_mark
     pol_p, val_p = net_params(policy), net_params(value)
     with torch.no_grad():
         x_c = obs.to(dtype)
@@ -40,13 +43,16 @@ def fused_minibatch_grads(policy: torch.nn.Module, value: torch.nn.Module, obs: 
             side_by_side, lambda: _net_forward(x_c, tuple(pol_p), dtype),
             lambda: _net_forward(x_c, tuple(val_p), dtype))
         values = head.squeeze(-1)
+        mark("forward (nets)")
         stats, g_logits, g_values = (grads_fn or loss_grads)(logits, values, actions, old_logp, adv, returns, weight,
                                                clip, vf_coef, ent_coef, train_policy)
+        mark("loss and its gradient")
         pol_g, val_g = run_both(side_by_side, lambda: _net_backward(g_logits, tuple(pol_saved), dtype),
                                 lambda: _net_backward(g_values.unsqueeze(-1), tuple(val_saved), dtype))
     for p, g in zip(pol_p + val_p, pol_g + val_g, strict=True):
         # autograd's AccumulateGrad lays a fresh gradient out as its parameter
         p.grad = g if g.stride() == p.stride() else g.contiguous()
+    mark("backward (nets)")
     return stats
 
 
@@ -104,3 +110,7 @@ def _minimum_backward(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> t
     """torch.minimum's gradients: ties split in half."""
     tied = torch.where(a == b, grad / 2, grad)
     return tied.masked_fill(a > b, 0), tied.masked_fill(a < b, 0)
+
+
+def _no_mark(phase: str) -> None:
+    pass

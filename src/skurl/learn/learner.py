@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -183,6 +184,9 @@ class Learner:
         # graph; False runs the autograd graph (the reference it is tested against)
         self.fused = True
         self._gather = BlockGather()
+        # `skurl bench train` sets a dict here: wall seconds of the update by phase (mark())
+        self.phase_seconds: dict[str, float] | None = None
+        self._phase_start = 0.0
         self._loss_grads = loss_grads
         if cfg.train.compile:  # fused kernels, not bit-identical: off by default
             self._loss_grads = torch.compile(loss_grads, dynamic=True)
@@ -243,9 +247,12 @@ class Learner:
         """One PPO iteration on `rollout`; bumps iteration and version. Returns stats.
         train_policy=False fits the value net only (the policy net is left unchanged)."""
         self.train_policy = bool(train_policy)
+        self.mark(None)
         rollout = self._sample_skus(rollout)
         data = self._to_device(rollout)
+        self.mark("sample and copy")
         batch, prep_stats = self._prepare(data, behaviour=rollout.policy_version == self.version)
+        self.mark("prepare (normalize, behaviour outputs, GAE)")
         lr = self.lr_at(self.iteration)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -441,13 +448,17 @@ class Learner:
             perm = torch.randperm(total, generator=gen).to(self.device)
             epoch_sums: torch.Tensor | None = None
             for mb in shuffled_minibatches(batch, perm, self.ppo.minibatch, self._gather):
+                self.mark("minibatch gather")
                 stats = self._minibatch_grads(mb)
                 stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
+                self.mark("grad-norm clip")
                 self.optimizer.step()
+                self.mark("Adam")
                 keys = list(stats)
                 # one tensor per minibatch, no host sync: read once per epoch
                 row = torch.stack([v.detach().float() for v in stats.values()])
                 epoch_sums = row if epoch_sums is None else epoch_sums + row
+                self.mark("stats")
             if epoch_sums is None:  # an empty batch: nothing to train on
                 break
             sums = epoch_sums if sums is None else sums + epoch_sums
@@ -464,19 +475,31 @@ class Learner:
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return twin_forward(self.model.policy, self.model.value, x, self.compute_dtype, self.side_by_side)
 
+    def mark(self, phase: str | None) -> None:
+        """With phase_seconds set: the wall time since the last mark goes to `phase`
+        (None: just start the clock)."""
+        if self.phase_seconds is None:
+            return
+        now = time.perf_counter()
+        if phase is not None:
+            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + now - self._phase_start
+        self._phase_start = now
+
     def _minibatch_grads(self, mb: PreparedBatch) -> dict[str, torch.Tensor]:
         """Set the parameters' gradients of the PPO loss on `mb`; its stats."""
         ent_coef = self.ent_coef_at(self.iteration)
         if not self.fused:
             loss, stats = self._minibatch_loss(mb)
+            self.mark("forward and loss (autograd)")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            self.mark("backward (autograd)")
             return stats
         return fused_minibatch_grads(
             self.model.policy, self.model.value, mb.obs, mb.actions, mb.old_logp, mb.advantages, mb.returns,
             mb.weight, clip=self.ppo.clip, vf_coef=self.ppo.vf_coef, ent_coef=ent_coef,
             train_policy=self.train_policy, dtype=self.compute_dtype, side_by_side=self.side_by_side,
-            grads_fn=self._loss_grads)
+            grads_fn=self._loss_grads, mark=self.mark if self.phase_seconds is not None else None)
 
     def _minibatch_loss(self, mb: PreparedBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return ppo_minibatch_loss(self._forward, mb, self.ppo.clip, self.ppo.vf_coef, self.ent_coef_at(self.iteration),
