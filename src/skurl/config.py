@@ -335,6 +335,11 @@ class TrainConfig:
     eval_every: int = opt(5, "iterations between evaluations on held-out seeds")
     device: str = opt("auto", "learner device: auto | cpu | cuda | cuda:N")
     torch_threads: int = opt(0, "torch intra-op threads; 0 = all cores")
+    compile: bool = opt(
+        False, "torch.compile the learner's per-minibatch loss and its gradient into fused kernels "
+        "(compiles on the first update; needs a C++ compiler on CPU). Off by default: not bit-identical "
+        "to the default update, whose arithmetic is autograd's own (docs/performance.md)"
+    )
     infer_dtype: Literal["auto", "float32", "bfloat16"] = opt(
         "auto", "collector inference precision: auto (bfloat16 where the CPU has native bf16) | float32 | bfloat16"
     )
