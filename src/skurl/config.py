@@ -190,6 +190,12 @@ class SimConfig:
         -1.0, "initial on-hand in days of demand; -1 = lead time + 1 days (a warm start)"
     )
     threads: int = opt(0, "simulator threads; 0 = all cores")
+    allocation: Literal["proportional", "fair", "priority"] = opt(
+        "proportional", "supply networks: how a short upstream splits its on-hand among its locations' requests: "
+        "proportional (to requests) | fair (max-min equal shares) | priority (ascending sku_id) (docs/networks.md)")
+    upstream_shortage: Literal["backorder", "cancel"] = opt(
+        "backorder", "supply networks: the unshipped part of a request stays owed by the upstream (backorder) "
+        "or is dropped (cancel)")
 
     def __post_init__(self) -> None:
         check(self.days >= 1, "sim.days", self.days, "an integer >= 1")
