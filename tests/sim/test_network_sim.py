@@ -92,3 +92,15 @@ def test_kernel_allocation_matches_the_rule(rule):
         kernel_allocate(st_, np.arange(k, dtype=np.int64), 0, k, avail, {"proportional": 0, "fair": 1,
                                                                          "priority": 2}[rule])
         assert st_[:, N_SHIPPED].tolist() == allocate(rule, req.tolist(), avail)
+
+
+def test_network_columns_only_with_networks():
+    from skurl.sim.layout import NETWORK_FIELDS
+    from skurl.sim.testing import random_catalog
+
+    plain = VectorEnv(random_catalog(6, 3, group_share=0.0), SimConfig(threads=1))
+    net = VectorEnv(random_network_catalog(6, 3), SimConfig(threads=1))
+    names = [name for name, _ in NETWORK_FIELDS]
+    assert not set(names) & set(plain.schema.names())
+    assert net.schema.names()[-len(names):] == names
+    assert net.schema.dim == plain.schema.dim + len(names) or net.layout.pipeline != plain.layout.pipeline

@@ -38,8 +38,8 @@ from skurl.sim.api import (
 )
 from skurl.sim.clone import clone_keys, copy_rows
 from skurl.sim.kernel import first_bad_order, reset_kernel, step_kernel
-from skurl.sim.layout import Layout, layout_for
-from skurl.sim.network import RULES, network_for, network_step_kernel
+from skurl.sim.layout import NETWORK_FIELDS, Layout, layout_for
+from skurl.sim.network import RULES, network_features_kernel, network_for, network_step_kernel
 from skurl.sim.rng import MAX_DAY, run_key
 from skurl.sim.state import (
     FAIL_REASONS,
@@ -113,6 +113,10 @@ class VectorEnv:
         self._net = network_for(catalog, self.cfg)
         self._state = make_state(catalog, self.layout)
         self._out = make_outputs(len(catalog), self.layout)
+        self._kout = self._out  # what the kernels write: without the network columns
+        if self._net is not None:
+            self._net_base = self.layout.dim - len(NETWORK_FIELDS)
+            self._kout = self._out._replace(features=self._out.features[:, :self._net_base])
         self.threads = self._thread_count(self.cfg.threads)
         st = self._state.st
         npipe = self.layout.pipeline
@@ -171,10 +175,12 @@ class VectorEnv:
         self._seed, self._episode = int(seed), int(episode)
         numba.set_num_threads(self.threads)
         init_days = float(self.cfg.initial_stock_days)
-        _run_kernel(reset_kernel, self._params, self._state, self._out,
+        _run_kernel(reset_kernel, self._params, self._state, self._kout,
                     run_key(self._seed, self._episode), init_days, np.int64(self.layout.pipeline))
         if self._net is not None:
             self._net.owed[:] = 0
+            _run_kernel(network_features_kernel, self._params, self._state, self._net, self._out.features,
+                        np.int64(self._net_base))
         self._day = 0
         return self._obs()
 
@@ -208,7 +214,8 @@ class VectorEnv:
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
                         cfg.issuing == "lifo", cfg.reward == "cost")
         else:
-            _run_kernel(network_step_kernel, self._params, self._state, self._out, self._net, arr,
+            _run_kernel(network_step_kernel, self._params, self._state, self._kout, self._out.features,
+                        np.int64(self._net_base), self._net, arr,
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
                         cfg.issuing == "lifo", cfg.reward == "cost", np.int64(RULES[cfg.allocation]),
                         cfg.upstream_shortage == "cancel")

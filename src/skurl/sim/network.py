@@ -60,6 +60,7 @@ from skurl.sim.state import (
     M_WASTE,
     M_WASTE_COST,
     NM,
+    P_DEMAND_MEAN,
     P_DISPERSION,
     P_DIST,
     P_HOLDING,
@@ -97,6 +98,7 @@ N_BUMPED = 19  # allocation: got one of the leftover units already
 N_DEMAND = 20  # customer demand (store) or requests received (upstream)
 N_SALES = 21  # customer demand served (store) or units shipped (upstream)
 N_LOST = 22  # lost or newly backordered (store), requests left unshipped (upstream)
+N_POS = 23  # features: units at and below the row (on hand, in transit, less store backlog)
 
 
 class Network(NamedTuple):
@@ -345,10 +347,55 @@ def _settle(p: Params, s: State, net: Network, out: Outputs, i: np.int64, day: n
     row[S_LOST_YDAY] = lost
 
 
+@njit(cache=True, inline="always")
+def _extra_features(p: Params, s: State, net: Network, feats: np.ndarray, base: np.int64, lo: np.int64,
+                    hi: np.int64) -> None:
+    """The NETWORK_FIELDS columns (from `base`) of the rows net_rows[lo:hi], bottom up:
+    upstream's on hand, pipeline and backlog, echelon position (units at and below the row,
+    in transit to them, owed to the row, less the stores' backlog), echelon index."""
+    st, rows = s.st, net.net_rows
+    for r in range(hi - 1, lo - 1, -1):
+        i = rows[r]
+        pos = st[i, S_ON_HAND]
+        for k in range(S_PIPE, st.shape[1]):
+            pos += st[i, k]
+        lo_c, hi_c = net.child_start[i], net.child_start[i + 1]
+        if lo_c == hi_c:
+            pos -= st[i, S_BACKLOG]
+        for c in range(lo_c, hi_c):
+            pos += st[net.child_rows[c], N_POS]
+        st[i, N_POS] = pos
+        if st[i, S_FAIL] != 0:
+            continue
+        inv = 1.0 / max(np.float64(p.par[i, P_DEMAND_MEAN]), 0.1)
+        u = net.parent[i]
+        row = feats[i]
+        if u >= 0:
+            pipe = np.int64(0)
+            for k in range(S_PIPE, st.shape[1]):
+                pipe += st[u, k]
+            row[base] = np.float64(st[u, S_ON_HAND]) * inv
+            row[base + 1] = np.float64(pipe) * inv
+            row[base + 2] = np.float64(st[u, S_BACKLOG]) * inv
+        else:
+            row[base] = 0.0
+            row[base + 1] = 0.0
+            row[base + 2] = 0.0
+        row[base + 3] = np.float64(pos + net.owed[i]) * inv
+        row[base + 4] = np.float64(net.echelon[i])
+
+
+@njit(cache=True, parallel=True)
+def network_features_kernel(p: Params, s: State, net: Network, feats: np.ndarray, base: np.int64) -> None:
+    """The network columns of every row (after reset)."""
+    for k in prange(net.net_start.shape[0] - 1):
+        _extra_features(p, s, net, feats, base, net.net_start[k], net.net_start[k + 1])
+
+
 @sku_jit
-def _network_range(p: Params, s: State, out: Outputs, net: Network, orders: np.ndarray, npipe: np.int64,
-                   lo: np.int64, hi: np.int64, day: np.int64, backorders: bool, lifo: bool,
-                   cost_mode: bool, rule: np.int64, cancel: bool) -> None:
+def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
+                   orders: np.ndarray, npipe: np.int64, lo: np.int64, hi: np.int64, day: np.int64,
+                   backorders: bool, lifo: bool, cost_mode: bool, rule: np.int64, cancel: bool) -> None:
     """One day of the network whose rows are net_rows[lo:hi] (upstream first)."""
     par, st, rows = p.par, s.st, net.net_rows
     for r in range(lo, hi):  # 2. orders
@@ -380,13 +427,16 @@ def _network_range(p: Params, s: State, out: Outputs, net: Network, orders: np.n
             write_features(par, st, s.stock, s.forecast, out.features, npipe, i, day + 1, False)
         else:
             _isolate(s, out, i, FAIL_FORECAST, False)
+            feats[i, :] = 0.0
+    _extra_features(p, s, net, feats, base, lo, hi)
 
 
 @njit(cache=True, parallel=True)
-def network_step_kernel(p: Params, s: State, out: Outputs, net: Network, orders: np.ndarray,
-                        npipe: np.int64, day: np.int64, backorders: bool, lifo: bool, cost_mode: bool,
-                        rule: np.int64, cancel: bool) -> None:
-    """One day of every network of the shard (module docstring)."""
+def network_step_kernel(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
+                        orders: np.ndarray, npipe: np.int64, day: np.int64, backorders: bool, lifo: bool,
+                        cost_mode: bool, rule: np.int64, cancel: bool) -> None:
+    """One day of every network of the shard (module docstring). `out.features` is the view
+    of the base columns, `feats` the whole matrix (network columns from `base`)."""
     for k in prange(net.net_start.shape[0] - 1):
-        _network_range(p, s, out, net, orders, npipe, net.net_start[k], net.net_start[k + 1], day,
-                       backorders, lifo, cost_mode, rule, cancel)
+        _network_range(p, s, out, feats, base, net, orders, npipe, net.net_start[k], net.net_start[k + 1],
+                       day, backorders, lifo, cost_mode, rule, cancel)

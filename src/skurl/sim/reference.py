@@ -33,7 +33,7 @@ from skurl.sim.api import (
 )
 from skurl.sim.demand import DIST_GEOMETRIC, DIST_NEGBIN, normal, sample_demand
 from skurl.sim.layout import layout_for
-from skurl.sim.reference_network import network_costs, network_day, topology
+from skurl.sim.reference_network import network_costs, network_day, network_features, topology
 from skurl.sim.rng import run_key, sku_key, uniform
 from skurl.sim.state import METRIC_FIELDS
 
@@ -297,7 +297,8 @@ class ReferenceSim:
                 raw.pipeline[i, k - 1] = sku.pipeline.get(t + k, 0)
             for d in range(lay.horizon):
                 raw.forecast[i, d] = sku.forecast(t + d)
-            feats[i] = self._features(sku, raw, i, t)
+        for i, sku in enumerate(self.skus):
+            feats[i] = self._features(sku, raw, i, t) + (network_features(self, i) if self.network else [])
         return Obs(feats, raw, lay.schema)
 
     def _features(self, sku: _Sku, raw: RawState, i: int, t: int) -> list[float]:

@@ -138,3 +138,24 @@ def network_costs(sim, i: int, v: dict, waste: int) -> dict:
         "order_cost": p["order_cost"] if v["q"] > 0 else 0.0,
         "waste_cost": p["waste_cost"] * waste,
     }
+
+
+def network_features(sim, i: int) -> list[float]:
+    """Upstream's on hand, pipeline, backlog; echelon position; echelon index (layout.NETWORK_FIELDS)."""
+    parent, children, _ = sim.topology
+    skus = sim.skus
+    inv = 1.0 / max(skus[i].p["demand_mean"], 0.1)
+
+    def units_below(j: int) -> int:
+        s = skus[j]
+        own = s.on_hand() + sum(s.pipeline.values()) - (0 if children[j] else s.backlog)
+        return own + sum(units_below(c) for c in children[j])
+
+    def height(j: int) -> int:
+        return 1 + max((height(c) for c in children[j]), default=0)
+
+    u = parent[i]
+    up = [0.0, 0.0, 0.0]
+    if u >= 0:
+        up = [skus[u].on_hand() * inv, sum(skus[u].pipeline.values()) * inv, skus[u].backlog * inv]
+    return [*up, (units_below(i) + sim.owed[i]) * inv, float(height(i))]
