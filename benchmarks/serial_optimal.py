@@ -11,6 +11,7 @@ The recursion (Chen & Zheng 1994; Gallego & Zipkin 1999), D_k ~ Poisson(k m):
 The optimal echelon base-stock levels are S_1..S_N and the optimal cost per day G_N(S_N).
 
     .venv/bin/python benchmarks/serial_optimal.py --lead 1 1 --holding 2 1 --penalty 9 [--mean 5]
+        [--simulate] [--tune]   (skurl's simulator at the optimum; tuned echelon/installation)
 """
 
 from __future__ import annotations
@@ -85,20 +86,69 @@ def clark_scarf(lead_times: list[int], holding: list[float], penalty: float, mea
     return SerialOptimum(levels, stage_costs[-1], stage_costs)
 
 
+def simulate(lead_times: list[int], holding: list[float], penalty: float, mean: float, *, copies: int = 2000,
+             days: int = 400, warmup: int = 100, seed: int = 11, tune: bool = False) -> dict:
+    """skurl's simulator on `copies` copies of the chain (catalog.kind=serial, backorders):
+    the cost per network-day of the optimal levels (with its standard error), and with
+    `tune` the tuned echelon and installation base-stock (`skurl eval --policy ... --tune`)."""
+    from skurl.catalog import load_catalog
+    from skurl.collect.evaluate import evaluate
+    from skurl.config import load_config
+    from skurl.policy.baselines import make_policy
+    from skurl.policy.tuning import tune as tune_policy
+
+    cfg = load_config(None, ["catalog.kind=serial", f"catalog.skus={copies}", f"catalog.serial.lead_times={lead_times}",
+                             f"catalog.serial.holding={holding}", f"catalog.lost_sale_cost={penalty}",
+                             f"catalog.demand.mean={mean}", "sim.backorders=true", "sim.reward=cost"])
+    catalog = load_catalog(cfg.catalog)
+    opt = clark_scarf(lead_times, holding, penalty, mean)
+    levels = np.tile(np.asarray(opt.levels, float), copies)
+    res = evaluate(catalog, cfg.sim, make_policy("echelon-base-stock", catalog, cfg.sim, {"S": levels}),
+                   days=days, warmup=warmup, seed=seed)
+    # Orders are placed simultaneously, so an upstream sees its location's order a day late
+    # on its installation position: installation base-stock is then echelon base-stock with
+    # every upstream link a day longer (docs/networks.md), and its best cost is that optimum.
+    lagged = clark_scarf([lead_times[0]] + [x + 1 for x in lead_times[1:]], holding, penalty, mean).cost
+    out = {"exact": opt.cost, "levels": opt.levels, "simulated": res.network["avg_cost_per_network_day"],
+           "se": res.network["cost_se"], "installation_predicted": lagged}
+    for name in ("echelon-base-stock", "installation-base-stock") if tune else ():
+        tuned = tune_policy(name, catalog, cfg.sim, eval_seed=seed, days=days, warmup=warmup, progress=lambda _: None)
+        r = evaluate(catalog, cfg.sim, make_policy(name, catalog, cfg.sim, tuned.params), days=days,
+                     warmup=warmup, seed=seed)
+        out[name] = {"levels": tuned.params["S"][: len(lead_times)].tolist(),
+                     "cost": r.network["avg_cost_per_network_day"], "se": r.network["cost_se"],
+                     "gap": r.network["avg_cost_per_network_day"] / opt.cost - 1.0}
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lead", type=int, nargs="+", default=[1, 1], help="L_1..L_N, stage 1 = store")
     ap.add_argument("--holding", type=float, nargs="+", default=[2.0, 1.0], help="installation h'_1..h'_N")
     ap.add_argument("--penalty", type=float, nargs="+", default=[9.0, 19.0])
     ap.add_argument("--mean", type=float, default=5.0)
+    ap.add_argument("--simulate", action="store_true", help="also run skurl's simulator at the optimal levels")
+    ap.add_argument("--tune", action="store_true", help="also tune echelon and installation base-stock")
+    ap.add_argument("--copies", type=int, default=2000, help="networks simulated (catalog.skus)")
     ap.add_argument("--json", help="write the rows to this file")
     args = ap.parse_args(argv)
     rows = []
     for p in args.penalty:
         opt = clark_scarf(args.lead, args.holding, p, args.mean)
-        rows.append({"lead": args.lead, "holding": args.holding, "penalty": p, "mean": args.mean, **asdict(opt)})
-        print(f"L={args.lead} h'={args.holding} p={p:g} m={args.mean:g}: levels {opt.levels} "
-              f"cost/day {opt.cost:.4f}")
+        row = {"lead": args.lead, "holding": args.holding, "penalty": p, "mean": args.mean, **asdict(opt)}
+        line = f"L={args.lead} h'={args.holding} p={p:g} m={args.mean:g}: levels {opt.levels} cost/day {opt.cost:.4f}"
+        if args.simulate or args.tune:
+            sim = simulate(args.lead, args.holding, p, args.mean, copies=args.copies, tune=args.tune)
+            row["sim"] = sim
+            line += f"; simulated {sim['simulated']:.4f} +- {sim['se']:.4f} ({(sim['simulated'] - opt.cost) / sim['se']:+.2f} SE)"
+            for name in ("echelon-base-stock", "installation-base-stock"):
+                if name in sim:
+                    t = sim[name]
+                    line += f"; tuned {name.split('-')[0]} {t['levels']} {t['cost']:.4f} ({100 * t['gap']:+.2f}%)"
+            if args.tune:
+                line += f"; installation predicted {sim['installation_predicted']:.4f}"
+        rows.append(row)
+        print(line, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -44,7 +44,8 @@ __all__ = [
 
 DemandDist = Literal["poisson", "geometric", "negbin"]
 # the heuristic policies of policy/baselines.py (named here: eval.baselines validates against them)
-POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock", "forecast-s-S")
+POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock", "forecast-s-S",
+                "echelon-base-stock", "installation-base-stock")  # the last two: supply networks only
 # Seeds go to numpy, torch.manual_seed (a signed 64-bit value) and the simulator's counters.
 MAX_SEED = 2**62
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")

@@ -115,6 +115,7 @@ class VectorEnv:
         self._out = make_outputs(len(catalog), self.layout)
         self._kout = self._out  # what the kernels write: without the network columns
         if self._net is not None:
+            self._owed_view = _read_only(self._net.owed)
             self._net_base = self.layout.dim - len(NETWORK_FIELDS)
             self._kout = self._out._replace(features=self._out.features[:, :self._net_base])
         self.threads = self._thread_count(self.cfg.threads)
@@ -156,7 +157,8 @@ class VectorEnv:
 
     def _obs(self) -> Obs:
         on_hand, pipeline, backlog, forecast = self._raw_views
-        raw = RawState(on_hand, pipeline, backlog, forecast, self._day)
+        owed = None if self._net is None else self._owed_view
+        raw = RawState(on_hand, pipeline, backlog, forecast, self._day, owed)
         return Obs(self._features_view, raw, self.layout.schema)
 
     def observe(self) -> Obs:

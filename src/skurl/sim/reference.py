@@ -289,7 +289,8 @@ class ReferenceSim:
         n, t = len(self.skus), self.day
         feats = np.zeros((n, lay.dim), np.float32)
         raw = RawState(np.zeros(n, np.int64), np.zeros((n, lay.pipeline), np.int64),
-                       np.zeros(n, np.int64), np.zeros((n, lay.horizon), np.float32), t)
+                       np.zeros(n, np.int64), np.zeros((n, lay.horizon), np.float32), t,
+                       np.array(self.owed, np.int64) if self.network else None)
         for i, sku in enumerate(self.skus):
             raw.on_hand[i] = sku.on_hand()
             raw.backlog[i] = sku.backlog
