@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import sys
@@ -33,6 +34,7 @@ from embedded_grid import grid_levels
 from embedded_policy import TablePolicy
 
 from skurl.catalog import Catalog, load_catalog
+from skurl.catalog.schema import catalog_digest
 from skurl.catalog.synthetic import segments
 from skurl.commands.common import embedded_overrides
 from skurl.config import Config, load_config
@@ -68,8 +70,10 @@ def select(catalog: Catalog, par: np.ndarray, days: int, args: argparse.Namespac
     bounds = np.array([dp.position_bound(par, int(i), dp.daily_means(par, int(i), days)) for i in rows], np.int64)
     dims = np.maximum(life[rows], 1) + lead[rows] - 1
     states = np.array([dp.state_count(int(d), int(b)) for d, b in zip(dims, bounds, strict=True)])
-    big = (states > args.max_states) | ((bounds + 1.0) ** dims > args.max_dense)
-    dropped[f"states > {args.max_states}"] = int(big.sum())
+    # state x order x demand outcomes per day, about: y and q average B / (dims + 1)
+    work = states * (bounds / (dims + 1.0) + 1.0) ** 2
+    big = (states > args.max_states) | ((bounds + 1.0) ** dims > args.max_dense) | (work > args.max_work)
+    dropped[f"states > {args.max_states} or work > {args.max_work:g}"] = int(big.sum())
     return rows[~big], bounds[~big], dropped
 
 
@@ -81,7 +85,10 @@ def solve_all(par: np.ndarray, rows: np.ndarray, bounds: np.ndarray, days: int, 
     out = {"models": [], "optimal": [], "v0": []}
     if extra is not None:
         out.update(grid=[], center=[])
+    start = time.perf_counter()
     for j, i in enumerate(rows):
+        if j and j % 100 == 0:
+            print(f"  DP: {j} of {rows.size} SKUs, {time.perf_counter() - start:.0f} s", flush=True)
         model = dp.build_model(par, int(i), days, int(bounds[j]))
         v, table = dp.solve(model, keep)
         out["models"].append(model)
@@ -93,6 +100,23 @@ def solve_all(par: np.ndarray, rows: np.ndarray, bounds: np.ndarray, days: int, 
             out["grid"].append(dp.solve(model, keep, levels=levels, lot=lot)[1])
             out["center"].append(dp.solve(model, keep, levels=levels[:, center:center + 1], lot=lot)[1])
     return out
+
+
+def tuned_params(name: str, cfg: Config, full: Catalog, cache: str | None) -> dict[str, np.ndarray]:
+    """Baseline `name` tuned per SKU on the whole catalog, as a run tunes it; with `cache`, kept
+    in CACHE/<digest of catalog, sim and eval settings>-<name>.npz (arrays only, no pickle)."""
+    key = json.dumps([catalog_digest(full), dataclasses.asdict(cfg.sim), dataclasses.asdict(cfg.eval)], sort_keys=True)
+    path = Path(cache) / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}-{name}.npz" if cache else None
+    if path is not None and path.exists():
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    result = tune(name, full, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
+                  sku_days=cfg.eval.tune_sku_days)
+    params = {k: np.broadcast_to(np.asarray(v, np.float64), (len(full),)).copy() for k, v in result.params.items()}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, **params)
+    return params
 
 
 def profit_of(totals: dict[str, np.ndarray], days: int) -> np.ndarray:
@@ -147,10 +171,10 @@ def run_seed(args: argparse.Namespace, seed: int, runs: dict[int, str]) -> dict:
     rows, bounds, dropped = select(full, par, horizon, args)
     sub = full.subset(rows)
     print(f"catalog seed {seed}: {len(full)} SKUs, {rows.size} DP-solvable; left out: {dropped}", flush=True)
-    tuned = {name: tune(name, full, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
-                        warmup=cfg.eval.warmup, sku_days=cfg.eval.tune_sku_days) for name in BASELINES}
-    params = {name: {k: np.asarray(v)[rows] for k, v in t.params.items()} for name, t in tuned.items()}
+    params = {name: {k: v[rows] for k, v in tuned_params(name, cfg, full, args.tune_cache).items()}
+              for name in BASELINES}
     t_tune = time.perf_counter() - start
+    print(f"  baselines tuned in {t_tune:.0f} s", flush=True)
     extra = params["forecast-s-S"] if args.grid else None
     a = cfg.policy.actions
     sol = solve_all(par, rows, bounds, horizon, keep, extra, np.linspace(a.z_min, a.z_max, a.n))
@@ -169,6 +193,7 @@ def run_seed(args: argparse.Namespace, seed: int, runs: dict[int, str]) -> dict:
     profits, info = {}, {}
     for name, pol in policies.items():
         profits[name], info[name] = score(env, pol, cfg, args.episodes)
+        print(f"  simulated {name}: {profits[name].mean():.4f} per SKU-day", flush=True)
     masks = segment_masks(sub)
     result = {"catalog_seed": seed, "skus": len(full), "dp_skus": int(rows.size), "left_out": dropped,
               "states": summary([m.states.shape[0] for m in sol["models"]]), "bound": summary(bounds),
@@ -217,12 +242,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-lead", type=int, default=3, help="longest lead time solved")
     ap.add_argument("--max-life", type=int, default=4, help="longest shelf life solved (perishables)")
     ap.add_argument("--max-states", type=int, default=20_000, help="most DP states per SKU")
+    ap.add_argument("--max-work", type=float, default=1e6,
+                    help="most state x order x demand outcomes per day of a SKU (DP time)")
     ap.add_argument("--max-dense", type=float, default=4e6, help="most entries of a SKU's state lookup")
-    ap.add_argument("--tail", type=int, default=100, help="days solved beyond the episode (end effects)")
+    ap.add_argument("--tail", type=int, default=60, help="days solved beyond the episode (end effects)")
     ap.add_argument("--episodes", type=int, default=2, help="held-out episodes (seeds eval.seed, ...)")
     ap.add_argument("--grid", action="store_true", help="also the best policy on the cover grid (exact means)")
     ap.add_argument("--run", action="append", default=[], metavar="RUN_DIR", help="a trained run to score")
     ap.add_argument("--json", help="write the results to this JSON file")
+    ap.add_argument("--tune-cache", metavar="DIR", help="keep the tuned baselines' parameters here")
     args = ap.parse_args(argv)
     for name in ("max_lead", "max_life", "max_states", "tail", "episodes"):
         if getattr(args, name) < (1 if name in ("max_lead", "max_states", "episodes") else 0):
@@ -236,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  trained policy closes {r['trained_gap_closed_pct']:.1f}% of forecast-s-S's gap")
         print_table(f"catalog seed {seed}", r["segments"])
         results.append(r)
+        if args.json:  # after each seed: a long run leaves what it has
+            Path(args.json).write_text(json.dumps({"args": vars(args), "seeds": results}, indent=1))
     if len(results) > 1:
         pool = pooled_results(results, args)
         print_table(f"catalog seeds {' '.join(map(str, args.catalog_seeds))} pooled", pool)
