@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from skurl.config import Config
-from skurl.config_flags import add_config_flags, config_from_args
+from skurl.config.flags import add_config_flags, config_from_args
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import latest_checkpoint
 from skurl.learn.ddp import DDPLearner

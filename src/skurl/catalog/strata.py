@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from skurl.catalog_columns import COLUMNS
+from skurl.catalog.columns import COLUMNS
 
 VELOCITY = "velocity"
 VELOCITY_LABELS = np.array(["low", "mid", "high"])

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skurl.catalog_strata import strata_expected, strata_names, strata_problem
-from skurl.config_loader import check, opt
+from skurl.catalog.strata import strata_expected, strata_names, strata_problem
+from skurl.config.loader import check, opt
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from skurl.catalog_columns import COLUMNS
-from skurl.config_dcl import DclConfig
-from skurl.config_loader import apply_overrides, build, check, opt, read_yaml, section, to_dict
-from skurl.config_services import DeployConfig, RayConfig, RpcConfig, StoreConfig, SyncConfig
-from skurl.config_tracking import TrackingConfig
+from skurl.catalog.columns import COLUMNS
+from skurl.config.dcl import DclConfig
+from skurl.config.loader import apply_overrides, build, check, opt, read_yaml, section, to_dict
+from skurl.config.services import DeployConfig, RayConfig, RpcConfig, StoreConfig, SyncConfig
+from skurl.config.tracking import TrackingConfig
 
 __all__ = [
     "ActionsConfig",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from skurl.config_loader import check, opt
+from skurl.config.loader import check, opt
 
 _EXPERIMENT = re.compile(r"[^\x00-\x1f]{1,256}")
 

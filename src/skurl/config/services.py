@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from skurl.config_loader import check, opt
+from skurl.config.loader import check, opt
 
 SyncBackend = Literal["inproc", "redis", "grpc"]
 _SYNC_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
