@@ -1,6 +1,6 @@
 """skurl's import graph, read from the source (every import, nested and TYPE_CHECKING ones
 too): no cycle between modules or between packages, and the cores (sim, collect, buffer,
-learn, policy) import nothing of the outer parts (rpc, store, sync, deploy, commands)."""
+learn, policy) import nothing of the outer parts (rpc, store, sync, modes, commands)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 CORES = ("sim", "collect", "buffer", "learn", "policy")
-OUTER = ("rpc", "store", "sync", "deploy", "commands")
+OUTER = ("rpc", "store", "sync", "modes", "commands")
 
 
 def module_graph(src: Path) -> nx.DiGraph:

@@ -63,7 +63,7 @@ def reward_spread(rollout: Rollout) -> dict[str, float]:
 
 
 def _record_episode(seconds: float, transitions: int) -> None:
-    """The collector families a collector process records (remote/roles.py), recorded by the
+    """The collector families a collector process records (modes/decoupled/roles.py), recorded by the
     in-process collectors too, so a colocated /metrics has them (its role exports them)."""
     from skurl.telemetry.metrics import get_metrics
 

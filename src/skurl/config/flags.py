@@ -1,5 +1,5 @@
 """--config and --set on any argparse parser (the `skurl` commands and the torchrun
-learner, `python -m skurl.deploy.ddp_learner`, alike)."""
+learner, `python -m skurl.modes.ddp.learner`, alike)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Collectors announce each stored shard on the stream; the learner acknowledges an
 once a checkpoint holds the update that trained it, so a learner killed anywhere and
 resumed trains every announced shard exactly once.
 
-More: docs/internals.md (remote/shard_stream.py)."""
+More: docs/internals.md (modes/decoupled/shard_stream.py)."""
 
 from __future__ import annotations
 

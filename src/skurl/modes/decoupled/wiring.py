@@ -1,9 +1,9 @@
 """`skurl train --mode decoupled`: sim servers, collectors and the learner as processes.
 
 Wiring only, like Sample Factory's parallel runner: start the sim servers and collectors
-on this machine (remote/supervisor.py), connect the weight sync backend
-(remote/learner_weights.py) and the rollout store (store.url; by default RUN_DIR/rollouts),
-and run the one loop (train/loop.py) with GrpcCollectors (remote/grpc_collectors.py) in
+on this machine (modes/decoupled/supervisor.py), connect the weight sync backend
+(modes/decoupled/learner_weights.py) and the rollout store (store.url; by default RUN_DIR/rollouts),
+and run the one loop (train/loop.py) with GrpcCollectors (modes/decoupled/grpc_collectors.py) in
 this process. For several machines start the roles alone: skurl serve-sim / collector / learner.
 """
 
@@ -17,17 +17,17 @@ from typing import IO, Any, cast
 from skurl.config import Config, load_config
 from skurl.errors import ConfigError
 from skurl.learn.checkpoint import refuse_existing
+from skurl.modes.decoupled.grpc_collectors import Driven
+from skurl.modes.decoupled.learner_weights import open_weights
+from skurl.modes.decoupled.roles import check_decoupled
+from skurl.modes.decoupled.supervisor import LocalCluster, RestartsCounted, with_run_store
 from skurl.policy.learned import run_config_file
-from skurl.remote.grpc_collectors import Driven
-from skurl.remote.learner_weights import open_weights
-from skurl.remote.roles import check_decoupled
-from skurl.remote.supervisor import LocalCluster, RestartsCounted, with_run_store
 from skurl.store import open_store
 from skurl.telemetry.metrics import get_metrics
 from skurl.train.evaluation import TRAINED
 from skurl.train.loop import Parts, Trainer, TrainResult
 
-log = logging.getLogger("skurl.deploy")
+log = logging.getLogger("skurl.modes")
 Wrap = Callable[[Any, Trainer], Any]  # (the run's collectors, the trainer) -> a wrapper (tests inject faults)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from skurl.collect.collectors import Collected, reward_spread
 from skurl.config import Config, RayConfig
 from skurl.errors import ConfigError
-from skurl.raycluster.collectors import CollectorsLost, Placement, RayCollectors, Share
+from skurl.modes.ray.collectors import CollectorsLost, Placement, RayCollectors, Share
 
 
 def start_ray(rc: RayConfig) -> bool:
@@ -54,7 +54,7 @@ class RayCluster:
     them), as is `resumed_from`, the iteration the run resumed at."""
 
     def __init__(self, cfg: Config) -> None:
-        from skurl.sync.ray_weights import start_weight_slot
+        from skurl.modes.ray.weights import start_weight_slot
 
         if cfg.sync.backend != "inproc":
             raise ConfigError(f"config key 'sync.backend': got {cfg.sync.backend!r}, expected 'inproc' "
@@ -80,7 +80,7 @@ class RayCluster:
     def weights(self, trainer: Any) -> Any:
         """The loop's publisher: the Ray weight slot; under train.staleness an in-process
         one, and the collectors put each iteration's behaviour version into the slot."""
-        from skurl.sync.ray_weights import RayWeights
+        from skurl.modes.ray.weights import RayWeights
         from skurl.train.evaluation import TRAINED
         from skurl.train.loop import in_process_weights
 
@@ -139,7 +139,7 @@ class RayCluster:
         import ray
 
         from skurl.catalog.partition import partition
-        from skurl.raycluster.actors import ShardSpec, get
+        from skurl.modes.ray.actors import ShardSpec, get
 
         cfg, rc = self.cfg, self.cfg.ray
         self._start_actors()
@@ -174,7 +174,7 @@ class RayCluster:
         return Placement(key, len(catalog), self.core.schema, shares, refs, catalog.sku_id)
 
     def _start_actors(self) -> None:
-        from skurl.raycluster.actors import WorkerSlot, get, start_collector, threads_for
+        from skurl.modes.ray.actors import WorkerSlot, get, start_collector, threads_for
 
         if self.sim_workers:
             return
@@ -192,7 +192,7 @@ class RayCluster:
         order sent, so its next collect follows these add_env calls."""
         import ray
 
-        from skurl.raycluster.actors import start_collector
+        from skurl.modes.ray.actors import start_collector
 
         count = self.replacements.get(index, 0) + 1
         if count > self.cfg.deploy.max_restarts:
@@ -222,7 +222,7 @@ class RayCluster:
 
 class RayIterations:
     """Collectors of --mode ray: each iteration fans the training shard out to the
-    collector actors (raycluster/collectors.py), which take the weights from the slot."""
+    collector actors (modes/ray/collectors.py), which take the weights from the slot."""
 
     def __init__(self, cluster: RayCluster, weights: Any, slot: Any = None) -> None:
         # `slot`: put the weights collected with into the Ray slot first (they come from a

@@ -20,7 +20,7 @@ from typing import Any
 
 from skurl.collect.breaker import CircuitBreaker
 
-log = logging.getLogger("skurl.deploy")
+log = logging.getLogger("skurl.modes")
 
 
 class CollectorLagWatch:

@@ -1,7 +1,7 @@
 """`skurl train --mode ray`: the one loop in the driver, its simulators and collectors Ray actors.
 
 Wiring only: the loop (train/loop.py: learner, evaluation, checkpoints, logs and report in
-the driver) with the collectors of a RayCluster (raycluster/cluster.py) and weights in a Ray
+the driver) with the collectors of a RayCluster (modes/ray/cluster.py) and weights in a Ray
 weight slot. With ray.collectors = 1 the collector runs the whole SKU set in catalog order,
 so the same config and seed give bit-identical weights to --mode colocated (docs/architecture.md, Modes). A
 restarted learner (--resume) trains on the interrupted iteration's shards when they are in
@@ -21,8 +21,8 @@ from typing import IO
 from skurl.config import Config, load_config
 from skurl.errors import UserError
 from skurl.learn.checkpoint import refuse_existing
+from skurl.modes.ray.cluster import RayCluster
 from skurl.policy.learned import run_config_file
-from skurl.raycluster.cluster import RayCluster
 from skurl.train.loop import Parts, Trainer, TrainResult
 
 

@@ -1,6 +1,6 @@
 """What one decoupled iteration's collection went through, as metrics.jsonl scalars.
 
-Kept apart from the learner loop (remote/grpc_collectors.py): pure functions of the
+Kept apart from the learner loop (modes/decoupled/grpc_collectors.py): pure functions of the
 CollectReport the loop fills in, the assembled rollout and the publish times.
 """
 

@@ -8,7 +8,7 @@
 - `CollectorWorker`: a Collector over a MultiShardEnv of RayShardEnvs; takes weights
   through the weight-sync interface and returns rollouts through Ray's object store or
   writes them to the rollout store.
-- weights travel through sync/ray_weights.py (`WeightSlot` actor, `RayWeights`).
+- weights travel through modes/ray/weights.py (`WeightSlot` actor, `RayWeights`).
 Every ray.get has a timeout (ray.get_timeout_s)."""
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from skurl.catalog.schema import Catalog
 from skurl.config import Config, SimConfig
+from skurl.modes.ray.weights import RayTimeoutError, RayWeights
+from skurl.modes.ray.weights import ray_get as get
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
 from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 from skurl.sync.api import Tensors
-from skurl.sync.ray_weights import RayTimeoutError, RayWeights
-from skurl.sync.ray_weights import ray_get as get
 
 
 def threads_for(cpus: float, configured: int) -> int:
@@ -260,9 +260,9 @@ class CollectorWorker:
     def add_env(self, key: str, specs: list[ShardSpec], center: bytes | None = None) -> int:
         """SKU set `key`: one Env over these worker shards (its Collector comes with the
         first weights, which give the model's shapes). `center`: the cover grid's tuned
-        centre as safetensors bytes, when it has one (remote/remote_grid.py)."""
+        centre as safetensors bytes, when it has one (modes/decoupled/remote_grid.py)."""
+        from skurl.modes.decoupled.remote_grid import needs_raw
         from skurl.policy.grid_center import center_from_bytes
-        from skurl.remote.remote_grid import needs_raw
         from skurl.rpc.multi_shard import MultiShardEnv
 
         timeout, raw = self.cfg.ray.get_timeout_s, needs_raw(self.cfg)

@@ -1,5 +1,5 @@
 """The DDP learner's parts for the one loop (train/loop.py): a DDPLearner, and RankFeed
-collectors (remote/ddp_feed.py). Rank 0 leads: it drives the collectors of
+collectors (modes/ddp/feed.py). Rank 0 leads: it drives the collectors of
 deploy.collector_addresses (or reads the shards others' collectors write), publishes the
 weights, evaluates, keeps the best policy and writes the run dir; the other ranks follow
 its decisions through tensor broadcasts and write nothing."""
@@ -19,7 +19,7 @@ from skurl.config import Config
 from skurl.errors import ConfigError
 from skurl.learn.ddp import DDPLearner
 from skurl.learn.learner import resolve_device
-from skurl.remote.ddp_feed import (
+from skurl.modes.ddp.feed import (
     DrivenShards,
     RankFeed,
     RecordingStore,
@@ -31,7 +31,7 @@ from skurl.remote.ddp_feed import (
 from skurl.store import open_store
 
 if TYPE_CHECKING:
-    from skurl.remote.grpc_collectors import WireBackend
+    from skurl.modes.decoupled.grpc_collectors import WireBackend
     from skurl.sync.api import WeightPublisher
     from skurl.train.core import RunCore
     from skurl.train.seams import TrainerView
@@ -77,7 +77,7 @@ class RankParts:
             return in_process_weights(trainer)
         trainer.on_checkpoint.append(lambda it: self.store.delete_before(trainer.learner.iteration))
         if self.cfg.deploy.collector_addresses:
-            from skurl.remote.grpc_collectors import driven_collectors
+            from skurl.modes.decoupled.grpc_collectors import driven_collectors
 
             recording = RecordingStore(self.store)
             assert self.backend is not None  # sync.backend=inproc with collectors to drive is refused
@@ -89,7 +89,7 @@ class RankParts:
         self.shards = StoredShards(self.reader, self.cfg.deploy.collectors)
         if self.backend is None:
             return in_process_weights(trainer)
-        from skurl.remote.grpc_collectors import WirePublisher
+        from skurl.modes.decoupled.grpc_collectors import WirePublisher
         from skurl.sync.wire_versions import WIRE_FILE, WireVersions
 
         weights = WirePublisher(self.backend, WireVersions(core.run_dir / WIRE_FILE))
@@ -143,6 +143,6 @@ def check_ddp(cfg: Config) -> None:
                           "collectors of deploy.collector_addresses; expected redis (with "
                           "sync.redis_url) or grpc (the learner hosts it on deploy.weights_port)")
     if cfg.deploy.collector_addresses:
-        from skurl.remote.roles import check_decoupled
+        from skurl.modes.decoupled.roles import check_decoupled
 
         check_decoupled(cfg)

@@ -1,11 +1,11 @@
 """The process mains of the decoupled deployment's roles (docs/architecture.md, Modes): collector and learner.
 
-A collector process drives some sim servers' shards (remote/shard_envs.py) with the
-policy, serves CollectorService (rpc/collector_server.py) for the learner, follows the
+A collector process drives some sim servers' shards (modes/decoupled/shard_envs.py) with the
+policy, serves CollectorService (modes/decoupled/collector_server.py) for the learner, follows the
 weights on the sync backend (Redis, or the learner's WeightSyncService) into the
 servicer's slot, writes each episode as its shard of the iteration to the rollout store,
 and exports collector_* metrics, the barrier wait and the episode's business metrics.
-The learner role is the loop with GrpcCollectors (deploy/decoupled.py) over collectors given by
+The learner role is the loop with GrpcCollectors (modes/decoupled/wiring.py) over collectors given by
 address. `skurl collector` / `skurl learner` (commands/roles_cmd.py) run them alone, for a
 deployment across machines; `skurl train --mode decoupled` starts them all on one.
 """
@@ -24,20 +24,20 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 from skurl.collect.staleness import refuse_unbuilt
 from skurl.config import Config
 from skurl.errors import ConfigError
-from skurl.rpc.collector_server import CollectorServer, CollectorServicer
+from skurl.modes.decoupled.collector_server import CollectorServer, CollectorServicer
 from skurl.sync.api import WeightSubscriber, WeightSyncTimeout
 
 if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout
     from skurl.catalog.schema import Catalog
     from skurl.collect.collector import Collector
-    from skurl.remote.shard_envs import CatalogSchemaEnv
+    from skurl.modes.decoupled.shard_envs import CatalogSchemaEnv
     from skurl.rpc.gen import skurl_pb2 as pb
     from skurl.sim.api import Env
     from skurl.store.api import RolloutStore
     from skurl.store.shard_queue_redis import RedisShardQueue
 
-log = logging.getLogger("skurl.deploy")
+log = logging.getLogger("skurl.modes")
 READY = "skurl-ready "  # prefix of the one line a role prints once it serves (then JSON)
 _FOLLOW_POLL_S = 0.5
 
@@ -78,12 +78,12 @@ class RoleCollectorServicer(CollectorServicer):
         self._run_name = run_name
         self._received: dict[int, float] = {}  # version -> unix time it was offered
         self._barrier_wait = 0.0
-        self._center_sha = ""  # the cover grid's tuned centre in use (remote/remote_grid.py)
-        self.announce: RedisShardQueue | None = None  # the run's shard stream (remote/shard_stream.py), where used
+        self._center_sha = ""  # the cover grid's tuned centre in use (modes/decoupled/remote_grid.py)
+        self.announce: RedisShardQueue | None = None  # the run's shard stream (modes/decoupled/shard_stream.py), where used
 
     def _prepare(self, request: pb.CollectRequest) -> None:
         """Centre the cover grid on the blob the request names, once per centre."""
-        from skurl.remote.remote_grid import fetch_center
+        from skurl.modes.decoupled.remote_grid import fetch_center
 
         sha = request.grid_center_sha256
         if sha and sha != self._center_sha:
@@ -208,11 +208,11 @@ class CollectorProcess:
                  host: str = "127.0.0.1", port: int = 0, metrics_port: int = 0,
                  run_name: str = "skurl") -> None:
         from skurl.collect.collector import Collector
+        from skurl.modes.decoupled.remote_grid import needs_raw
+        from skurl.modes.decoupled.shard_envs import assign_shards, collector_env
+        from skurl.modes.decoupled.shard_stream import open_stream, uses_stream
         from skurl.policy.learned import grid_for
         from skurl.policy.nets import ActorCritic
-        from skurl.remote.remote_grid import needs_raw
-        from skurl.remote.shard_envs import assign_shards, collector_env
-        from skurl.remote.shard_stream import open_stream, uses_stream
         from skurl.rpc.feature_delta import warm_up as warm_up_delta
         from skurl.store import open_store
         from skurl.telemetry.metrics import serve_metrics
@@ -271,7 +271,7 @@ class CollectorProcess:
 def _catalog_rows(cfg: Config, env: Env) -> Catalog:
     """The catalog rows of the collector's SKUs, in its env's order (the cover grid's)."""
     from skurl.catalog import load_catalog
-    from skurl.remote.remote_grid import catalog_rows_for
+    from skurl.modes.decoupled.remote_grid import catalog_rows_for
 
     return catalog_rows_for(load_catalog(cfg.catalog), env.sku_ids, "collector")
 

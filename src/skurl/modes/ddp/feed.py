@@ -17,12 +17,12 @@ import torch.distributed as dist
 from skurl.buffer.assemble import ShardAssembly, sample_mask
 from skurl.collect.collectors import Collected, SampleIndex
 from skurl.errors import UserError
-from skurl.remote.collect_report import CollectReport, rollout_scalars
+from skurl.modes.decoupled.collect_report import CollectReport, rollout_scalars
 from skurl.store import CorruptShardError, ShardManifest
 
 if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout
-    from skurl.remote.grpc_collectors import GrpcCollectors
+    from skurl.modes.decoupled.grpc_collectors import GrpcCollectors
     from skurl.store.api import RolloutStore
 
 _DIGEST = 32  # bytes of a shard's sha256

@@ -39,7 +39,7 @@ from skurl.rpc.options import channel_options
 from skurl.sim.api import Env, Obs, ObsSchema, StepResult
 from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 
-log = logging.getLogger("skurl.deploy")
+log = logging.getLogger("skurl.modes")
 _RETRY_PAUSE_S = 0.2
 _PROBE_TIMEOUT_S = 5.0
 

@@ -8,8 +8,8 @@ import grpc
 import numpy as np
 
 from skurl.config import RpcConfig
+from skurl.modes.decoupled.collector_server import SKU_IDS
 from skurl.rpc.codec import decode_batch
-from skurl.rpc.collector_server import SKU_IDS
 from skurl.rpc.env_client import DEFAULT_CONNECT_TIMEOUT_S, connect
 from skurl.rpc.errors import COLLECTOR, WireError, from_rpc_error
 from skurl.rpc.gen import skurl_pb2 as pb
@@ -40,7 +40,7 @@ class CollectorClient:
         """One episode on the collector once it holds `min_version` (waiting up to wait_s);
         `deadline_s` bounds the whole call (default: wait_s + rpc.timeout_s). With
         `obs_sku_ids` its shard keeps the observations of those SKUs only. `grid_center`:
-        (store blob, sha256) of the cover grid's tuned centre (remote/remote_grid.py)."""
+        (store blob, sha256) of the cover grid's tuned centre (modes/decoupled/remote_grid.py)."""
         request = pb.CollectRequest(iteration=iteration, seed=seed, episode=episode,
                                     min_version=min_version, timeout_s=wait_s,
                                     obs_sku_ids=[] if obs_sku_ids is None else obs_sku_ids.tolist(),

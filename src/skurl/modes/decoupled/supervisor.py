@@ -25,14 +25,14 @@ import yaml
 from skurl.atomic import write_text
 from skurl.config import Config, StoreConfig, config_to_dict
 from skurl.errors import UserError
-from skurl.remote.roles import READY
+from skurl.modes.decoupled.roles import READY
 from skurl.rpc.health import Liveness
 from skurl.telemetry.metrics import get_metrics
 
 if TYPE_CHECKING:
     from skurl.collect.collectors import Collected, Collectors, SampleIndex
 
-log = logging.getLogger("skurl.deploy")
+log = logging.getLogger("skurl.modes")
 CLUSTER_DIR = "decoupled"
 _SIM_READY = re.compile(r"serving shard \d+/\d+ \(\d+ SKUs\) on (\S+?)(?:; metrics on (\S+))?$")
 _POLL_S = 0.2
@@ -264,7 +264,7 @@ class InProcessRoles:
 
     def __init__(self, cfg: Config, weights_address: str | None = None, run_name: str = "skurl") -> None:
         from skurl.catalog import load_catalog
-        from skurl.remote.roles import CollectorProcess
+        from skurl.modes.decoupled.roles import CollectorProcess
         from skurl.rpc.env_server import serve_shards
 
         d = cfg.deploy

@@ -27,11 +27,11 @@ from skurl.collect.lost_share import judge_loss
 from skurl.collect.near_policy import with_staleness
 from skurl.config import Config
 from skurl.errors import UserError
-from skurl.remote.collect_report import CollectReport, report_scalars, rollout_scalars
-from skurl.remote.lag_watch import CollectorLagWatch, held_wire_of, newest_wire
-from skurl.remote.shard_envs import business_from_totals
-from skurl.remote.shard_stream import CONSUMER, StreamShares, open_stream, uses_stream
-from skurl.rpc.collector_client import CollectorClient
+from skurl.modes.decoupled.collect_report import CollectReport, report_scalars, rollout_scalars
+from skurl.modes.decoupled.collector_client import CollectorClient
+from skurl.modes.decoupled.lag_watch import CollectorLagWatch, held_wire_of, newest_wire
+from skurl.modes.decoupled.shard_envs import business_from_totals
+from skurl.modes.decoupled.shard_stream import CONSUMER, StreamShares, open_stream, uses_stream
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
 from skurl.store import CorruptShardError, ShardManifest
 from skurl.sync.wire_versions import WireVersions
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from skurl.telemetry.stages import StageTimer
     from skurl.train.seams import TrainerView
 
-log = logging.getLogger("skurl.deploy")
+log = logging.getLogger("skurl.modes")
 _UNAVAILABLE_PAUSE_S = 0.5
 
 
@@ -54,7 +54,7 @@ class CollectError(UserError):
 
 
 class WireBackend(Protocol):
-    """The sync backend wire versions travel on (remote/learner_weights.py)."""
+    """The sync backend wire versions travel on (modes/decoupled/learner_weights.py)."""
 
     def publish(self, version: int, tensors: dict[str, Any]) -> None: ...
 
@@ -305,7 +305,7 @@ class GrpcCollectors:
 
     def stored_rollout(self, episode: int, version: int) -> Collected | None:
         """Episode `episode` of learner version `version` from the shards in the store
-        (bounded staleness after a restart: remote/shard_stream.py); None unless every
+        (bounded staleness after a restart: modes/decoupled/shard_stream.py); None unless every
         collector's shard is there and verifies."""
         self.version, self.seed, self.assembly.chosen = version, self.cfg.train.seed, None
         report = CollectReport()
@@ -378,7 +378,7 @@ def driven_collectors(trainer: TrainerView, addresses: Sequence[str], backend: W
                       resumed: bool, run_name: str, assembly: ShardAssembly | None = None) -> GrpcCollectors:
     """GrpcCollectors over `addresses` for `trainer` (its core and learner), their weights
     on `backend` under wire versions, starting above what any collector or the backend holds."""
-    from skurl.remote.remote_grid import publish_center
+    from skurl.modes.decoupled.remote_grid import publish_center
     from skurl.sync.wire_versions import WIRE_FILE, WireVersions
 
     core, learner, cfg = trainer.core, trainer.learner, trainer.cfg

@@ -19,7 +19,7 @@ from skurl.errors import UserError
 from skurl.sim.api import ObsSchema
 
 if TYPE_CHECKING:
-    from skurl.raycluster.actors import ShardSpec
+    from skurl.modes.ray.actors import ShardSpec
 
 log = logging.getLogger("skurl.ray")
 
@@ -144,7 +144,7 @@ class RayCollectors:
         """Each collector's reply, or its share in the lost list when its actor died."""
         from ray.exceptions import RayActorError, RayTaskError
 
-        from skurl.raycluster.actors import get
+        from skurl.modes.ray.actors import get
 
         rc, key = self.run.cfg.ray, self.placement.key
         by_index = {s.index: s for s in self.placement.shares}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from skurl.config import Config
-from skurl.remote.roles import check_decoupled
+from skurl.modes.decoupled.roles import check_decoupled
 
 
 class RedisWeights:

@@ -1,10 +1,10 @@
-"""`python -m skurl.deploy.ddp_learner`: the DDP learner, one process per rank under torchrun.
+"""`python -m skurl.modes.ddp.learner`: the DDP learner, one process per rank under torchrun.
 
-    torchrun --nproc_per_node 2 -m skurl.deploy.ddp_learner --config run.yaml --run-dir runs/x
-    python -m skurl.deploy.ddp_learner --nproc 2 --run-dir runs/x   # starts torchrun itself
+    torchrun --nproc_per_node 2 -m skurl.modes.ddp.learner --config run.yaml --run-dir runs/x
+    python -m skurl.modes.ddp.learner --nproc 2 --run-dir runs/x   # starts torchrun itself
 
 Every rank runs the one loop (train/loop.py) with a DDPLearner and the RankFeed collectors
-(remote/ddp_parts.py). Only rank 0 drives the collectors of
+(modes/ddp/parts.py). Only rank 0 drives the collectors of
 deploy.collector_addresses, publishes the weights, evaluates, keeps the best policy, writes
 checkpoints, metrics.jsonl and the report and serves /metrics; the others follow its
 decisions through tensor broadcasts. A run dir that holds checkpoints is resumed.
@@ -28,13 +28,13 @@ from skurl.config.flags import add_config_flags, config_from_args
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import latest_checkpoint
 from skurl.learn.ddp import DDPLearner
-from skurl.remote.ddp_parts import RankParts, check_ddp, init_distributed
+from skurl.modes.ddp.parts import RankParts, check_ddp, init_distributed
 from skurl.train.loop import Trainer, TrainResult
 
 if TYPE_CHECKING:
-    from skurl.remote.learner_weights import HostedWeights, RedisWeights
+    from skurl.modes.decoupled.learner_weights import HostedWeights, RedisWeights
 
-ENTRY = "skurl.deploy.ddp_learner"
+ENTRY = "skurl.modes.ddp.learner"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +132,7 @@ def _weights(cfg: Config, host: str) -> RedisWeights | HostedWeights | None:
         print(f"{ENTRY}: sync.backend=inproc publishes nothing across processes; weights are in "
               "the checkpoints", file=sys.stderr)
         return None
-    from skurl.remote.learner_weights import open_weights
+    from skurl.modes.decoupled.learner_weights import open_weights
 
     return open_weights(cfg, host)
 

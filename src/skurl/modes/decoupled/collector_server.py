@@ -6,7 +6,7 @@ Collect, never mid-episode; Collect is the sync barrier (a finite wait, at most 
 never past the caller's deadline), then one episode (stored as this collector's shard);
 GetBuffer streams the rollout in chunks under the message limit; GetStats returns counters.
 
-More: docs/internals.md (rpc/collector_server.py)."""
+More: docs/internals.md (modes/decoupled/collector_server.py)."""
 
 from __future__ import annotations
 
