@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from typing import NoReturn
 
 from skurl.errors import UserError, missing_extra_of
 
@@ -33,7 +34,7 @@ COMMAND_MODULES = (
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
         raise UserError(f"{self.prog}: {message}")
 
 

@@ -13,13 +13,16 @@ import functools
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
 
 from skurl.errors import ConfigError
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def opt(default: Any, help: str) -> Any:
@@ -42,7 +45,7 @@ def section(cls: type, help: str) -> Any:
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type[DataclassInstance]) -> dict[str, Any]:
     """Resolved field types of a config dataclass (typing.get_type_hints re-evaluates the
     annotations on every call: most of the time of a --set)."""
     return get_type_hints(cls)
@@ -154,7 +157,7 @@ def build(cls: type[T], data: dict[str, Any] | None, prefix: str = "") -> T:
     for name, value in data.items():
         tp = hints[name]
         key = prefix + name
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             kwargs[name] = build(tp, value, key + ".")
         else:
             kwargs[name] = _coerce(key, value, tp)
@@ -175,7 +178,7 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type[DataclassInstance]) -> dict[str, Any]:
     """Apply `a.b=value` strings onto a nested dict, checking each key path against `cls`."""
     out = _deepcopy(data)
     for item in overrides:
@@ -199,7 +202,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], cls: type) -> di
                     raise ConfigError(f"--set '{key}': is a section, set one of its keys")
                 node[part] = raw
             else:
-                if not dataclasses.is_dataclass(tp):
+                if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
                     raise ConfigError(f"--set '{key}': '{'.'.join(parts[: i + 1])}' is not a section")
                 child = node.get(part)
                 if child is None:
@@ -278,7 +281,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def describe(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str]]:
+def describe(cls: type[DataclassInstance], prefix: str = "") -> list[tuple[str, str, Any, str]]:
     """(key, type, default, help) for every leaf field, in declaration order."""
     rows: list[tuple[str, str, Any, str]] = []
     hints = get_type_hints(cls)
@@ -286,7 +289,7 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str]]:
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         key = prefix + f.name
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             rows.extend(describe(tp, key + "."))
         else:
             rows.append((key, _expected(tp), to_dict(getattr(default, f.name)), f.metadata.get("help", "")))

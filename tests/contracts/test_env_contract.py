@@ -259,10 +259,8 @@ def test_info_and_close(make_env: Callable[[], Env]) -> None:
 def test_sku_ids_are_the_catalog_ids_in_row_order(make_env: Callable[[], Env],
                                                   setup: tuple[Catalog, SimConfig]) -> None:
     """Collectors key per-SKU random draws on these ids: same ids, same actions, any mode."""
-    env = make_env()
-    ids = getattr(env, "sku_ids", None)
-    if ids is None:
-        ids = env.catalog.sku_id  # type: ignore[attr-defined]
+    ids = make_env().sku_ids  # Env.sku_ids: every backend tells its own
+    assert ids.dtype == np.int64
     np.testing.assert_array_equal(ids, setup[0].sku_id)
 
 

@@ -107,7 +107,7 @@ def _frozen(a: np.ndarray, dtype: type) -> np.ndarray:
     """An aligned, C-ordered, read-only view (a copy only when unaligned) reinterpreted as
     `dtype`: one array type for the kernels whatever the source (received bytes, store
     buffers), so `warm_up` compiles every specialization they will ever need."""
-    out = np.require(a, requirements=["C", "A"]).view(dtype)
+    out: np.ndarray = np.require(a, requirements=["C", "A"]).view(dtype)
     out = out.view()
     out.flags.writeable = False
     return out

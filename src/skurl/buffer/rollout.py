@@ -87,7 +87,7 @@ class Rollout:
         """The rollout restricted to SKU columns `index` (sorted; copies). A rollout with
         the observations of some SKUs only (obs_sku_ids) must be restricted to exactly those."""
         partial = self.obs_sku_ids is not None
-        if partial and not np.array_equal(self.obs_sku_ids, self.sku_ids[index]):
+        if self.obs_sku_ids is not None and not np.array_equal(self.obs_sku_ids, self.sku_ids[index]):
             raise ValueError(f"Rollout.select_skus: the rollout holds the observations of "
                              f"{self.obs_sku_ids.shape[0]} of its {self.num_skus} SKUs only, not "
                              f"of the {len(index)} selected")

@@ -1,7 +1,7 @@
 """Split a catalog's rows across shards (simulator servers, Ray workers, collectors).
 
-A substitution group moves demand between its members the same day, so a group is one
-unit and never split. Methods:
+A substitution group moves demand between its members the same day, and a supply network
+(catalog/network.py) stock between its locations, so each is one unit, never split. Methods:
 
 More: docs/internals.md (catalog/partition.py)."""
 
@@ -35,10 +35,14 @@ def sku_cost(catalog: Catalog) -> np.ndarray:
 
 
 def units(catalog: Catalog) -> np.ndarray:
-    """Unit id per row (int64 [N]): one per substitution group, one per ungrouped SKU,
-    numbered in order of each unit's first row."""
+    """Unit id per row (int64 [N]): one per substitution group, one per supply network, one
+    per other SKU, numbered in order of each unit's first row."""
     g = catalog.group.astype(np.int64)
     n = g.shape[0]
+    if catalog.has_network:  # network rows are in no group (validate_network): key = root row
+        from skurl.catalog.network import echelons
+
+        return _first_seen_rank(np.where(g >= 0, g, g.max(initial=0) + 1 + echelons(catalog)[1]))
     # Fast path: members of each group adjacent (the synthetic generator's layout).
     starts = np.ones(n, dtype=bool)
     starts[1:] = (g[1:] != g[:-1]) | (g[1:] < 0)
@@ -46,7 +50,11 @@ def units(catalog: Catalog) -> np.ndarray:
     run_groups = run_groups[run_groups >= 0]
     if np.unique(run_groups).shape[0] == run_groups.shape[0]:
         return np.cumsum(starts) - 1
-    key = np.where(g >= 0, g, g.max() + 1 + np.arange(n))
+    return _first_seen_rank(np.where(g >= 0, g, g.max() + 1 + np.arange(n)))
+
+
+def _first_seen_rank(key: np.ndarray) -> np.ndarray:
+    """Per row, the rank of its key among the keys ordered by first occurrence."""
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     rank = np.empty(first.shape[0], dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(first.shape[0])
@@ -104,7 +112,7 @@ def _most_expensive_first(unit_cost: np.ndarray) -> np.ndarray:
     return np.sort(key) & ((1 << id_bits) - 1)
 
 
-def _unit_shards(unit: np.ndarray, n_shards: int, method: str, row_cost: np.ndarray) -> np.ndarray:
+def _unit_shards(unit: np.ndarray, n_shards: int, method: str, row_cost: np.ndarray | None) -> np.ndarray:
     """Shard of each unit."""
     n_units = int(unit[-1]) + 1 if unit.shape[0] else 0
     if method == "equal":

@@ -243,7 +243,7 @@ def synthetic_catalog(cfg: CatalogConfig, skus: int | None = None) -> Catalog:
     demand = _demand(rngs["demand"], syn, cats, category)
     shelf_life = _shelf_life(rngs["perish"], syn, cats, category)
     sub_frac = np.where(group >= 0, rngs["layout"].uniform(*SUB_FRAC_RANGE, n), 0.0)
-    return Catalog(
+    catalog = Catalog(
         sku_id=np.arange(n, dtype=np.int64),
         category=category,
         group=group,
@@ -256,6 +256,11 @@ def synthetic_catalog(cfg: CatalogConfig, skus: int | None = None) -> Catalog:
         **_money(rngs["money"], syn, cats, category, demand["demand_mean"], shelf_life),
         **_promotions(rngs["promo"], syn, cats, category),
     ).validate()
+    if syn.network == "dc":
+        from skurl.catalog.dc_network import dc_network
+
+        return dc_network(catalog, cfg.seed)
+    return catalog
 
 
 def segments(catalog: Catalog, fast: float = 10.0, slow: float = 1.0) -> dict[str, np.ndarray]:

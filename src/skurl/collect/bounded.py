@@ -18,11 +18,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from skurl.collect.breaker import CircuitBreaker, max_lag_of
-from skurl.collect.collectors import Collected, Collectors, SampleIndex
+from skurl.collect.collectors import Collected, Collectors, NewestWeights, SampleIndex, WeightSource
 from skurl.collect.staleness import LagFigures, WeightHistory
+from skurl.config import TrainConfig
 from skurl.telemetry.metrics import get_metrics
 
 _log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class BoundedStaleness:
     reference; by default the newest published one). Episodes are numbered on from the
     first call's iteration, one per collection (refused ones included)."""
 
-    def __init__(self, inner: Collectors, latest: Any, history: WeightHistory, staleness: int,
+    def __init__(self, inner: Collectors, latest: NewestWeights, history: WeightHistory, staleness: int,
                  breaker: CircuitBreaker, learner_version: Callable[[], int | None] | None = None) -> None:
         self.inner, self.latest, self.history, self.staleness = inner, latest, history, staleness
         self.breaker = breaker
@@ -169,7 +169,8 @@ class BoundedStaleness:
         self.inner.close()
 
 
-def bounded(train: Any, latest: Any, local: Callable[[Any], Collectors]) -> BoundedStaleness:
+def bounded(train: TrainConfig, latest: NewestWeights,
+            local: Callable[[WeightSource], Collectors]) -> BoundedStaleness:
     """BoundedStaleness over `local(history)`, the newest weights from `latest` (the
     learner's in-process publisher)."""
     history = WeightHistory(2, None, keep_back=0)

@@ -14,16 +14,16 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 from skurl.collect.collectors import Collected, Collectors, SampleIndex
+from skurl.config import TrainConfig
 from skurl.telemetry.metrics import get_metrics
 
 log = logging.getLogger(__name__)
 Lag = Callable[[], "int | None"]  # versions the next collection would lag; None: unknown now
 
 
-def max_lag_of(train: Any) -> int:
+def max_lag_of(train: TrainConfig) -> int:
     """train.max_lag, whose 0 means train.staleness."""
     return int(train.max_lag or train.staleness)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -105,7 +105,7 @@ class Collector:
         self.dtype = infer_dtype if isinstance(infer_dtype, torch.dtype) else resolve_infer_dtype(infer_dtype)
         info = env.info()
         self.days = int(days if days is not None else info["days"])
-        self.sku_ids = np.asarray(sku_ids if sku_ids is not None else _env_sku_ids(env), np.int64)
+        self.sku_ids = np.asarray(sku_ids if sku_ids is not None else env.sku_ids, np.int64)
         if self.sku_ids.shape != (env.num_skus,):
             raise ValueError(f"collector: {self.sku_ids.shape[0]} sku_ids for {env.num_skus} SKUs")
         self.timer: Timer = timer or _NoTimer()
@@ -234,10 +234,3 @@ class Collector:
             e = s + self.chunk
             out[s:e] = self.nets.values(feats[s:e]).numpy()
 
-
-def _env_sku_ids(env: Any) -> np.ndarray:
-    """SKU ids of an env that exposes them (sku_ids, or catalog.sku_id); else 0..N-1."""
-    ids = getattr(env, "sku_ids", None)
-    if ids is None and getattr(env, "catalog", None) is not None:
-        ids = env.catalog.sku_id
-    return np.arange(env.num_skus, dtype=np.int64) if ids is None else np.asarray(ids)

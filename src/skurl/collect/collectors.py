@@ -10,9 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 
 from skurl.buffer.rollout import Rollout
 from skurl.collect.collector import Collector
+from skurl.policy.actions import ActionGrid
+from skurl.policy.nets import ActorCritic
+from skurl.sim.api import Env
 from skurl.telemetry.stages import StageTimer
 
 SampleIndex = Callable[[int], "np.ndarray | None"]  # the learner's SKU sample of N SKUs (None: all)
@@ -25,6 +29,21 @@ class Collected:
 
     rollout: Rollout
     scalars: dict[str, Any] = field(default_factory=dict)
+
+
+class WeightSource(Protocol):
+    """Where collectors wait for weights (the learner's publisher, WeightHistory): part of
+    sync/api.py's WeightSubscriber, restated because the cores import nothing of sync."""
+
+    def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, dict[str, torch.Tensor]]: ...
+
+
+class NewestWeights(WeightSource, Protocol):
+    """A WeightSource that also tells its newest weights (a WeightSubscriber)."""
+
+    def latest(self) -> tuple[int, dict[str, torch.Tensor]] | None: ...
+
+    def latest_version(self) -> int | None: ...
 
 
 class Collectors(Protocol):
@@ -43,15 +62,28 @@ def reward_spread(rollout: Rollout) -> dict[str, float]:
     return {"reward_p5": p5, "reward_p50": p50, "reward_p95": p95}
 
 
+def _record_episode(seconds: float, transitions: int) -> None:
+    """The collector families a collector process records (remote/roles.py), recorded by the
+    in-process collectors too, so a colocated /metrics has them (its role exports them)."""
+    from skurl.telemetry.metrics import get_metrics
+
+    m = get_metrics()
+    m.collector_episodes_total.inc()
+    m.collector_episode_duration_seconds.observe(seconds)
+    m.collector_steps_per_second.set(transitions / max(seconds, 1e-9))
+    m.collector_buffer_size.set(transitions)
+
+
 class LocalCollectors:
     """A Collector in this process over training shard `iteration % shards` (round robin).
     It waits for the version on `weights` (the sync barrier) like a remote one would."""
 
-    def __init__(self, env_of: Callable[[int], Any], shards: int, model: Any, grid: Any, weights: Any,
+    def __init__(self, env_of: Callable[[int], Env], shards: int, model: ActorCritic, grid: ActionGrid,
+                 weights: WeightSource,
                  timer: StageTimer, *, chunk: int, infer_dtype: str, record_values: bool) -> None:
         self.env_of, self.shards, self.model, self.grid, self.weights = env_of, shards, model, grid, weights
         self.timer = timer
-        self.options = {"chunk": chunk, "infer_dtype": infer_dtype, "record_values": record_values}
+        self.options: dict[str, Any] = {"chunk": chunk, "infer_dtype": infer_dtype, "record_values": record_values}
 
     def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
         collector = Collector(self.env_of(iteration % self.shards), self.model, self.grid, timer=self.timer,
@@ -60,9 +92,10 @@ class LocalCollectors:
             held, tensors = self.weights.wait_for(version, timeout=60.0)
             collector.set_weights(held, tensors)
         index = sample(collector.env.num_skus)
-        obs_skus = {} if index is None else {"obs_skus": collector.sku_ids[index]}
-        rollout = collector.collect(seed, iteration, held, **obs_skus)
+        obs_skus = None if index is None else collector.sku_ids[index]
+        rollout = collector.collect(seed, iteration, held, obs_skus=obs_skus)
         assert rollout is not None
+        _record_episode(collector.stats.seconds, rollout.transitions)
         return Collected(rollout, {**collector.stats.scalars(), **reward_spread(rollout)})
 
     def close(self) -> None:

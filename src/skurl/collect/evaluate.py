@@ -18,9 +18,9 @@ import numpy as np
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.policy.api import Policy
-from skurl.sim.api import Env
 from skurl.sim.episode import (
     COST_FIELDS,
+    TotalingEnv,
     make_env,
     run_episode,
     sku_cost,
@@ -31,8 +31,15 @@ PER_SKU_FIELDS = ("per_sku_cost", "per_sku_profit", "per_sku_inventory_cost")
 
 
 def eval_subset(catalog: Catalog, skus: int) -> Catalog:
-    """The SKUs scored by evaluations (eval.skus): the first `skus` rows, or all with 0."""
-    return catalog if skus == 0 or skus >= len(catalog) else catalog.subset(np.arange(skus))
+    """The SKUs scored by evaluations (eval.skus): the first `skus` rows (and the rest of
+    their supply networks), or all with 0."""
+    if skus == 0 or skus >= len(catalog):
+        return catalog
+    if catalog.has_network:
+        from skurl.collect.network_report import whole_networks
+
+        return catalog.subset(whole_networks(catalog, np.arange(skus)))
+    return catalog.subset(np.arange(skus))
 
 
 @dataclass
@@ -61,6 +68,7 @@ class EvalResult:
     per_sku_profit: np.ndarray = field(repr=False)
     per_sku_inventory_cost: np.ndarray = field(repr=False)
     backordered_units: float = 0.0  # demand not served the day it came, owed (sim.backorders)
+    network: dict[str, Any] | None = None  # supply networks: collect/network_report.py
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items()
@@ -77,7 +85,7 @@ class EvalResult:
 
 
 def evaluate(catalog: Catalog, sim_cfg: SimConfig, policy: Policy, *, days: int, warmup: int,
-             seed: int, episodes: int = 1, env: Env | None = None) -> EvalResult:
+             seed: int, episodes: int = 1, env: TotalingEnv | None = None) -> EvalResult:
     """Score `policy` on `catalog`: `episodes` episodes (seeds seed..seed+episodes-1) of
     warmup + days days each; costs counted after the warm-up. Pass `env` to reuse one
     built for this catalog with sim.days >= warmup + days."""
@@ -97,8 +105,14 @@ def evaluate(catalog: Catalog, sim_cfg: SimConfig, policy: Policy, *, days: int,
         for k, v in totals.items():
             sums[k] = sums.get(k, 0.0) + v
     unit_cost = np.asarray(catalog.unit_cost, dtype=np.float64)
-    return _aggregate(policy, sums, failed, np.stack(per_episode_cost), days, warmup, seeds, sim_cfg,
-                      unit_cost)
+    result = _aggregate(policy, sums, failed, np.stack(per_episode_cost), days, warmup, seeds, sim_cfg,
+                        unit_cost)
+    if catalog.has_network:
+        from skurl.collect.network_report import network_summary
+
+        per_day = {k: v / (days * len(seeds)) for k, v in sums.items()}
+        result.network = network_summary(catalog, np.stack(per_episode_cost), per_day, ~failed)
+    return result
 
 
 def _aggregate(policy: Policy, sums: dict[str, np.ndarray], failed: np.ndarray, episode_cost: np.ndarray,

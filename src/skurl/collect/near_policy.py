@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from skurl.collect.bounded import bounded
-from skurl.collect.collectors import Collectors
+from skurl.collect.collectors import Collectors, NewestWeights, WeightSource
 from skurl.collect.staleness import HISTORY_DIR, FixedStaleness, SampleAt, WeightHistory
+from skurl.config import TrainConfig
 
 
-def with_staleness(train: Any, latest: Any, run_dir: Path, local: Callable[[Any], Collectors],
+def with_staleness(train: TrainConfig, latest: NewestWeights, run_dir: Path,
+                   local: Callable[[WeightSource], Collectors],
                    sample_at: SampleAt | None = None) -> Collectors:
     """The run's collectors: `local(latest)` at train.staleness 0 (the sync barrier), else
     FixedStaleness over `local(history)` (`sample_at`: the learner's SKU sample of a given

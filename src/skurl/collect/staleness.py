@@ -23,7 +23,8 @@ import torch
 from safetensors.torch import load, save
 
 from skurl import atomic
-from skurl.collect.collectors import Collected, Collectors, SampleIndex
+from skurl.collect.collectors import Collected, Collectors, SampleIndex, WeightSource
+from skurl.config import TrainConfig
 from skurl.errors import UserError
 from skurl.telemetry.metrics import get_metrics
 
@@ -34,7 +35,7 @@ Tensors = dict[str, torch.Tensor]
 SampleAt = Callable[[int, int], "np.ndarray | None"]  # (N SKUs, iteration) -> that update's SKU sample
 
 
-def refuse_unbuilt(train: Any, mode: str) -> None:
+def refuse_unbuilt(train: TrainConfig, mode: str) -> None:
     """train.staleness > 0 runs where it is built (fixed and bounded: colocated, decoupled,
     ray): one line elsewhere."""
     if train.staleness == 0:
@@ -102,7 +103,7 @@ class FixedStaleness:
     if it asks for that very job, else collects anew. Each call records the lag, the time
     the learner waited for the rollout (learner_idle) and the collectors for work."""
 
-    def __init__(self, inner: Collectors, latest: Any, history: WeightHistory, staleness: int,
+    def __init__(self, inner: Collectors, latest: WeightSource, history: WeightHistory, staleness: int,
                  ahead: bool = False, iterations: int | None = None, sample_at: SampleAt | None = None) -> None:
         self.inner, self.latest, self.history, self.staleness = inner, latest, history, staleness
         self.sample_at = sample_at  # the learner's SKU sample of (N SKUs, a later iteration)

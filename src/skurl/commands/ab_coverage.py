@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def worlds(run: str) -> tuple[Catalog, dict[str, np.ndarray], dict[str, np.ndarr
     full = load_catalog(cfg.catalog)
     a = resolve_policy(types.SimpleNamespace(run=None, policy="forecast-base-stock", tune=True), cfg, full)[0]
     b = resolve_policy(types.SimpleNamespace(run=run, policy=None, tune=False), cfg, full)[0]
-    kw = {"days": cfg.eval.days, "warmup": cfg.eval.warmup, "seed": cfg.eval.seed,
+    kw: dict[str, Any] = {"days": cfg.eval.days, "warmup": cfg.eval.warmup, "seed": cfg.eval.seed,
           "widths": feature_widths(full, run)}
     n = len(full)
     out = []

@@ -17,12 +17,15 @@ import argparse
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
+
+if TYPE_CHECKING:
+    from skurl.catalog.partition import Method
 
 METHODS = ("equal", "round_robin_cost", "lpt")
 
@@ -30,7 +33,8 @@ METHODS = ("equal", "round_robin_cost", "lpt")
 def register_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("shards", help="shard balance: per-worker simulator step time per partition method")
     add_config_flags(p)
-    p.add_argument("--skus", type=int, default=200_000, help="SKUs (catalog from the config; synthetic by default)")
+    p.add_argument("--skus", type=int, default=None,
+                   help="SKUs (default: catalog.skus where --config/--set gives it, else 200000)")
     p.add_argument("--workers", type=int, default=4, help="simulator workers (shards)")
     p.add_argument("--steps", type=int, default=20, help="days timed per shard")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated partition methods ({', '.join(METHODS)})")
@@ -38,12 +42,12 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_shards)
 
 
-def _methods(text: str) -> list[str]:
+def _methods(text: str) -> list[Method]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if not methods or bad:
         raise UserError(f"bench shards: --methods {text!r}, expected a comma-separated list of {', '.join(METHODS)}")
-    return methods
+    return methods  # type: ignore[return-value]  # each checked to be in METHODS above
 
 
 def shard_seconds(catalog: Any, sim: Any, parts: list[np.ndarray], steps: int) -> list[float]:
@@ -80,7 +84,9 @@ def _orders(obs: Any, lead: np.ndarray, out: np.ndarray) -> np.ndarray:
 def run_shards(args: argparse.Namespace) -> int:
     from skurl.catalog import load_catalog
     from skurl.catalog.partition import partition, sku_cost
+    from skurl.commands.bench_cmd import configured_skus
 
+    args.skus = configured_skus(args, 200_000)
     if args.skus < 1 or args.workers < 1 or args.steps < 1:
         raise UserError(f"bench shards: --skus {args.skus}, --workers {args.workers} and --steps {args.steps} "
                         "must be >= 1")
@@ -90,7 +96,7 @@ def run_shards(args: argparse.Namespace) -> int:
     catalog = load_catalog(cfg.catalog, args.skus)
     cost = sku_cost(catalog)
     load_before = os.getloadavg()[0]
-    results = {}
+    results: dict[Method, dict[str, Any]] = {}
     for method in methods:
         parts = [p for p in partition(catalog, args.workers, method) if p.size]
         seconds = shard_seconds(catalog, sim, parts, args.steps)

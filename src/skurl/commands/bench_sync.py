@@ -141,7 +141,8 @@ class _Subscribers:
                 raise UserError(f"bench sync: version {version} did not reach every subscriber "
                                 f"within sync.timeout_s={timeout_s:g} s") from None
             if not line:
-                err = self._procs[i].stderr.read().strip().splitlines() if self._procs[i].stderr else []
+                stderr = self._procs[i].stderr
+                err = stderr.read().strip().splitlines() if stderr else []
                 raise UserError(f"bench sync: subscriber {i} exited: {(err or ['(no output)'])[-1]}")
             v, t = line.split()
             self._held[i][int(v)] = float(t)

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import math
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def _eval_overrides(args: argparse.Namespace) -> list[str]:
     return [f"eval.{k}={v}" for k, v in flags.items() if v is not None]
 
 
-def resolve_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog,
+def resolve_policy(args: argparse.Namespace | types.SimpleNamespace, cfg: Config, catalog: Catalog,
                    ) -> tuple[Policy, dict[str, Any] | None]:
     """The policy the flags ask for, and its tuning summary (None when not tuned)."""
     if getattr(args, "run", None):

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,7 @@ def train_once(args: argparse.Namespace, extra: list[str]) -> Any:
     catalog = getattr(args, "catalog", None)
     if args.resume and _changes_catalog(args.resume, catalog, list(args.overrides)):
         return _resume_changed(args, catalog, list(args.overrides) + extra, mode)
+    runner: types.ModuleType
     if mode == "decoupled":
         from skurl.deploy import decoupled as runner
     else:
@@ -163,11 +165,16 @@ def _resume_changed(args: argparse.Namespace, catalog: str | None, overrides: li
 def _mode(args: argparse.Namespace) -> str:
     """--mode; with --resume and no --mode, the mode the run was started in (its MODE_FILE;
     colocated for runs that predate it)."""
+    from skurl.policy.learned import CONFIG_FILE
     from skurl.train.loop import recorded_mode
 
     mode = getattr(args, "mode", None)
     if mode is None and args.resume:
         mode = recorded_mode(args.resume)
+        if mode == "ddp":
+            raise UserError(f"skurl train --resume {args.resume}: the run was started by the DDP "
+                            "learner; resume it with python -m skurl.deploy.ddp_learner --run-dir "
+                            f"{args.resume} --config {Path(args.resume) / CONFIG_FILE} [--nproc K]")
         if mode and mode != "colocated":
             print(f"skurl train: resuming {args.resume} in --mode {mode}, the mode it was started in",
                   file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -93,7 +94,7 @@ def train_repeats(args: argparse.Namespace, extra: list[str], repeats: int,
             child.run_dir = str(root / REPEAT_DIR.format(k=k))
             child_extra = [*extra, f"train.seed={seed}"]
             result = tracked(resolved_config(child, child_extra), Path(child.run_dir),
-                             lambda c=child, e=child_extra: train_once(c, e), parent=parent)
+                             functools.partial(train_once, child, child_extra), parent=parent)
             rows.append({"repeat": k, "seed": seed, "run_dir": str(result.run_dir),
                          **tracking.final_metrics(result.eval, result.baseline)})
         summary = summarize(rows)

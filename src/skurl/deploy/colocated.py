@@ -8,20 +8,24 @@ weights in memory (the sync barrier), and train.staleness's collect-ahead around
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from skurl.collect.collectors import Collectors, LocalCollectors
 from skurl.collect.near_policy import with_staleness
 from skurl.config import Config, load_config
 from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
+from skurl.sync.inproc import InProcWeights
+from skurl.telemetry.metrics import get_metrics
+from skurl.train.evaluation import TRAINED
 from skurl.train.loop import Parts, Trainer, TrainResult
 
 
 def local_collectors(trainer: Trainer) -> Collectors:
     """Collectors in this process over the training shards' envs."""
     core, t = trainer.core, trainer.cfg.train
-    return with_staleness(t, trainer.weights, trainer.run_dir, lambda weights: LocalCollectors(
+    latest = cast(InProcWeights, trainer.weights)  # Parts.weights' default: in_process_weights
+    return with_staleness(t, latest, trainer.run_dir, lambda weights: LocalCollectors(
         core.local_env, len(core.shards), trainer.model, core.grid, weights, core.timer,
         chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values), trainer.learner.sample_index)
 
@@ -32,7 +36,14 @@ def parts() -> Parts:
 
 def trainer(cfg: Config, run_dir: str | Path, *, resume: bool = False, stream: IO[str] | None = None,
             baseline: bool = True) -> Trainer:
-    return Trainer(cfg, run_dir, parts(), resume=resume, stream=stream, baseline=baseline)
+    """The colocated Trainer; each evaluation's business figures go to Prometheus (as the
+    decoupled learner's do)."""
+    t = Trainer(cfg, run_dir, parts(), resume=resume, stream=stream, baseline=baseline)
+    evaluator = t.evaluator
+    if evaluator is not None:
+        evaluator.on_evaluated.append(
+            lambda it, out: get_metrics().record_business(t.run_dir.name, TRAINED, evaluator.last))
+    return t
 
 
 def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,

@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -30,6 +30,9 @@ from skurl.learn.checkpoint import latest_checkpoint
 from skurl.learn.ddp import DDPLearner
 from skurl.remote.ddp_parts import RankParts, check_ddp, init_distributed
 from skurl.train.loop import Trainer, TrainResult
+
+if TYPE_CHECKING:
+    from skurl.remote.learner_weights import HostedWeights, RedisWeights
 
 ENTRY = "skurl.deploy.ddp_learner"
 
@@ -55,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.nproc > 1 and "LOCAL_RANK" not in os.environ:
+            check_ddp(_config(args))  # one line and exit 2 here, not K ranks' tracebacks under torchrun
             return _torchrun(args.nproc, argv)
         run(args)
         return 0
@@ -71,11 +75,15 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     return subprocess.run(cmd, check=False).returncode
 
 
-def run(args: argparse.Namespace) -> TrainResult:
+def _config(args: argparse.Namespace) -> Config:
     extra = [f"store.url={args.rollouts}"] if args.rollouts else []
     if args.iterations is not None:
         extra.append(f"train.iterations={args.iterations}")
-    cfg = config_from_args(args, extra)
+    return config_from_args(args, extra)
+
+
+def run(args: argparse.Namespace) -> TrainResult:
+    cfg = _config(args)
     check_ddp(cfg)
     device = init_distributed(cfg, args.wait_s)
     try:
@@ -114,7 +122,7 @@ def _run_rank(cfg: Config, args: argparse.Namespace, device: torch.device) -> Tr
     return result
 
 
-def _weights(cfg: Config, host: str) -> Any:
+def _weights(cfg: Config, host: str) -> RedisWeights | HostedWeights | None:
     """Rank 0's weights backend (decoupled's), or None under sync.backend=inproc without
     collectors to drive (the weights are then in the checkpoints only)."""
     if cfg.sync.backend == "inproc":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from skurl.config import Config, load_config
 from skurl.errors import ConfigError
@@ -44,7 +44,7 @@ def learner_trainer(cfg: Config, run_dir: str | Path, addresses: list[str], back
     evaluator = trainer.evaluator
     assert evaluator is not None
     evaluator.on_evaluated.append(
-        lambda it, out: get_metrics().record_business(trainer.run_dir.name, TRAINED, evaluator.last))
+        lambda it, out: get_metrics().record_business(trainer.run_dir.name, TRAINED, cast("dict[str, Any]", evaluator.last)))  # set before hooks
     return trainer
 
 

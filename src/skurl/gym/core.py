@@ -115,6 +115,6 @@ class SimDriver:
     @staticmethod
     def metrics_of(result: StepResult, row: int) -> dict[str, float | bool]:
         """`metrics` of one SKU row, as Python scalars."""
-        out: dict[str, float | bool] = dict(zip(METRIC_FIELDS, result.metrics.block[row].tolist(), strict=True))
+        out: dict[str, float | bool] = dict(zip(METRIC_FIELDS, np.asarray(result.metrics.block)[row].tolist(), strict=True))
         out["failed"] = bool(result.failed[row])
         return out

@@ -20,7 +20,7 @@ import random
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -256,7 +256,7 @@ def learner_state(learner: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]
 
 def get_rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Global torch, numpy and python RNG states: bytes as uint8 tensors, scalars as JSON."""
-    np_state = np.random.get_state()
+    np_state = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())  # legacy MT19937
     py_version, py_internal, py_gauss = random.getstate()
     tensors = {
         "rng/torch": torch.get_rng_state(),

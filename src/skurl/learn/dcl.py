@@ -237,7 +237,7 @@ def sample_rows(n: int, k: int, seed: int, iteration: int, day: int,
         return np.arange(n, dtype=np.int64)
     gen = seeded_generator(seed, DCL_KEY, iteration * 100_003 + day)
     sizes = None if strata is None else np.bincount(strata)
-    if sizes is None or np.count_nonzero(sizes) <= 1:
+    if strata is None or sizes is None or np.count_nonzero(sizes) <= 1:
         return torch.randperm(n, generator=gen)[:k].sort().values.numpy().astype(np.int64)
     shares = stratum_shares(sizes, k, torch.rand(sizes.size, generator=gen, dtype=torch.float64).numpy())
     key = torch.rand(n, generator=gen, dtype=torch.float64).numpy()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -208,7 +208,7 @@ class DDPLearner(Learner):
         steps, n, dim = data[Columns.OBS].shape
         obs = data[Columns.OBS].reshape(steps * n, dim)
         actions = data[Columns.ACTIONS].reshape(-1).long()
-        f64 = {"dtype": torch.float64, "device": self.device}
+        f64: dict[str, Any] = {"dtype": torch.float64, "device": self.device}
         if self.ppo.normalize_obs:
             before = self.obs_stats_before_update()
             if sl.padded:

@@ -336,12 +336,16 @@ def check_policy_name(name: str) -> str:
 def applies(name: str, catalog: Catalog) -> bool:
     """Whether baseline `name` is a distinct heuristic on `catalog`: forecast-s-S is
     forecast-base-stock exactly (every lot 0) where no SKU pays a fixed cost per order."""
+    if name in ("echelon-base-stock", "installation-base-stock"):
+        return catalog.has_network
     return name != "forecast-s-S" or bool(np.any(catalog.order_cost > 0))
 
 
 def default_params(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Params:
     """Untuned per-SKU parameters of baseline `name` (see the module docstring)."""
     check_policy_name(name)
+    if name in ("echelon-base-stock", "installation-base-stock"):
+        return make_policy(name, catalog, sim_cfg).params()
     z = default_z(catalog, sim_cfg)
     if name == "base-stock":
         return {"S": static_level(catalog, sim_cfg, z)}
@@ -365,10 +369,15 @@ def cap_from_multiplier(catalog: Catalog, sim_cfg: SimConfig, mult: np.ndarray |
     return np.maximum(1.0, np.ceil(np.asarray(mult, dtype=np.float64) * per_review - 1e-9))
 
 
-def make_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params: Params | None = None) -> Any:
+def make_policy(name: str, catalog: Catalog, sim_cfg: SimConfig,
+                params: Params | dict[str, float] | None = None) -> Any:
     """Baseline `name` for `catalog` with `params` (default_params when None). Scalars
     broadcast to every SKU."""
     check_policy_name(name)
+    if name in ("echelon-base-stock", "installation-base-stock"):  # supply networks (network_baselines.py)
+        from skurl.policy.network_baselines import make_network_policy
+
+        return make_network_policy(name, catalog, sim_cfg, params)
     n = len(catalog)
     raw = default_params(name, catalog, sim_cfg) if params is None else params
     p = {k: _as_array(v, n) for k, v in raw.items()}

@@ -184,7 +184,7 @@ def tune_per_sku(scorer: CandidateScorer, catalog: Catalog,
                      f"{float(np.mean(best_obj[np.isfinite(best_obj)])):.4f}")
         return improved
 
-    expansions = {}
+    expansions: dict[str, int] = {}
     for knob in KNOBS[name]:
         for values in _candidates(knob, knobs, bool(np.isfinite(best_obj).any())):
             try_values(knob, values)
@@ -268,6 +268,10 @@ def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed:
 
         progress = throttled_lines(5.0)
     seed = tuning_seed(eval_seed)
+    if name in ("echelon-base-stock", "installation-base-stock"):  # supply networks
+        from skurl.policy.network_baselines import tune_network
+
+        return tune_network(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup, progress=progress)
     if is_uniform(catalog):
         from skurl.policy.tuning_uniform import tune_uniform
 

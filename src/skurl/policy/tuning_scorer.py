@@ -51,7 +51,7 @@ class CandidateScorer:
         self.runs = 0
         self.sku_days = 0
 
-    def __call__(self, params: Params, batch: int = 0) -> np.ndarray:
+    def __call__(self, params: Params | dict[str, float], batch: int = 0) -> np.ndarray:
         """Per-SKU objective per day (float64 [N]; +inf for SKUs the env isolated)."""
         policy = make_policy(self.name, self.catalog, self.sim_cfg, params)
         totals, failed = run_episode(self.env, policy, seed=self.seed + batch, episode=0,

@@ -301,7 +301,7 @@ class CollectorWorker:
         collector.set_weights(got, tensors)
         rollout = collector.collect(seed, episode, got)
         failed = [i for info in collector.env.info()["shards"] for i in info.get("failed_sku_ids", [])]
-        reply = {"stats": dataclasses.asdict(collector.stats), "failed_sku_ids": failed,
+        reply: dict[str, Any] = {"stats": dataclasses.asdict(collector.stats), "failed_sku_ids": failed,
                  "recoveries": sum(s.recoveries for s in self.shards[key]),
                  "replacements": sum(s.replacements for s in self.slots.values()), "version": got}
         meta = {"policy_version": got, "seed": seed, "episode": episode}

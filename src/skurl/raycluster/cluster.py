@@ -146,7 +146,8 @@ class RayCluster:
         catalog = self.core.shard_catalog(shard)
         key = f"skus{shard}"
         parts = partition(catalog, rc.num_workers, cfg.deploy.partition)
-        refs, specs_by_collector, widths = [], [[] for _ in range(rc.collectors)], self.core.widths
+        specs_by_collector: list[list[ShardSpec]] = [[] for _ in range(rc.collectors)]
+        refs, widths = [], self.core.widths
         for w, part in enumerate(parts):
             if part.size == 0:  # more workers than substitution units
                 continue

@@ -7,7 +7,8 @@ rank reads those same shards from the store and assembles the same rollout.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +19,11 @@ from skurl.collect.collectors import Collected, SampleIndex
 from skurl.errors import UserError
 from skurl.remote.collect_report import CollectReport, rollout_scalars
 from skurl.store import CorruptShardError, ShardManifest
+
+if TYPE_CHECKING:
+    from skurl.buffer.rollout import Rollout
+    from skurl.remote.grpc_collectors import GrpcCollectors
+    from skurl.store.api import RolloutStore
 
 _DIGEST = 32  # bytes of a shard's sha256
 
@@ -44,7 +50,7 @@ class RecordingStore:
     GrpcCollectors read last of a collector is the shard it trained on (a rejected
     shard is collected and read again)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: RolloutStore) -> None:
         self.store = store
         self.read: dict[str, ShardManifest] = {}
 
@@ -59,14 +65,14 @@ class RecordingStore:
 class ShardReader:
     """Reads, verifies and assembles an iteration's shards from the store."""
 
-    def __init__(self, store: Any, assembly: ShardAssembly, *, wait_s: float, poll_s: float) -> None:
+    def __init__(self, store: RolloutStore, assembly: ShardAssembly, *, wait_s: float, poll_s: float) -> None:
         self.store, self.assembly, self.wait_s, self.poll_s = store, assembly, wait_s, poll_s
 
     def choose(self, sample: SampleIndex) -> None:
         n = len(self.assembly.sku_ids)
         self.assembly.chosen = sample_mask(n, sample(n))
 
-    def listed(self, iteration: int, enough: Any, what: str) -> list[ShardManifest]:
+    def listed(self, iteration: int, enough: Callable[[list[ShardManifest]], bool], what: str) -> list[ShardManifest]:
         """The iteration's manifests once `enough(found)` holds (UserError after wait_s)."""
         deadline = time.monotonic() + self.wait_s
         while True:
@@ -93,7 +99,7 @@ class ShardReader:
         assert isinstance(arrays, dict)
         return arrays
 
-    def assemble(self, manifests: list[ShardManifest], iteration: int, seed: int, version: int) -> Any:
+    def assemble(self, manifests: list[ShardManifest], iteration: int, seed: int, version: int) -> Rollout:
         parts = [self.arrays(m, iteration, seed) for m in manifests]
         return self.assembly.assemble(parts, version=version, seed=seed, episode=iteration)
 
@@ -131,7 +137,7 @@ class DrivenShards:
     """Rank 0's collectors with deploy.collector_addresses: GrpcCollectors (over a
     RecordingStore), which knows the shards it trained on."""
 
-    def __init__(self, grpc: Any, recording: RecordingStore) -> None:
+    def __init__(self, grpc: GrpcCollectors, recording: RecordingStore) -> None:
         self.grpc, self.recording = grpc, recording
 
     def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
@@ -168,11 +174,11 @@ class RankFeed:
         if not ok:
             raise UserError(f"rank 0 failed to collect iteration {iteration} (see its error); "
                             "this rank stops with it")
-        digests = {d.hex() for d in self._broadcast_digests([bytes(_DIGEST)] * count)}
+        wanted = {d.hex() for d in self._broadcast_digests([bytes(_DIGEST)] * count)}
         self.reader.choose(sample)
-        manifests = self.reader.listed(iteration, lambda found: digests <= {m.sha256 for m in found},
+        manifests = self.reader.listed(iteration, lambda found: wanted <= {m.sha256 for m in found},
                                        f"the {count} shards rank 0 trained on")
-        chosen = [m for m in manifests if m.sha256 in digests]
+        chosen = [m for m in manifests if m.sha256 in wanted]
         return Collected(self.reader.assemble(chosen, iteration, seed, held))
 
     def _broadcast_digests(self, digests: list[bytes]) -> list[bytes]:

@@ -7,8 +7,9 @@ its decisions through tensor broadcasts and write nothing."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -28,39 +29,45 @@ from skurl.remote.ddp_feed import (
     broadcast_state,
 )
 from skurl.store import open_store
+
+if TYPE_CHECKING:
+    from skurl.remote.grpc_collectors import WireBackend
+    from skurl.sync.api import WeightPublisher
+    from skurl.train.core import RunCore
+    from skurl.train.seams import TrainerView
 from skurl.train.loop import Parts, in_process_weights, restore_checkpoint
 
-MODE = "decoupled"  # its collectors are decoupled ones; --resume continues there
+MODE = "ddp"  # recorded in mode.json: `skurl train --resume` names the DDP learner command
 
 
 class RankParts:
     """One rank's choice of parts; `backend`: rank 0's weights backend (None: in process)."""
 
-    def __init__(self, cfg: Any, device: torch.device, backend: Any, *, wait_s: float, poll_s: float) -> None:
+    def __init__(self, cfg: Config, device: torch.device, backend: WireBackend | None, *, wait_s: float, poll_s: float) -> None:
         self.cfg, self.device, self.backend = cfg, device, backend
         self.lead = not dist.is_initialized() or dist.get_rank() == 0
         self.store = open_store(cfg.store)
         self.wait_s, self.poll_s = wait_s, poll_s
         self.reader: ShardReader | None = None
         self.shards: StoredShards | DrivenShards | None = None
-        self._learner: Any = None
+        self._learner: DDPLearner | None = None
 
     def parts(self) -> Parts:
         return Parts(MODE, self.collectors, weights=self.weights, learner=self.learner, restore=self.restore,
                      around_warm_start=self.around_warm_start, lead=self.lead)
 
-    def learner(self, core: Any, obs_dim: int, n_actions: int) -> DDPLearner:
+    def learner(self, core: RunCore, obs_dim: int, n_actions: int) -> DDPLearner:
         self._learner = DDPLearner(core.cfg, obs_dim, n_actions, self.device)
         return self._learner
 
-    def restore(self, trainer: Any) -> dict[str, Any]:
+    def restore(self, trainer: TrainerView) -> dict[str, Any]:
         """Rank 0 first: it moves damaged checkpoints aside, which the others then skip."""
         meta = restore_checkpoint(trainer) if self.lead else {}
         if dist.is_initialized():
             dist.barrier()
         return meta if self.lead else restore_checkpoint(trainer)
 
-    def weights(self, trainer: Any) -> Any:
+    def weights(self, trainer: TrainerView) -> WeightPublisher:
         """Rank 0's publisher: wire versions on the backend, driving collectors or not."""
         core = trainer.core
         self.reader = ShardReader(self.store, ShardAssembly(core.catalog.sku_id, self.cfg.sim.days,
@@ -73,6 +80,7 @@ class RankParts:
             from skurl.remote.grpc_collectors import driven_collectors
 
             recording = RecordingStore(self.store)
+            assert self.backend is not None  # sync.backend=inproc with collectors to drive is refused
             grpc = driven_collectors(trainer, self.cfg.deploy.collector_addresses, self.backend, recording,
                                      resumed=trainer.resumed, run_name=core.run_dir.name,
                                      assembly=self.reader.assembly)
@@ -90,13 +98,14 @@ class RankParts:
         weights.publish(trainer.learner.version, trainer.learner.weights())
         return weights
 
-    def collectors(self, trainer: Any) -> RankFeed:
+    def collectors(self, trainer: TrainerView) -> RankFeed:
         assert self.reader is not None
         return RankFeed(self.shards, self.reader, self.device)
 
-    def around_warm_start(self, step: Any) -> dict[str, Any]:
+    def around_warm_start(self, step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Rank 0 clones the baseline (its statistics its own); every rank takes its weights."""
         learner = self._learner
+        assert learner is not None, "the learner is built first"
         out: dict[str, Any] = {}
         if self.lead:
             with learner.local_statistics():
@@ -129,6 +138,10 @@ def check_ddp(cfg: Config) -> None:
     if cfg.train.collect_skus:
         raise ConfigError(f"train.collect_skus = {cfg.train.collect_skus}: the DDP learner trains on "
                           "every SKU of the collectors' shards; expected 0 (use ppo.sample_skus)")
+    if cfg.deploy.collector_addresses and cfg.sync.backend == "inproc":
+        raise ConfigError("sync.backend = 'inproc': the DDP learner's weights cannot reach the "
+                          "collectors of deploy.collector_addresses; expected redis (with "
+                          "sync.redis_url) or grpc (the learner hosts it on deploy.weights_port)")
     if cfg.deploy.collector_addresses:
         from skurl.remote.roles import check_decoupled
 

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import grpc
 import numpy as np
@@ -22,7 +22,7 @@ import numpy as np
 from skurl.buffer.assemble import ShardAssembly, sample_mask
 from skurl.buffer.rollout import Rollout
 from skurl.collect.breaker import max_lag_of
-from skurl.collect.collectors import Collected
+from skurl.collect.collectors import Collected, Collectors, NewestWeights, SampleIndex, WeightSource
 from skurl.collect.lost_share import judge_loss
 from skurl.collect.near_policy import with_staleness
 from skurl.config import Config
@@ -37,6 +37,14 @@ from skurl.store import CorruptShardError, ShardManifest
 from skurl.sync.wire_versions import WireVersions
 from skurl.telemetry.metrics import get_metrics
 
+if TYPE_CHECKING:
+    from skurl.collect.bounded import BoundedStaleness
+    from skurl.store.api import RolloutStore
+    from skurl.store.shard_queue_redis import RedisShardQueue
+    from skurl.sync.api import WeightPublisher
+    from skurl.telemetry.stages import StageTimer
+    from skurl.train.seams import TrainerView
+
 log = logging.getLogger("skurl.deploy")
 _UNAVAILABLE_PAUSE_S = 0.5
 
@@ -45,11 +53,19 @@ class CollectError(UserError):
     """An iteration's data could not be collected (shards still bad after the retries)."""
 
 
+class WireBackend(Protocol):
+    """The sync backend wire versions travel on (remote/learner_weights.py)."""
+
+    def publish(self, version: int, tensors: dict[str, Any]) -> None: ...
+
+    def published_version(self) -> int | None: ...
+
+
 class WirePublisher:
     """The learner's weights on the sync backend under wire versions (sync/wire_versions.py):
     each learner version once, again (newer) when it did not reach every collector."""
 
-    def __init__(self, backend: Any, wire: WireVersions) -> None:
+    def __init__(self, backend: WireBackend, wire: WireVersions) -> None:
         self.backend, self.wire = backend, wire
         self.published: tuple[int, int] | None = None  # (learner version, wire version)
         self.publish_unix: dict[int, float] = {}  # wire version -> when it was published
@@ -96,8 +112,8 @@ class GrpcCollectors:
     collected again (never trained on); a lost collector is waited for (a launcher restarts
     it); after a learner restart the interrupted iteration's stored shards are read back."""
 
-    def __init__(self, cfg: Config, addresses: Sequence[str], store: Any, weights: WirePublisher,
-                 weights_of: Callable[[], dict[str, Any]], assembly: ShardAssembly, timer: Any, *,
+    def __init__(self, cfg: Config, addresses: Sequence[str], store: RolloutStore, weights: WirePublisher,
+                 weights_of: Callable[[], dict[str, Any]], assembly: ShardAssembly, timer: StageTimer, *,
                  grid_center: tuple[str, str], run_name: str, resumed: bool) -> None:
         self.cfg, self.store, self.weights, self.weights_of = cfg, store, weights, weights_of
         self.assembly, self.timer, self.grid_center, self.run_name = assembly, timer, grid_center, run_name
@@ -115,7 +131,7 @@ class GrpcCollectors:
             raise
         self._pool = ThreadPoolExecutor(len(self.clients), "collect")
 
-    def collect(self, iteration: int, seed: int, version: int, sample: Any) -> Collected:
+    def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
         """publish -> collect (barrier) -> verify + assemble."""
         self.version, self.seed = version, seed
         report = CollectReport()
@@ -146,7 +162,7 @@ class GrpcCollectors:
                                 f"call themselves '{cid}'; expected distinct ids")
             self.clients[cid] = client
 
-    def version_floor(self, backend: Any) -> int:
+    def version_floor(self, backend: WireBackend) -> int:
         """First wire version every collector and the sync backend will take as newer."""
         held = [backend.published_version(), *(newest_wire(c.stats()) for c in self.clients.values())]
         return max((v for v in held if v is not None), default=-1) + 1
@@ -209,7 +225,7 @@ class GrpcCollectors:
 
     def _collect_all(self, it: int, ids: list[str], report: CollectReport, *, patient: bool) -> dict[str, dict]:
         """Replies of `ids`; impatient: a collector found unreachable is left out (not waited for)."""
-        futures = {cid: self._pool.submit(self._collect_one, cid, it, report, patient) for cid in ids}
+        futures = {cid: self._pool.submit(self._collect_one, cid, it, report, patient) for cid in ids}  # type: ignore[union-attr]  # _connect made it in __init__
         if self.watch is not None:
             self.watch.wait(futures, held_wire_of(self.clients, self.watch.poll_s))
         out = {}
@@ -263,7 +279,7 @@ class GrpcCollectors:
             else:
                 manifests[cid] = manifest
         # Shards are read side by side: zstd and the S3 client release the GIL.
-        loaded = dict(zip(manifests, self._pool.map(self._load, manifests.values()), strict=True))
+        loaded = dict(zip(manifests, self._pool.map(self._load, manifests.values()), strict=True))  # type: ignore[union-attr]  # _connect made it in __init__
         out = {}
         for cid, manifest in manifests.items():
             arrays = loaded[cid]
@@ -358,7 +374,7 @@ def _meta(manifest: ShardManifest) -> dict[str, Any]:
             "sku_count": manifest.sku_count, "rows": manifest.rows}
 
 
-def driven_collectors(trainer: Any, addresses: Sequence[str], backend: Any, store: Any, *,
+def driven_collectors(trainer: TrainerView, addresses: Sequence[str], backend: WireBackend, store: RolloutStore, *,
                       resumed: bool, run_name: str, assembly: ShardAssembly | None = None) -> GrpcCollectors:
     """GrpcCollectors over `addresses` for `trainer` (its core and learner), their weights
     on `backend` under wire versions, starting above what any collector or the backend holds."""
@@ -382,12 +398,12 @@ class Driven:
     behaviour version, from the weight history, to the wire (collect/staleness.py), so a
     collector holds exactly that version when it collects."""
 
-    def __init__(self, addresses: Sequence[str], backend: Any, store: Any) -> None:
+    def __init__(self, addresses: Sequence[str], backend: WireBackend, store: RolloutStore) -> None:
         self.addresses, self.backend, self.store = addresses, backend, store
         self.grpc: GrpcCollectors | None = None
-        self.stream: Any = None  # the run's shard stream (bounded staleness, weights through Redis)
+        self.stream: RedisShardQueue | None = None  # the run's shard stream (bounded staleness, weights through Redis)
 
-    def weights(self, trainer: Any) -> Any:
+    def weights(self, trainer: TrainerView) -> WeightPublisher:
         self.grpc = driven_collectors(trainer, self.addresses, self.backend, self.store,
                                       resumed=trainer.resumed, run_name=trainer.run_dir.name)
         if trainer.cfg.train.staleness == 0:
@@ -396,26 +412,28 @@ class Driven:
 
         return in_process_weights(trainer)
 
-    def collectors(self, trainer: Any) -> Any:
+    def collectors(self, trainer: TrainerView) -> Collectors:
         grpc_collectors = self.grpc
         assert grpc_collectors is not None, "weights are built first"
         t = trainer.cfg.train
         if t.staleness == 0:
             return grpc_collectors
 
-        def from_history(history: Any) -> GrpcCollectors:
+        def from_history(history: WeightSource) -> GrpcCollectors:
             grpc_collectors.weights_of = lambda: history.wait_for(grpc_collectors.version, timeout=60.0)[1]
             return grpc_collectors
 
-        collectors = with_staleness(t, trainer.weights, trainer.run_dir, from_history, trainer.learner.sample_index)
+        latest = cast("NewestWeights", trainer.weights)  # in process under train.staleness (weights above)
+        collectors = with_staleness(t, latest, trainer.run_dir, from_history, trainer.learner.sample_index)
         if t.staleness_mode == "bounded":  # collectors use the newest weights: watch their lag
-            grpc_collectors.watch = CollectorLagWatch(max_lag_of(t), collectors.learner_version, collectors.ahead,
+            watched = cast("BoundedStaleness", collectors)  # what with_staleness builds when bounded
+            grpc_collectors.watch = CollectorLagWatch(max_lag_of(t), watched.learner_version, watched.ahead,
                                                       grpc_collectors.weights.wire.map.get)
         if uses_stream(trainer.cfg):  # shards announced on the run's Redis Stream
             self.stream = open_stream(trainer.cfg, trainer.run_dir.name, CONSUMER)
             shares = StreamShares(self.stream, grpc_collectors, trainer.run_dir, trainer.learner.iteration,
                                   resumed=trainer.resumed)
-            return shares.attach(collectors, trainer)
+            return shares.attach(cast("BoundedStaleness", collectors), trainer)
         return collectors
 
     def close(self) -> None:

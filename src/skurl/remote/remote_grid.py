@@ -14,7 +14,7 @@ All three are the very inputs of the co-located collector, so the orders are bit
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from skurl.catalog.schema import Catalog
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.policy.grid_center import GridCenter, center_bytes, center_from_bytes
+
+if TYPE_CHECKING:
+    from skurl.store.api import RolloutStore
 
 CENTER_BLOB_DIR = "grid_center"
 
@@ -31,7 +34,7 @@ def needs_raw(cfg: Config) -> bool:
     return cfg.policy.actions.kind == "cover"
 
 
-def publish_center(store: Any, center: GridCenter | None) -> tuple[str, str]:
+def publish_center(store: RolloutStore, center: GridCenter | None) -> tuple[str, str]:
     """Put `center` into the rollout store; (blob name, sha256 hex), or ("", "") for none."""
     if center is None:
         return "", ""
@@ -42,7 +45,7 @@ def publish_center(store: Any, center: GridCenter | None) -> tuple[str, str]:
     return name, sha
 
 
-def fetch_center(store: Any, name: str, sha: str) -> GridCenter:
+def fetch_center(store: RolloutStore, name: str, sha: str) -> GridCenter:
     """The centre in blob `name` of the rollout store, checked against `sha` (hex)."""
     try:
         data = store.get_blob(name)

@@ -18,13 +18,24 @@ import signal
 import socket
 import threading
 import time
-from typing import IO, Any
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from skurl.collect.staleness import refuse_unbuilt
 from skurl.config import Config
 from skurl.errors import ConfigError
 from skurl.rpc.collector_server import CollectorServer, CollectorServicer
-from skurl.sync.api import WeightSyncTimeout
+from skurl.sync.api import WeightSubscriber, WeightSyncTimeout
+
+if TYPE_CHECKING:
+    from skurl.buffer.rollout import Rollout
+    from skurl.catalog.schema import Catalog
+    from skurl.collect.collector import Collector
+    from skurl.remote.shard_envs import CatalogSchemaEnv
+    from skurl.rpc.gen import skurl_pb2 as pb
+    from skurl.sim.api import Env
+    from skurl.store.api import RolloutStore
+    from skurl.store.shard_queue_redis import RedisShardQueue
 
 log = logging.getLogger("skurl.deploy")
 READY = "skurl-ready "  # prefix of the one line a role prints once it serves (then JSON)
@@ -52,10 +63,15 @@ class RoleCollectorServicer(CollectorServicer):
     (`offer`), and each Collect records the barrier wait, timings and business totals in
     its shard's manifest and in this process's metrics."""
 
-    def __init__(self, collector_id: str, collector: Any, env: Any, cfg: Config, store: Any,
+    _collector: Collector
+    _store: RolloutStore
+
+    def __init__(self, collector_id: str, collector: Collector, env: CatalogSchemaEnv, cfg: Config,
+                 store: RolloutStore,
                  run_name: str, shard_envs: list[Any] | None = None) -> None:
         # One rollout kept for GetBuffer (debugging): the learner reads the store.
-        super().__init__(collector_id, collector, cfg.rpc, store=store, keep_iterations=1)
+        super().__init__(collector_id, collector, cfg.rpc, store=store, keep_iterations=1,
+                         model_key=cfg.sync.key)
         self._env = env  # CatalogSchemaEnv: business totals of the last episode
         self._backorders = cfg.sim.backorders
         self._shard_envs = list(shard_envs or [])  # ReplayingRemoteEnvs: recoveries
@@ -63,9 +79,9 @@ class RoleCollectorServicer(CollectorServicer):
         self._received: dict[int, float] = {}  # version -> unix time it was offered
         self._barrier_wait = 0.0
         self._center_sha = ""  # the cover grid's tuned centre in use (remote/remote_grid.py)
-        self.announce: Any = None  # the run's shard stream (remote/shard_stream.py), where used
+        self.announce: RedisShardQueue | None = None  # the run's shard stream (remote/shard_stream.py), where used
 
-    def _prepare(self, request: Any) -> None:
+    def _prepare(self, request: pb.CollectRequest) -> None:
         """Centre the cover grid on the blob the request names, once per centre."""
         from skurl.remote.remote_grid import fetch_center
 
@@ -82,11 +98,12 @@ class RoleCollectorServicer(CollectorServicer):
         self._received.pop(int(version), None)
         return False
 
-    def _wait_for(self, version: int, timeout_s: float) -> tuple[int, dict[str, Any]]:
+    def _wait_for(self, version: int, timeout_s: float, *,
+                  alive: Any = None) -> tuple[int, dict[str, Any]]:
         from skurl.telemetry.metrics import get_metrics
 
         start = time.perf_counter()
-        held = super()._wait_for(version, timeout_s)
+        held = super()._wait_for(version, timeout_s, alive=alive)
         self._barrier_wait = time.perf_counter() - start
         metrics = get_metrics()
         metrics.barrier_wait_seconds.observe(self._barrier_wait)
@@ -95,7 +112,7 @@ class RoleCollectorServicer(CollectorServicer):
         metrics.collector_weight_sync_lag_seconds.set(self._barrier_wait)
         return held
 
-    def _store_shard(self, iteration: int, rollout: Any) -> str:
+    def _store_shard(self, iteration: int, rollout: Rollout) -> str:
         from skurl.telemetry.metrics import get_metrics
 
         stats = self._collector.stats
@@ -122,7 +139,7 @@ class RoleCollectorServicer(CollectorServicer):
         return manifest.to_json().decode()
 
 
-def packed_arrays(rollout: Any) -> dict[str, Any]:
+def packed_arrays(rollout: Rollout) -> dict[str, Any]:
     """The rollout's arrays for the store, its obs [T, N, D] packed day by day
     (buffer/obs_delta.py: ~1/13 of the bytes to compress; the learner unpacks them)."""
     from skurl.buffer.obs_delta import encode_days
@@ -133,10 +150,16 @@ def packed_arrays(rollout: Any) -> dict[str, Any]:
             **encode_days(arrays[Columns.OBS])}
 
 
+class ClosableSubscriber(WeightSubscriber, Protocol):
+    """A network WeightSubscriber, which holds a connection."""
+
+    def close(self) -> None: ...
+
+
 class WeightFollower:
     """Background thread: each newer version on the subscriber goes into `offer`."""
 
-    def __init__(self, subscriber: Any, offer: Any) -> None:
+    def __init__(self, subscriber: ClosableSubscriber, offer: Callable[[int, dict[str, Any]], object]) -> None:
         self.subscriber = subscriber
         self._offer = offer
         self._stop = threading.Event()
@@ -163,7 +186,7 @@ class WeightFollower:
         self.subscriber.close()
 
 
-def open_subscriber(cfg: Config, like: dict[str, Any]) -> Any:
+def open_subscriber(cfg: Config, like: dict[str, Any]) -> ClosableSubscriber:
     """The WeightSubscriber of sync.backend (redis | grpc at deploy.weights_address)."""
     if cfg.sync.backend == "redis":
         from skurl.sync.redis_sync import RedisWeightSubscriber
@@ -245,7 +268,7 @@ class CollectorProcess:
         self._closers = []
 
 
-def _catalog_rows(cfg: Config, env: Any) -> Any:
+def _catalog_rows(cfg: Config, env: Env) -> Catalog:
     """The catalog rows of the collector's SKUs, in its env's order (the cover grid's)."""
     from skurl.catalog import load_catalog
     from skurl.remote.remote_grid import catalog_rows_for

@@ -36,7 +36,7 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.multi_shard import MultiShardEnv
 from skurl.rpc.options import channel_options
-from skurl.sim.api import Obs, ObsSchema, StepResult
+from skurl.sim.api import Env, Obs, ObsSchema, StepResult
 from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 
 log = logging.getLogger("skurl.deploy")
@@ -91,7 +91,7 @@ class GrpcShard:
         self.address = address
         self._cfg = cfg
         self.reconnect_timeout_s = reconnect_timeout_s
-        self._shown = {"lean": lean, "schema": schema, "raw": raw}
+        self._shown: dict[str, Any] = {"lean": lean, "schema": schema, "raw": raw}
         self.env = RemoteEnv(address, cfg, connect_timeout_s=connect_timeout_s, **self._shown)
         self.sku_ids = self.env.sku_ids
         self.catalog_rows = self.env.catalog_rows
@@ -199,7 +199,7 @@ class CatalogSchemaEnv:
     the step's metrics or, when every env of `sums_from` has them, their `metric_sums`
     (lean replies carry sums, not per-SKU metrics)."""
 
-    def __init__(self, env: Any, schema: ObsSchema, sums_from: Sequence[Any] = ()) -> None:
+    def __init__(self, env: Env, schema: ObsSchema, sums_from: Sequence[Any] = ()) -> None:
         if env.schema != schema:
             raise UserError(f"a sim server's shard shows {env.schema.dim} features {list(env.schema.fields)}, "
                             f"expected the catalog's {schema.dim} {list(schema.fields)} (same catalog config "
@@ -219,8 +219,8 @@ class CatalogSchemaEnv:
         return self._schema
 
     @property
-    def sku_ids(self) -> np.ndarray | None:
-        return getattr(self.env, "sku_ids", None)
+    def sku_ids(self) -> np.ndarray:
+        return self.env.sku_ids
 
     def reset(self, seed: int, episode: int = 0) -> Obs:
         self.totals = dict.fromkeys(BUSINESS_SUMS, 0.0)
@@ -229,7 +229,7 @@ class CatalogSchemaEnv:
 
     def step(self, orders: np.ndarray) -> StepResult:
         result = self.env.step(orders)
-        sums = [getattr(e, "metric_sums", None) for e in self._sums_from]
+        sums: list[Any] = [getattr(e, "metric_sums", None) for e in self._sums_from]
         if not (sums and all(s is not None for s in sums)):
             sums = [dict(zip(METRIC_NAMES, result.metrics.sums().tolist(), strict=True))]
         for name in BUSINESS_SUMS:

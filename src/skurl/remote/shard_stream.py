@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skurl import atomic
 from skurl.collect.bounded import BoundedStaleness
@@ -20,19 +20,24 @@ from skurl.errors import UserError
 from skurl.json_ready import read_json_or_none
 from skurl.store.shard_queue import Ledger, QueueEntry
 
+if TYPE_CHECKING:
+    from skurl.config import Config
+    from skurl.store.shard_queue_redis import RedisShardQueue
+    from skurl.train.seams import TrainerView
+
 log = logging.getLogger(__name__)
 LEDGER_DIR = "shard_queue"
 CONSUMER = "learner"
 _READ = 256
 
 
-def uses_stream(cfg: Any) -> bool:
+def uses_stream(cfg: Config) -> bool:
     """Decoupled bounded staleness with weights through Redis: shards go through its stream."""
     t = cfg.train
     return t.staleness > 0 and t.staleness_mode == "bounded" and cfg.sync.backend == "redis"
 
 
-def open_stream(cfg: Any, run_name: str, consumer: str) -> Any:
+def open_stream(cfg: Config, run_name: str, consumer: str) -> RedisShardQueue:
     from skurl.store.shard_queue_redis import RedisShardQueue
 
     return RedisShardQueue(cfg.sync.redis_url, run_name, consumer, timeout_s=max(cfg.sync.timeout_s, 10.0))
@@ -58,14 +63,14 @@ def trained_ids(run_dir: Path, iteration: int) -> list[str]:
 class StreamShares:
     """The learner's side of the stream for one BoundedStaleness over GrpcCollectors."""
 
-    def __init__(self, queue: Any, grpc: Any, run_dir: Path, iteration: int, *, resumed: bool) -> None:
+    def __init__(self, queue: RedisShardQueue, grpc: Any, run_dir: Path, iteration: int, *, resumed: bool) -> None:
         self.queue, self.grpc, self.run_dir = queue, grpc, run_dir
         if not resumed:  # a fresh start: entries of an earlier run of this name are not ours
             queue.clear()
         self.ledger = Ledger(queue, trained_ids=trained_ids(run_dir, iteration) if resumed else ())
         self._warned = False
 
-    def attach(self, bounded: BoundedStaleness, trainer: Any) -> BoundedStaleness:
+    def attach(self, bounded: BoundedStaleness, trainer: TrainerView) -> BoundedStaleness:
         bounded.recover = self.recover
         bounded.on_take.append(self.took)
         bounded.on_refuse.append(self.refused)

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -28,6 +28,9 @@ from skurl.errors import UserError
 from skurl.remote.roles import READY
 from skurl.rpc.health import Liveness
 from skurl.telemetry.metrics import get_metrics
+
+if TYPE_CHECKING:
+    from skurl.collect.collectors import Collected, Collectors, SampleIndex
 
 log = logging.getLogger("skurl.deploy")
 CLUSTER_DIR = "decoupled"
@@ -294,11 +297,11 @@ class RestartsCounted:
     (metrics.jsonl and TensorBoard): `process_restarts`, the supervisor's, and with
     sync.backend=redis `redis_restarts`, those of Redis seen between publishes."""
 
-    def __init__(self, inner: Any, cluster: LocalCluster, weights: Any) -> None:
+    def __init__(self, inner: Collectors, cluster: LocalCluster, weights: object) -> None:
         self.inner, self.cluster, self.weights = inner, cluster, weights
 
-    def collect(self, *args: Any, **kwargs: Any) -> Any:
-        got = self.inner.collect(*args, **kwargs)
+    def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
+        got = self.inner.collect(iteration, seed, version, sample)
         got.scalars["process_restarts"] = float(self.cluster.restarts)
         if hasattr(self.weights, "server_restarts"):
             got.scalars["redis_restarts"] = float(self.weights.server_restarts())

@@ -20,6 +20,8 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.wire_fast import decode_reply, encode_reply
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
 
+MAX_ORDER = 1e9  # units per SKU per day, as sim/env.py's MAX_ORDER (test_rpc_hardening checks)
+
 OBS_NAMES = ("features", "on_hand", "pipeline", "backlog", "forecast")
 METRIC_NAMES = tuple(f.name for f in fields(DayMetrics))
 STEP_NAMES = ("reward", "failed", *METRIC_NAMES)
@@ -246,7 +248,8 @@ def column_index(inner: ObsSchema, outer: ObsSchema) -> np.ndarray:
     if [n for n, _ in inner.fields] != [n for n, _ in outer.fields]:
         raise WireError(f"observation fields {[n for n, _ in inner.fields]} differ from "
                         f"{[n for n, _ in outer.fields]}")
-    out, start = [], 0
+    out: list[int] = []
+    start = 0
     for (name, w), (_, wide) in zip(inner.fields, outer.fields, strict=True):
         if w > wide:
             raise WireError(f"observation field '{name}' is {w} wide, wider than {wide}")
@@ -278,13 +281,12 @@ def schema_from_wire(fields_: list[pb.SchemaField]) -> ObsSchema:
 
 
 def check_orders(orders: np.ndarray, num_skus: int) -> np.ndarray:
-    """Order quantities as the env expects them: finite, >= 0, [N]; else WireError."""
+    """Order quantities as the env expects them: finite, in [0, MAX_ORDER], [N]; else
+    WireError (plain numbers in the message, as skurl.proto documents the cap)."""
     check_spec("orders", orders, orders_spec(num_skus)["orders"], "Step request")
-    bad = orders < 0
-    if orders.dtype.kind == "f":
-        bad |= ~np.isfinite(orders)
+    bad = ~((orders >= 0) & (orders <= MAX_ORDER))  # NaN fails both
     if bad.any():
         i = int(np.argmax(bad))
         raise WireError(f"Step request: orders[{i}] = {orders[i].item()!r}, expected a finite number "
-                        f">= 0 ({int(bad.sum())} of {num_skus} orders are bad)")
+                        f"in [0, {MAX_ORDER:g}] ({int(bad.sum())} of {num_skus} orders are bad)")
     return orders

@@ -143,17 +143,11 @@ class MultiShardEnv:
         return list(self._envs)
 
     @property
-    def sku_ids(self) -> np.ndarray | None:
-        """SKU ids in catalog row order, when every shard tells its own (RemoteEnv.sku_ids,
-        VectorEnv.catalog.sku_id); collectors key per-SKU random draws on them."""
-        parts = [getattr(e, "sku_ids", None) for e in self._envs]
-        parts = [getattr(getattr(e, "catalog", None), "sku_id", None) if p is None else p
-                 for e, p in zip(self._envs, parts, strict=True)]
-        if any(p is None for p in parts):
-            return None
+    def sku_ids(self) -> np.ndarray:
+        """SKU ids in catalog row order, from every shard's own."""
         out = np.empty(self._n, np.int64)
-        for sel, ids in zip(self._sel, parts, strict=True):
-            out[sel] = ids
+        for sel, env in zip(self._sel, self._envs, strict=True):
+            out[sel] = env.sku_ids
         return out
 
     def reset(self, seed: int, episode: int = 0) -> Obs:

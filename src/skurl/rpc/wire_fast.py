@@ -58,7 +58,7 @@ def _tensor_pieces(name: str, array: np.ndarray) -> tuple[list, int]:
         packed = b"".join(_varint(d) for d in arr.shape)
         pieces += [_key(3, _LEN), _varint(len(packed)), packed]
     if arr.nbytes:
-        pieces += [_key(4, _LEN), _varint(arr.nbytes), memoryview(arr).cast("B")]
+        pieces += [_key(4, _LEN), _varint(arr.nbytes), memoryview(arr).cast("B")]  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on Python 3.12+ only
     return pieces, sum(len(p) if isinstance(p, bytes) else p.nbytes for p in pieces)
 
 

@@ -16,8 +16,8 @@ import pyarrow as pa
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.policy.api import Policy
-from skurl.sim.api import Env, Obs
-from skurl.sim.episode import make_env, run_episode, sku_cost, sku_inventory_cost
+from skurl.sim.api import Obs
+from skurl.sim.episode import TotalingEnv, make_env, run_episode, sku_cost, sku_inventory_cost
 
 SUMMED = ("demand", "sales", "lost", "waste", "revenue")
 
@@ -65,7 +65,7 @@ def simulate(catalog: Catalog, sim_cfg: SimConfig, policy: SplitPolicy, *, days:
     return pa.table(columns), failed
 
 
-def _totals(env: Env, policy: Policy, seeds: list[int], days: int, warmup: int,
+def _totals(env: TotalingEnv, policy: Policy, seeds: list[int], days: int, warmup: int,
             ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Per-SKU totals summed over one episode per seed, and the failed SKUs' mask."""
     sums: dict[str, np.ndarray] = {}

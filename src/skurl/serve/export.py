@@ -115,7 +115,7 @@ def to_onnx(decision: Decision, widths: Widths) -> Any:
                                         opset_version=OPSET, dynamo=True, verbose=False)
     finally:
         quiet.setLevel(level)
-    return program.model_proto
+    return program.model_proto  # type: ignore[union-attr]  # torch types export's result as None or not, whatever dynamo is
 
 
 def export_run(run_dir: Path, out: Path, *, probabilities: bool = False) -> Path:

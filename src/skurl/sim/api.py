@@ -73,6 +73,7 @@ class RawState:
     backlog: np.ndarray  # int64, backordered units (0 under lost sales)
     forecast: np.ndarray  # float32 [N, H] mean-demand forecast for days t..t+H-1
     day: int  # today's day index within the episode
+    owed: np.ndarray | None = None  # int64, units the upstream owes each row (supply networks only)
 
 
 @dataclass
@@ -103,7 +104,7 @@ class DayMetrics:
     # Not a field: the fields as the columns of one row-major [N, M] block, when a backend
     # keeps them so (VectorEnv). Summing a strided column reads every cache line of the
     # block, so M column sums cost ~M block reads; one pass over the rows costs one.
-    block = None
+    block = None  # type: np.ndarray | None
 
     def sums(self) -> np.ndarray:
         """float64 [M]: each field summed over SKUs, in field order."""
@@ -140,6 +141,12 @@ class Env(Protocol):
 
     @property
     def schema(self) -> ObsSchema: ...
+
+    @property
+    def sku_ids(self) -> np.ndarray:
+        """int64 [N]: the catalog SKU id of each row; collectors key per-SKU random draws on
+        them, so a SKU draws the same numbers whichever shard or mode simulates it."""
+        ...
 
     def reset(self, seed: int, episode: int = 0) -> Obs: ...
 

@@ -86,7 +86,7 @@ from skurl.sim.state import (
 
 @njit(cache=True, inline="always")
 def init_sku(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.ndarray,
-             init_days: float, i: np.int64) -> np.int64:
+             init_days: float, i: np.int64) -> int:
     """Initial stock at age 0 (k days of demand, rounded half up) and the forecasts of days
     0..H-1. Returns a FAIL_* code or 0."""
     if not params_ok(par, i):

@@ -35,7 +35,7 @@ _ABOVE_ONE = 1.0 + 2.0**-40
 
 
 @njit(cache=True, inline="always")
-def is_promo_day(day: np.int64, period: np.int64, length: np.int64, offset: np.int64) -> bool:
+def is_promo_day(day: np.int64, period: np.int64, length: np.int64, offset: np.int64) -> np.bool_:
     """Promo day iff period > 0 and ((day - offset) mod period) < length (Python mod)."""
     return period > 0 and (day - offset) % period < length
 

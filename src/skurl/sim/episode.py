@@ -6,13 +6,16 @@ tuning (policy/tuning*.py) both run, so it sits below both.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.sim.api import DayMetrics, Env, Obs
+
+if TYPE_CHECKING:
+    from skurl.sim.env import VectorEnv
 
 COST_FIELDS = ("holding_cost", "penalty_cost", "purchase_cost", "order_cost", "waste_cost")
 TOTAL_FIELDS = tuple(f.name for f in dataclasses.fields(DayMetrics))
@@ -24,7 +27,15 @@ class DecisionRule(Protocol):
     def orders(self, obs: Obs) -> np.ndarray: ...
 
 
-def make_env(catalog: Catalog, sim_cfg: SimConfig, widths: tuple[int, int] = (0, 0)) -> Env:
+class TotalingEnv(Env, Protocol):
+    """An Env that also sums each SKU's day metrics since `reset_totals` (VectorEnv)."""
+
+    def totals(self) -> dict[str, np.ndarray] | DayMetrics: ...
+
+    def reset_totals(self) -> None: ...
+
+
+def make_env(catalog: Catalog, sim_cfg: SimConfig, widths: tuple[int, int] = (0, 0)) -> VectorEnv:
     """The in-process vectorized simulator (imported on first use: its kernels compile).
     `widths`: the whole catalog's feature widths when `catalog` is a subset of it
     (sim/layout.py catalog_widths), so a network trained on the whole shows no mismatch."""
@@ -55,7 +66,7 @@ def sku_objective(totals: dict[str, np.ndarray], reward: str) -> np.ndarray:
     return cost - totals["revenue"] if reward == "profit" else cost
 
 
-def run_episode(env: Env, policy: DecisionRule, *, seed: int, episode: int, days: int, warmup: int,
+def run_episode(env: TotalingEnv, policy: DecisionRule, *, seed: int, episode: int, days: int, warmup: int,
                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Run warmup + days steps of one episode; per-SKU totals of the last `days` and the
     mask of SKUs the env isolated as failed. The env must have sim.days >= warmup + days."""

@@ -33,7 +33,7 @@ def feature_row(row: np.ndarray, npipe: np.int64, inv: float, full: bool, on_han
                 exp_src: np.ndarray, exp_at1: np.int64, exp_n1: np.int64, exp_at2: np.int64,
                 exp_n2: np.int64, backlog: np.int64, pipe_src: np.ndarray, pipe_at: np.int64,
                 pipe_n: np.int64, forecast: np.ndarray, lead: np.int64, sales_yday: np.int64,
-                sales_week: np.int64, history_days: np.int64, lost_yday: np.int64,
+                sales_week: np.int64, history_days: int, lost_yday: np.int64,
                 promo_today: bool, promo_ahead: bool, dow: np.int64, statics: np.ndarray,
                 static_at: np.int64) -> None:
     """Write one observation row. Quantities are multiplied by inv = 1 / max(demand_mean, 0.1)

@@ -163,7 +163,7 @@ def step_kernel(p: Params, s: State, out: Outputs, orders: np.ndarray, npipe: np
 
 
 @njit(cache=True, parallel=True)
-def first_bad_order(orders: np.ndarray, cap: float) -> np.int64:
+def first_bad_order(orders: np.ndarray, cap: float) -> int:
     """Index of the first order that is NaN, < 0 or > cap, or -1 (one parallel pass)."""
     n = orders.shape[0]
     block = 65536

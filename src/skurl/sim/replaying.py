@@ -39,6 +39,9 @@ class ShardTransport(Protocol):
     @property
     def num_skus(self) -> int: ...
 
+    @property
+    def sku_ids(self) -> np.ndarray: ...
+
     def reset(self, seed: int, episode: int) -> Obs: ...
 
     def step(self, orders: np.ndarray) -> StepResult: ...
@@ -65,7 +68,7 @@ class ReplayingEnv:
         self.log = EpisodeLog()
         self.recoveries = 0
 
-    def __getattr__(self, name: str) -> Any:  # sku_ids, shard, metric_sums...: the transport's
+    def __getattr__(self, name: str) -> Any:  # shard, metric_sums...: the transport's
         if name == "transport":  # not set yet (during __init__): no recursion
             raise AttributeError(name)
         return getattr(self.transport, name)
@@ -73,6 +76,10 @@ class ReplayingEnv:
     @property
     def num_skus(self) -> int:
         return self.transport.num_skus
+
+    @property
+    def sku_ids(self) -> np.ndarray:
+        return self.transport.sku_ids
 
     @property
     def schema(self) -> ObsSchema:

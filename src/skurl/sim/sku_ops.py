@@ -113,7 +113,7 @@ def slot_of(day: np.int64, slots: np.int64) -> np.int64:
 
 
 @sku_jit
-def issue(stock: np.ndarray, base: np.int64, slots: np.int64, day: np.int64,
+def issue(stock: np.ndarray, base: np.int64, slots: int, day: int,
           amount: np.int64, left_before: np.int64, lifo: bool) -> None:
     """Take `amount` (<= units on hand) from the slots, oldest first (fifo) or newest first.
     Slot (day + 1) % slots holds the oldest units (they expire tonight), day % slots the
@@ -169,7 +169,7 @@ def advance(par: np.ndarray, st: np.ndarray, stock: np.ndarray, forecast: np.nda
 
 
 @njit(cache=True, inline="always")
-def promo_within(par: np.ndarray, i: np.int64, first: np.int64, days: np.int64) -> bool:
+def promo_within(par: np.ndarray, i: np.int64, first: np.int64, days: np.int64) -> bool | np.bool_:
     """Any promo day in first..first+days-1: the window covers the residues r..r+days-1
     (mod period) of day - offset, r = (first - offset) mod period; promo residues are
     0..length-1, so it hits one iff it starts in them or wraps past period - 1."""

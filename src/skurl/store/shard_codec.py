@@ -85,7 +85,7 @@ def _prepare(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _byte_view(arr: np.ndarray) -> memoryview:
-    return memoryview(arr.reshape(-1).view(np.uint8))
+    return memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on Python 3.12+ only
 
 
 def build_manifest(
@@ -151,7 +151,7 @@ def decode_arrays(payload: bytes | None, manifest: ShardManifest) -> dict[str, n
 
 def _decompress(payload: bytes, size: int) -> np.ndarray:
     buf = np.empty(size, np.uint8)
-    view = memoryview(buf)
+    view = memoryview(buf)  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on Python 3.12+ only
     filled = 0
     with zstandard.ZstdDecompressor().stream_reader(payload) as reader:
         while filled < size:

@@ -129,7 +129,7 @@ class RedisShardQueue:
         self._cursor = "0-0"
 
     def put(self, manifest: ShardManifest) -> str:
-        return _text(self._call(lambda: self.client.xadd(self.stream, encode_entry(manifest))))
+        return _text(self._call(lambda: self.client.xadd(self.stream, encode_entry(manifest))))  # type: ignore[arg-type]  # redis-py wants dict[EncodableT, ...]: dict is invariant
 
     def read(self, count: int = 64, block_s: float = 0.0) -> list[QueueEntry]:
         if self._cursor is not None:
@@ -149,7 +149,7 @@ class RedisShardQueue:
             entries = [e for batch in batches for part in batch for e in part]
         else:
             entries = [e for _, part in (reply or []) for e in part]
-        return [(_text(entry_id), fields) for entry_id, fields in entries]
+        return [(_text(entry_id), fields) for entry_id, fields in entries]  # type: ignore[misc,str-unpack]  # redis-py types replies as every RESP2/RESP3 shape at once
 
     def _valid(self, raw: Raw) -> list[QueueEntry]:
         return self.refusals.valid(raw, self.stream, self.ack)
@@ -182,7 +182,7 @@ class RedisShardQueue:
         unread = _key(group, "lag")
         if unread is None:  # Redis cannot tell after some deletions: count them
             start = "(" + _text(_key(group, "last-delivered-id"))
-            unread = len(self._call(lambda: self.client.xrange(self.stream, min=start, max="+")))
+            unread = len(self._call(lambda: self.client.xrange(self.stream, min=start, max="+")))  # type: ignore[arg-type]  # redis-py types replies as every RESP2/RESP3 shape at once
         return int(_key(group, "pending")) + int(unread)
 
     def _safe_floor(self) -> str | None:
@@ -203,7 +203,7 @@ class RedisShardQueue:
         if floor is None:
             return 0
         oldest = self._call(lambda: self.client.xrange(self.stream, min="-", max="+", count=excess))
-        cut = min(next_id(_text(oldest[-1][0])), floor, key=parse_id)
+        cut = min(next_id(_text(oldest[-1][0])), floor, key=parse_id)  # type: ignore[index]  # redis-py types replies as every RESP2/RESP3 shape at once
         return int(self._call(lambda: self.client.xtrim(self.stream, minid=cut, approximate=False)))
 
     def close(self) -> None:

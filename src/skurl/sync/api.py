@@ -21,8 +21,9 @@ class WeightSyncTimeout(TimeoutError):
 
 @runtime_checkable
 class WeightPublisher(Protocol):
-    def publish(self, version: int, tensors: Tensors) -> None:
-        """Make `tensors` the latest weights, as `version` (greater than any before)."""
+    def publish(self, version: int, tensors: Tensors) -> object:
+        """Make `tensors` the latest weights, as `version` (greater than any before). What
+        it returns is the backend's (WirePublisher: the wire version); callers ignore it."""
         ...
 
 

@@ -32,7 +32,8 @@ from skurl.sync.codec import (
     WeightBlob,
     WeightIntegrityError,
     decode_weights,
-    encode_weights,
+    encode_checked,
+    note_rejected,
     spec_mismatch,
     spec_of,
 )
@@ -68,7 +69,7 @@ def store_blob_name(model_key: str, version: int, sha256: str) -> str:
     return f"weights/{model_key}/v{version:012d}-{sha256[:16]}.safetensors"
 
 
-def _check_newer(version: int, current: bytes | None) -> None:
+def _check_newer(version: int, current: bytes | str | None) -> None:
     """ValueError unless `version` is newer than the published one (`current`, raw)."""
     if current is not None and int(current) >= version:
         raise ValueError(f"publish: version {version} is not newer than {int(current)}")
@@ -140,7 +141,7 @@ class RedisWeightPublisher:
         self.server_restarts()
 
     def _publish(self, version: int, tensors: Tensors) -> None:
-        blob = encode_weights(tensors, version, self.model_key)
+        blob = encode_checked(tensors, version, self.model_key)
         fields: dict[str, Any] = {"version": blob.version, "model_key": blob.model_key,
                                   "sha256": blob.sha256}
         if self.store is None:
@@ -324,9 +325,9 @@ class RedisWeightSubscriber:
         if not fields:
             return
         try:
-            version, tensors = self._decode(fields)
+            version, tensors = self._decode(fields)  # type: ignore[arg-type]  # redis-py types hgetall as str or bytes: our client keeps bytes
         except (WeightIntegrityError, ValueError) as exc:
-            self._reject(fields, exc)
+            self._reject(fields, exc)  # type: ignore[arg-type]  # redis-py types hgetall as str or bytes: our client keeps bytes
             return
         except (KeyError, UserError) as exc:  # store blob missing or store unreachable: retry
             log.warning("weights '%s': cannot fetch the published version yet: %s",
@@ -360,6 +361,7 @@ class RedisWeightSubscriber:
         except ValueError:
             version = -1
         self._rejected.add(version)
+        note_rejected("subscribe")
         log.error("weights '%s': rejected version %s from %s, keeping version %s: %s",
                   self.model_key, version, self.url, self.latest_version(), exc)
 

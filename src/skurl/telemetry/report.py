@@ -118,7 +118,7 @@ def write_eval(
             raise ValueError(f"eval result {name!r}: avg_cost_per_sku_day must be a number")
         policies[str(name)] = json_ready(result, f"eval result {name}")
     previous, _ = read_eval(run_dir)
-    entries = list((previous or {}).get("history", []))
+    entries = list(previous.get("history", [])) if previous else []
     if history:
         entry: dict[str, Any] = {"iteration": int(iteration)}
         entry.update({name: r["avg_cost_per_sku_day"] for name, r in policies.items()})

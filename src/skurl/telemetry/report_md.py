@@ -130,12 +130,11 @@ class ReportData:
         rows = []
         for seg in names:
             mine = segs(self.trained).get(seg) or {}
-            costs = {b: _cost(segs(b).get(seg)) for b in self.baselines}
-            costs = {b: c for b, c in costs.items() if c is not None}
+            costs = {b: c for b in self.baselines if (c := _cost(segs(b).get(seg))) is not None}
             best = min(costs, key=lambda b: costs[b]) if costs else None
-            skus = mine.get("skus", (segs(best).get(seg) or {}).get("skus") if best else None)
+            skus = _num(mine.get("skus", (segs(best).get(seg) or {}).get("skus") if best else None))
             theirs = segs(best).get(seg) if best else None
-            rows.append(SegmentRow(seg, int(skus) if _num(skus) is not None else None,
+            rows.append(SegmentRow(seg, int(skus) if skus is not None else None,
                                    _cost(mine), best, costs.get(best) if best else None,
                                    _inventory(mine), _inventory(theirs),
                                    _num(mine.get("avg_profit_per_sku_day")),
@@ -275,7 +274,7 @@ def _summary(data: ReportData) -> list[str]:
     lines += _table(["Policy", "Cost/SKU-day", "vs best baseline", "Inventory cost/SKU-day",
                      "vs best baseline", "Profit/SKU-day", "Fill rate", unmet_label,
                      "Waste units", "Mean on-hand"], rows)
-    if data.trained and best is not None:
+    if data.trained and data.best_baseline and best is not None:
         change = _vs(_cost(data.policies[data.trained]), best)
         word = "cheaper" if (change or 0) <= 0 else "costlier"
         sentence = (f"The trained policy **{data.trained}** is {fmt_pct(abs(change or 0), False)} "

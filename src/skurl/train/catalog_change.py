@@ -18,12 +18,14 @@ import torch
 
 from skurl import atomic
 from skurl.catalog import Catalog, load_catalog
+from skurl.collect.collectors import Collected, Collectors, SampleIndex
 from skurl.config import Config, load_config
 from skurl.errors import CatalogError, UserError
 from skurl.learn.checkpoint import load_latest, no_checkpoint_error
 from skurl.policy.learned import run_config_file
 from skurl.sim.layout import catalog_widths, schema_for
 from skurl.train.evaluation import BASELINE, BASELINE_FILE, TRAINED
+from skurl.train.seams import TrainerView
 
 log = logging.getLogger("skurl.catalog_change")
 
@@ -132,11 +134,11 @@ class ChangeSteps:
     their category's, an evaluation at the change, and new_skus_* scalars. `old_ids` None:
     the SKU set does not change now (a run changed earlier, resumed through here)."""
 
-    def __init__(self, trainer: Any, change: CatalogChange, old_ids: np.ndarray | None) -> None:
+    def __init__(self, trainer: TrainerView, change: CatalogChange, old_ids: np.ndarray | None) -> None:
         self.trainer, self.change = trainer, change
         self._scores: dict[str, Any] = {}
         run_dir, learner = trainer.run_dir, trainer.learner
-        if old_ids is not None:  # changed now: seed statistics, re-tune the baseline
+        if old_ids is not None and change.added is not None:  # changed now: seed statistics, re-tune the baseline
             baseline = run_dir / BASELINE_FILE
             if baseline.is_file():
                 baseline.rename(run_dir / f"baseline.before_iter_{learner.iteration}.json")
@@ -167,18 +169,20 @@ class ChangeSteps:
                     out["new_skus_baseline_cost"] = self.change.baseline_new_skus_cost
 
     def _new_cost(self, result: Any) -> float | None:
-        mask = np.isin(self.trainer.evaluator.catalog.sku_id, self.new)
+        evaluator = self.trainer.evaluator
+        assert evaluator is not None  # the hooks that call this are registered only with one
+        mask = np.isin(evaluator.catalog.sku_id, self.new)
         return float(result.per_sku_cost[mask].mean()) if mask.any() else None
 
 
 class _NewSkuRewards:
     """Collectors whose iteration scalars add the new SKUs' count and mean reward per SKU-day."""
 
-    def __init__(self, inner: Any, new_ids: np.ndarray) -> None:
+    def __init__(self, inner: Collectors, new_ids: np.ndarray) -> None:
         self.inner, self.new_ids = inner, new_ids
 
-    def collect(self, *args: Any, **kwargs: Any) -> Any:
-        batch = self.inner.collect(*args, **kwargs)
+    def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
+        batch = self.inner.collect(iteration, seed, version, sample)
         if self.new_ids.size:
             batch.scalars["new_skus"] = float(self.new_ids.size)
         rollout = batch.rollout

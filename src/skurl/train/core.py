@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,6 +24,9 @@ from skurl.policy.learned import grid_for
 from skurl.sim.api import ObsSchema
 from skurl.sim.layout import catalog_widths, schema_for
 from skurl.telemetry.stages import StageTimer
+
+if TYPE_CHECKING:
+    from skurl.sim.env import VectorEnv
 
 ENV_SPEC_FILE = "env_spec.json"  # the run's observation widths and schema: every part shows these
 
@@ -87,13 +90,13 @@ class RunCore:
 
     @property
     def schema(self) -> ObsSchema:
-        return schema_for(*self.widths)
+        return schema_for(*self.widths, self.catalog.has_network)
 
     def shard_catalog(self, shard: int) -> Catalog:
         rows = self.shards[shard]
         return self.catalog if rows.size == len(self.catalog) else self.catalog.subset(rows)
 
-    def local_env(self, shard: int) -> Any:
+    def local_env(self, shard: int) -> VectorEnv:
         """An in-process env of training shard `shard` (built once)."""
         if shard not in self._envs:
             self._envs[shard] = make_env(self.shard_catalog(shard), self.cfg.sim, self.widths)

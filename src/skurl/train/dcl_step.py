@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch.distributed as dist
@@ -33,17 +33,23 @@ from skurl.policy.nets import ActorCritic
 from skurl.policy.rollout_q import learned_rollout
 from skurl.telemetry.metrics import get_metrics
 
+if TYPE_CHECKING:
+    from skurl.catalog import Catalog
+    from skurl.config import Config
+    from skurl.sim.env import VectorEnv
+    from skurl.train.seams import TrainerView
+
 log = logging.getLogger("skurl.train")
 
 
-def dcl_spec(cfg: Any, catalog: Any) -> DclSpec:
+def dcl_spec(cfg: Config, catalog: Catalog) -> DclSpec:
     """The labelling's settings for the training env's `catalog` (dcl.horizon=0 resolved to
     the longest SKU's; row_horizons gives each SKU its own)."""
     same = {f.name: getattr(cfg.dcl, f.name) for f in dataclasses.fields(DclSpec)}  # every field is a dcl.* key
     return DclSpec(**{**same, "horizon": cfg.dcl.horizon or int(np.max(row_horizons(catalog), initial=8))})
 
 
-def row_horizons(catalog: Any) -> np.ndarray:
+def row_horizons(catalog: Catalog) -> np.ndarray:
     """dcl.horizon=0's rollout days per SKU of `catalog` (int64 [N]): from its own lead time
     and supplier delay, so a long-lead SKU does not lengthen every other SKU's rollouts."""
     return auto_horizon(np.asarray(catalog.lead_time, np.int64) + np.asarray(catalog.delay_max, np.int64))
@@ -52,7 +58,7 @@ def row_horizons(catalog: Any) -> np.ndarray:
 class DclStep:
     """The Trainer's iteration under train.algo=dcl (Trainer.iteration calls it)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: TrainerView) -> None:
         if dist.is_initialized() and dist.get_world_size() > 1:
             raise UserError("train.algo=dcl: the DDP learner is not built for it (its labelling runs in one "
                             "process); expected one learner process or train.algo=ppo")
@@ -60,7 +66,7 @@ class DclStep:
         # the horizon from the whole catalog: one setting for every shard
         self.spec = dcl_spec(trainer.cfg, trainer.core.catalog)
 
-    def env_for(self, it: int) -> Any:
+    def env_for(self, it: int) -> VectorEnv:
         """Iteration `it`'s training shard's in-process env (train.collect_skus' round robin)."""
         core = self.trainer.core
         return core.local_env(it % len(core.shards))
@@ -132,11 +138,11 @@ class DclStep:
             **timer.as_scalars(exclusive=True),
         }
 
-    def horizons(self, env: Any) -> np.ndarray | None:
+    def horizons(self, env: VectorEnv) -> np.ndarray | None:
         """Per-row rollout days of `env`'s SKUs under dcl.horizon=0; None: dcl.horizon for all."""
         return row_horizons(env.catalog) if self.trainer.cfg.dcl.horizon == 0 else None
 
-    def _fit_and_check(self, it: int, env: Any, incumbent: LearnedPolicy, labs: list[Labelled]
+    def _fit_and_check(self, it: int, env: VectorEnv, incumbent: LearnedPolicy, labs: list[Labelled]
                        ) -> tuple[dict[str, float], LearnedPolicy | None, PairedGain | None]:
         """Fit the learner's policy net (holding the incumbent's weights) to every label of
         `labs`; the fit's figures, the fitted candidate and its paired check against the

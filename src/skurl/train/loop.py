@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
@@ -23,6 +23,7 @@ from skurl.learn.checkpoint import no_checkpoint_error, restore_latest, save_che
 from skurl.learn.learner import Learner
 from skurl.policy.learned import CONFIG_FILE
 from skurl.policy.nets import ActorCritic
+from skurl.sync.api import WeightPublisher
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.logger import RunLogger
 from skurl.telemetry.metrics import get_metrics
@@ -31,10 +32,14 @@ from skurl.telemetry.report import forget_evaluations_from, write_report
 from skurl.train.core import RunCore, build_core, save_env_spec, set_threads
 from skurl.train.dcl_step import DclStep
 from skurl.train.evaluation import TRAINED, Evaluator
+from skurl.train.seams import TrainerView
 from skurl.train.warm_start import warm_start
 
+if TYPE_CHECKING:
+    from skurl.sim.env import VectorEnv
+
 MODE_FILE = "mode.json"  # the --mode a run was started in: --resume continues in it
-MODES = ("colocated", "decoupled", "ray")
+MODES = ("colocated", "decoupled", "ray", "ddp")
 Wrap = Callable[[Collectors], Collectors]  # a wrapper around the collectors (figures, fault injection)
 
 
@@ -57,7 +62,7 @@ def plain_learner(core: RunCore, obs_dim: int, n_actions: int) -> Learner:
     return Learner(core.cfg, obs_dim, n_actions)
 
 
-def restore_checkpoint(trainer: Trainer) -> dict[str, Any]:
+def restore_checkpoint(trainer: TrainerView) -> dict[str, Any]:
     """Load the latest checkpoint into the learner; its meta."""
     restored = restore_latest(trainer.learner, trainer.core.run_dir)
     if restored is None:
@@ -65,13 +70,13 @@ def restore_checkpoint(trainer: Trainer) -> dict[str, Any]:
     return restored[1]
 
 
-def in_process_weights(trainer: Trainer) -> InProcWeights:
+def in_process_weights(trainer: TrainerView) -> InProcWeights:
     weights = InProcWeights(TRAINED)
     weights.publish(trainer.learner.version, trainer.learner.weights())
     return weights
 
 
-def local_warm_start_env(core: RunCore) -> Any:
+def local_warm_start_env(core: RunCore) -> VectorEnv:
     """The in-process env the warm start records its baseline on: the first training shard's."""
     return core.local_env(0)
 
@@ -83,10 +88,10 @@ class Parts:
 
     mode: str
     collectors: Callable[[Trainer], Collectors]
-    weights: Callable[[Trainer], Any] = in_process_weights
+    weights: Callable[[Trainer], WeightPublisher] = in_process_weights
     learner: Callable[[RunCore, int, int], Learner] = plain_learner
     restore: Callable[[Trainer], dict[str, Any]] = restore_checkpoint
-    warm_start_env: Callable[[RunCore], Any] = local_warm_start_env
+    warm_start_env: Callable[[RunCore], VectorEnv] = local_warm_start_env
     around_warm_start: Callable[[Callable[[], dict[str, Any]]], dict[str, Any]] = lambda step: step()
     lead: bool = True
     close: Callable[[], None] = lambda: None
@@ -102,8 +107,8 @@ class Trainer:
         self.cfg, self.parts, self.stream, self.resumed = cfg, parts, stream, resume
         self._collectors: Collectors | None = None
         self.metrics_url: str | None = None  # this process's /metrics, where a mode serves one
-        self.before_checkpoint: list[Callable[[int], None]] = []  # before each checkpoint (its iteration)
-        self.on_checkpoint: list[Callable[[int], None]] = []  # after each saved checkpoint
+        self.before_checkpoint: list[Callable[[int], object]] = []  # before each checkpoint (its iteration)
+        self.on_checkpoint: list[Callable[[int], object]] = []  # after each saved checkpoint
         self.evaluations_due: list[Callable[[int], bool]] = []  # extra evaluations (catalog change)
         try:
             refuse_unbuilt(cfg.train, parts.mode)
@@ -215,7 +220,7 @@ class Trainer:
     def _progress_fields(self, scalars: dict[str, Any]) -> dict[str, Any]:
         """What the bar shows: the objective vs the baseline (cost, or profit when
         sim.reward=profit, where a higher cost can be the price of more sales)."""
-        keys = ("transitions_per_s", "reward_mean")
+        keys: tuple[str, ...] = ("transitions_per_s", "reward_mean")
         keys += ("eval_cost", "baseline_cost") if self.cfg.sim.reward == "cost" else ("eval_profit", "baseline_profit")
         return {k: scalars.get(k) for k in keys}
 

@@ -3,13 +3,17 @@ net (learn/imitate.py) and publish the clone as the next version, before PPO beg
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skurl.catalog import Catalog
 from skurl.telemetry.stages import StageTimer
 
+if TYPE_CHECKING:
+    from skurl.train.core import RunCore
+    from skurl.train.seams import TrainerView
 
-def warm_start(trainer: Any) -> dict[str, Any]:
+
+def warm_start(trainer: TrainerView) -> dict[str, Any]:
     """Scalars for the first iteration's record (each step's seconds and the clone's
     evaluation). `trainer`: its core, learner, weights, the parts' warm-start env."""
     from skurl.learn.imitate import clone, record
@@ -41,7 +45,7 @@ def warm_start(trainer: Any) -> dict[str, Any]:
     return out
 
 
-def teacher_params(core: Any, catalog: Catalog) -> tuple[dict[str, Any], float]:
+def teacher_params(core: RunCore, catalog: Catalog) -> tuple[dict[str, Any], float]:
     """The warm start's baseline, tuned for `catalog`; when the grid is centred on that
     same baseline's tuned factors, those (its offset 0 then is the teacher's order)."""
     from skurl.policy.baselines import default_z
