@@ -1,19 +1,7 @@
 """Headroom, measured: the exact optimum of the embedded catalog's DP-solvable SKUs against
 the tuned heuristics and a trained policy, on the same held-out demand (docs/headroom.md).
 
-For each catalog seed, the embedded catalog of a bare `skurl train` (or --config) is built;
-its SKUs with a state small enough for exact DP are selected (no substitution group, no
-supplier delay, lead time <= --max-lead, shelf life 0 or <= --max-life, at most
---max-states states); each gets its own finite-horizon DP over the episode's days plus
---tail days (embedded_dp.py), the calendar known. forecast-base-stock and forecast-s-S
-are tuned on the whole catalog as a run tunes them (policy/tuning.py). Every policy is
-simulated by skurl's VectorEnv on the same held-out seeds (eval.seed, ...), warm-up
-excluded; the table gives each one's profit gap to the optimum, per segment, with the
-paired standard error over SKUs. --grid adds the best policy on today's cover grid.
-
-    PYTHONPATH=src .venv/bin/python benchmarks/embedded_optimum.py [--catalog-seeds 0 1 2] [--grid]
-        [--run RUN_DIR ...] [--episodes 2] [--json out.json]
-"""
+More: docs/benchmarks.md (benchmarks/embedded_optimum.py)."""
 
 from __future__ import annotations
 

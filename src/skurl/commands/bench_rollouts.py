@@ -9,9 +9,7 @@ policy/rollout_q.estimate_q, following the capped base-stock or, with --policy n
 freshly initialised network of the config's size (its inference cost is what counts).
 Prints rollout SKU-days per second and, as its bound, `bench sim`'s SKU-steps per second on
 the same catalog (its SKUs tiled to the rollouts' mean batch width, the same sim threads,
-after the rollouts): bound_ratio is the first over the second. Registered by
-skurl.commands.bench_cmd.
-"""
+after the rollouts): bound_ratio is the first over the second (registered by bench_cmd)."""
 
 from __future__ import annotations
 

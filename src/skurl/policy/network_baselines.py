@@ -9,8 +9,7 @@ Untuned levels: mean + z x sd of the demand over the protection days (cover), z 
 store's critical ratio; the echelon cover is the longest chain of lead times from the row
 down to a store, + 1 day; the installation cover the row's own lead time + 1.
 Tuning (tune_network): one z per echelon index, by coordinate search with common random
-numbers on the whole catalog (every network the same knobs).
-"""
+numbers on the whole catalog (every network the same knobs)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,15 @@
 """The day of a catalog with supply networks (docs/networks.md), as numba kernels.
 
 Every row belongs to one network (a row nobody orders from and with an outside supplier is
-a network of one). Networks run in parallel (prange), each by one thread, in this order:
+a network of one). Networks run in parallel (prange), each by one thread from its own rows'
+state only (results do not depend on threads), in this order:
   1. arrivals (already on hand: the previous day's `advance`);
-  2. orders: each row's order is placed: with the outside supplier (pipeline, lead + delay)
-     at a root, as a request to its upstream otherwise;
-  3. shipments from the top down: an upstream serves its locations' requests (today's
-     orders plus what it owes them) from its on-hand, split by sim.allocation when short;
-     the rest stays owed (sim.upstream_shortage=backorder) or is dropped (cancel); a
-     shipment travels its link's lead time (0: on hand today);
+  2. orders: with the outside supplier (pipeline, lead + delay) at a root, else a request upstream;
+  3. shipments from the top down: an upstream serves its locations' requests (today's orders plus
+     what it owes them) from its on-hand, split by sim.allocation when short, the rest owed
+     (sim.upstream_shortage=backorder) or dropped (cancel); each travels its link's lead time (0: today);
   4. customer demand at the rows nobody orders from (stores);
-  5. costs on the end-of-day state, then the move to tomorrow (advance, features).
-Rows of one network use their own rows' state only, so results do not depend on threads.
-"""
+  5. costs on the end-of-day state, then the move to tomorrow (advance, features)."""
 
 from __future__ import annotations
 
