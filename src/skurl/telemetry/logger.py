@@ -67,7 +67,7 @@ def _parse_line(line: str) -> dict[str, Any] | None:
     return record
 
 
-def _json_value(key: str, value: Any) -> int | float | bool | None:
+def _json_value(key: str, value: object) -> int | float | bool | None:
     if isinstance(value, bool | np.bool_):
         return bool(value)
     if isinstance(value, numbers.Integral):

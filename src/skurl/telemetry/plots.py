@@ -225,7 +225,7 @@ def stage_names(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return [s for s in STAGE_ORDER if s in found] + sorted(found - set(STAGE_ORDER))
 
 
-def _is_num(value: Any) -> bool:
+def _is_num(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
