@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +19,10 @@ import torch
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 from skurl.policy.bf16 import cpu_has_bf16
+
+if TYPE_CHECKING:
+    from skurl.buffer.rollout import Rollout
+    from skurl.config import Config
 
 
 def register_bench(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +41,7 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     learn.set_defaults(func=run_learn)
 
 
-def _threads(cfg: Any) -> int:
+def _threads(cfg: Config) -> int:
     threads = cfg.train.torch_threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     return threads
@@ -120,7 +124,7 @@ def run_learn(args: argparse.Namespace) -> int:
     return 0
 
 
-def _random_rollout(days: int, skus: int, obs_dim: int, n_actions: int) -> Any:
+def _random_rollout(days: int, skus: int, obs_dim: int, n_actions: int) -> Rollout:
     from skurl.buffer.rollout import Rollout
 
     rng = np.random.default_rng(0)

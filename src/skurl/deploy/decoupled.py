@@ -14,11 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, cast
 
+from skurl.collect.collectors import Collectors
 from skurl.config import Config, load_config
 from skurl.errors import ConfigError
 from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
-from skurl.remote.grpc_collectors import Driven
+from skurl.remote.grpc_collectors import Driven, WireBackend
 from skurl.remote.learner_weights import open_weights
 from skurl.remote.roles import check_decoupled
 from skurl.remote.supervisor import LocalCluster, RestartsCounted, with_run_store
@@ -28,10 +29,10 @@ from skurl.train.evaluation import TRAINED
 from skurl.train.loop import Parts, Trainer, TrainResult
 
 log = logging.getLogger("skurl.deploy")
-Wrap = Callable[[Any, Trainer], Any]  # (the run's collectors, the trainer) -> a wrapper (tests inject faults)
+Wrap = Callable[[Collectors, Trainer], Collectors]  # (the run's collectors, the trainer) -> a wrapper (tests inject faults)
 
 
-def learner_trainer(cfg: Config, run_dir: str | Path, addresses: list[str], backend: Any, *,
+def learner_trainer(cfg: Config, run_dir: str | Path, addresses: list[str], backend: WireBackend, *,
                     resume: bool = False, stream: IO[str] | None = None, baseline: bool = True) -> Trainer:
     """The loop over running collectors; a checkpoint drops the shards a resume no longer
     needs, and each evaluation's business figures go to Prometheus."""
@@ -101,7 +102,7 @@ def _launch(cfg: Config, run_dir: Path, *, resume: bool, stream: IO[str] | None,
     try:
         cluster.start()
         cluster.write_description()
-        def counted(inner: Any, trainer: Trainer) -> Any:
+        def counted(inner: Collectors, trainer: Trainer) -> Collectors:
             return RestartsCounted(wrap(inner, trainer) if wrap else inner, cluster, weights)
 
         return run_with_collectors(cfg, run_dir, cluster.collector_addresses, weights=weights, resume=resume,
