@@ -93,7 +93,7 @@ def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
 
 
 def label_states(env: VectorEnv, policy: LearnedPolicy, rollout: RolloutPolicy, grid: ActionGrid, spec: DclSpec, *,
-                 seed: int, iteration: int, sampler: Any = None, part: int = 0,
+                 seed: int, iteration: int, sampler: LearnedPolicy | None = None, part: int = 0,
                  horizons: np.ndarray | None = None, strata: np.ndarray | None = None) -> Labelled:
     """Run `sampler` (default `policy`; anything with `action_indices(obs)` on `grid`, a
     greedy LearnedPolicy) for an episode of `env` and label the sampled states by Q

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
@@ -48,6 +48,8 @@ from skurl.rpc.servicer_base import GrpcServer, check_reply_size, rpc_method, to
 from skurl.sim.api import Env, EnvStateError
 
 if TYPE_CHECKING:
+    from prometheus_client import Histogram
+
     from skurl.catalog.partition import Method
     from skurl.catalog.schema import Catalog
 
@@ -82,7 +84,7 @@ class _Session:
         return self.delta
 
 
-def _step_histogram() -> Any:
+def _step_histogram() -> Histogram | None:
     """sim_step_duration_seconds when telemetry is installed (imported lazily: optional)."""
     try:
         from skurl.telemetry.metrics import get_metrics
