@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 
-def json_ready(value: Any, where: str = "value") -> Any:
+def json_ready(value: object, where: str = "value") -> Any:
     """JSON-ready copy: numpy scalars/arrays to Python, non-finite floats to null; `where`
     names the value in the error for a type JSON cannot hold."""
     if isinstance(value, Mapping):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,14 @@ from skurl.catalog.strata import STRATA_COLUMNS, VELOCITY
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 from skurl.serve import ab
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from rich.table import Table
+
+    from skurl.catalog import Catalog
+    from skurl.config import Config
+    from skurl.policy.api import Policy
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -106,7 +114,8 @@ def run_assign(args: argparse.Namespace) -> int:
     return 0
 
 
-def _side_policy(args: argparse.Namespace, cfg: Any, catalog: Any, run: str | None, name: str | None) -> Any:
+def _side_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog, run: str | None,
+                 name: str | None) -> Policy:
     """One group's policy through `skurl eval`'s resolve_policy (tuned like `eval --tune`)."""
     from skurl.commands.eval_cmd import resolve_policy
 
@@ -152,7 +161,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _split_catalog(full: Any, groups: ab.Groups, path: str) -> tuple[Any, np.ndarray]:
+def _split_catalog(full: Catalog, groups: ab.Groups, path: str) -> tuple[Catalog, np.ndarray]:
     """The catalog rows of the grouped SKUs (catalog order) and their B mask."""
     present = np.isin(groups.sku_id, full.sku_id)
     if not present.all():
@@ -192,7 +201,7 @@ def _read_outcomes(path: str, groups: ab.Groups) -> tuple[dict[str, np.ndarray],
     return cols, order[np.searchsorted(sku, groups.sku_id, sorter=order)]
 
 
-def _outcome_columns(table: Any, path: str, required: dict[str, str]) -> dict[str, np.ndarray]:
+def _outcome_columns(table: pa.Table, path: str, required: dict[str, str]) -> dict[str, np.ndarray]:
     """The required columns as arrays, each value checked: finite; days > 0; units and
     inventory cost >= 0 (profit may be negative)."""
     import pyarrow as pa
@@ -259,7 +268,7 @@ def print_report(result: dict[str, Any]) -> None:
                   f"{result['resamples']} resamples within strata")
 
 
-def _kpi_table(title: str, kpis: dict[str, Any], level: float, plain: dict[str, Any] | None = None) -> Any:
+def _kpi_table(title: str, kpis: dict[str, Any], level: float, plain: dict[str, Any] | None = None) -> Table:
     """One table row per KPI; with `plain`, also the interval's width relative to plain's."""
     from rich.table import Table
 

@@ -28,6 +28,7 @@ from skurl.errors import UserError
 if TYPE_CHECKING:
     from skurl.catalog.schema import Catalog
     from skurl.config import SimConfig
+    from skurl.sim.env import VectorEnv
 
 # Modules adding `skurl bench` subcommands (skipped while they do not exist).
 BENCH_MODULES = ("skurl.commands.bench_train", "skurl.commands.bench_shards", "skurl.commands.bench_modes",
@@ -175,7 +176,7 @@ def _warm_up(catalog: Catalog, sim_cfg: SimConfig) -> float:
     return time.perf_counter() - t0
 
 
-def _sim_report(args: argparse.Namespace, env: Any, t_sim: float, t_policy: float,
+def _sim_report(args: argparse.Namespace, env: VectorEnv, t_sim: float, t_policy: float,
                 t_catalog: float, t_reset: float) -> dict[str, Any]:
     info = env.info()
     steps, skus = args.steps, env.num_skus

@@ -16,12 +16,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
+
+if TYPE_CHECKING:
+    from skurl.config import Config
+    from skurl.policy.actions import ActionGrid
+    from skurl.policy.api import Policy
+    from skurl.policy.rollout_q import RolloutPolicy
+    from skurl.sim.env import VectorEnv
 
 
 def register_bench(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +53,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError(f"bench rollouts: --warmup {args.warmup}, expected an integer >= 0")
 
 
-def _rollout_policy(args: argparse.Namespace, cfg: Any, grid: Any, env: Any, base: Any) -> Any:
+def _rollout_policy(args: argparse.Namespace, cfg: Config, grid: ActionGrid, env: VectorEnv,
+                    base: Policy) -> RolloutPolicy:
     from skurl.policy.rollout_q import baseline_rollout, learned_rollout
 
     if args.policy == "capped-base-stock":

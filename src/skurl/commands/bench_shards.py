@@ -25,7 +25,10 @@ from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 
 if TYPE_CHECKING:
+    from skurl.catalog import Catalog
     from skurl.catalog.partition import Method
+    from skurl.config import SimConfig
+    from skurl.sim.api import Obs
 
 METHODS = ("equal", "round_robin_cost", "lpt")
 
@@ -50,7 +53,7 @@ def _methods(text: str) -> list[Method]:
     return methods  # type: ignore[return-value]  # each checked to be in METHODS above
 
 
-def shard_seconds(catalog: Any, sim: Any, parts: list[np.ndarray], steps: int) -> list[float]:
+def shard_seconds(catalog: Catalog, sim: SimConfig, parts: list[np.ndarray], steps: int) -> list[float]:
     """CPU seconds of `steps` simulated days of each shard, shards timed in turn, days
     interleaved (day d of every shard before day d + 1), so that a slow spell of the
     machine falls on all shards alike."""
@@ -72,7 +75,7 @@ def shard_seconds(catalog: Any, sim: Any, parts: list[np.ndarray], steps: int) -
     return seconds
 
 
-def _orders(obs: Any, lead: np.ndarray, out: np.ndarray) -> np.ndarray:
+def _orders(obs: Obs, lead: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Order-up-to orders (a cheap, realistic policy: stock moves, pipelines fill)."""
     from skurl.sim.testing import order_up_to
 

@@ -17,13 +17,17 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json, seconds
 from skurl.errors import UserError
+
+if TYPE_CHECKING:
+    from skurl.config import Config
+    from skurl.sync.api import WeightPublisher
 
 
 def register_bench(sub: argparse._SubParsersAction) -> None:
@@ -79,7 +83,7 @@ def run_sync(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_weights(cfg: Any) -> dict[str, Any]:
+def _default_weights(cfg: Config) -> dict[str, Any]:
     from skurl.catalog import load_catalog
     from skurl.policy.learned import grid_for
     from skurl.policy.nets import ActorCritic
@@ -90,7 +94,7 @@ def _default_weights(cfg: Any) -> dict[str, Any]:
     return ActorCritic(dim, grid_for(cfg).n, cfg.policy.hidden).state_dict()
 
 
-def _publish_all(weights: Any, tensors: dict[str, Any], subs: _Subscribers, args: argparse.Namespace,
+def _publish_all(weights: WeightPublisher, tensors: dict[str, Any], subs: _Subscribers, args: argparse.Namespace,
                  timeout_s: float) -> tuple[list[float], list[float]]:
     latencies, calls = [], []
     for version in range(1, args.publishes + 1):
@@ -112,7 +116,7 @@ def _figures(name: str, values: list[float]) -> dict[str, float]:
 class _Subscribers:
     """Subscriber processes; each prints `VERSION UNIX_TIME` once it holds a version."""
 
-    def __init__(self, cfg: Any, tmp: Path, count: int) -> None:
+    def __init__(self, cfg: Config, tmp: Path, count: int) -> None:
         from skurl.config import config_to_dict
 
         path = tmp / "sync.yaml"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,6 +24,9 @@ from skurl.errors import UserError
 from skurl.policy.bf16 import cpu_has_bf16
 
 BOUND_SECONDS = 0.1  # per timed round of each GEMM of the bound (3 rounds, best kept)
+if TYPE_CHECKING:
+    from skurl.buffer.rollout import Rollout
+    from skurl.config import Config
 
 
 def register_bench(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +49,7 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     learn.set_defaults(func=run_learn)
 
 
-def _threads(cfg: Any) -> int:
+def _threads(cfg: Config) -> int:
     threads = cfg.train.torch_threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     return threads
@@ -147,7 +150,7 @@ def run_learn(args: argparse.Namespace) -> int:
     return 0
 
 
-def _random_rollout(days: int, skus: int, obs_dim: int, n_actions: int) -> Any:
+def _random_rollout(days: int, skus: int, obs_dim: int, n_actions: int) -> Rollout:
     from skurl.buffer.rollout import Rollout
 
     rng = np.random.default_rng(0)

@@ -135,7 +135,7 @@ def feature_widths(full: Catalog, run: str | None) -> tuple[int, int]:
     return widths
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     if isinstance(value, dict):
         return "  ".join(f"{k} {_fmt(v)}" for k, v in value.items())
     if isinstance(value, float):

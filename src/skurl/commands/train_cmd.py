@@ -13,11 +13,16 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.commands.embedded import EMBEDDED, EMBEDDED_GRID
 from skurl.errors import UserError, missing_extra
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from skurl.train.loop import TrainResult
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +69,8 @@ def run_as_role(args: argparse.Namespace) -> int:
     return as_role("colocated" if mode == "colocated" else "learner", run)(args)
 
 
-def _serving_metrics(port: int, command: Any) -> Any:
+def _serving_metrics(port: int, command: Callable[[argparse.Namespace], int]
+                     ) -> Callable[[argparse.Namespace], int]:
     """`command` with /metrics served for as long as it runs (colocated and ray drivers;
     the decoupled learner serves its own)."""
     def served(args: argparse.Namespace) -> int:
@@ -122,7 +128,7 @@ def _prepare(args: argparse.Namespace) -> list[str]:
     return extra
 
 
-def train_once(args: argparse.Namespace, extra: list[str]) -> Any:
+def train_once(args: argparse.Namespace, extra: list[str]) -> TrainResult:
     """One training (fresh or resumed) in the mode asked for; its TrainResult."""
     from skurl.modes import colocated
 
@@ -144,7 +150,7 @@ def train_once(args: argparse.Namespace, extra: list[str]) -> Any:
     return runner.train(config_from_args(args, extra), Path(args.run_dir), baseline=not args.no_baseline)
 
 
-def _resume_changed(args: argparse.Namespace, catalog: str | None, overrides: list[str], mode: str) -> Any:
+def _resume_changed(args: argparse.Namespace, catalog: str | None, overrides: list[str], mode: str) -> TrainResult:
     """--resume RUN --catalog NEW (or catalog.* overrides): the run on its changed SKU set."""
     from skurl.train.catalog_change import resume_changed
 
@@ -219,7 +225,7 @@ def _check_resume_network(run_dir: Path, overrides: list[str]) -> None:
                             "that value (start a new run to change it)")
 
 
-def _get(cfg: Any, key: str) -> Any:
+def _get(cfg: object, key: str) -> object:
     for part in key.split("."):
         cfg = getattr(cfg, part)
     return cfg
@@ -248,7 +254,7 @@ def _changes_catalog(run_dir: str, catalog: str | None, overrides: list[str]) ->
     return bool(catalog) or touched or (Path(run_dir) / CHANGE_FILE).is_file()
 
 
-def _finish(args: argparse.Namespace, result: Any) -> int:
+def _finish(args: argparse.Namespace, result: TrainResult) -> int:
     summary = {
         "run_dir": str(result.run_dir),
         "iterations": result.iterations,
@@ -263,7 +269,7 @@ def _finish(args: argparse.Namespace, result: Any) -> int:
     return 0
 
 
-def _summary_line(result: Any) -> str:
+def _summary_line(result: TrainResult) -> str:
     """One line: the objective of the last evaluation vs the best tuned baseline (cost,
     or profit when the run optimizes profit)."""
     line = f"run {result.run_dir}: {result.iterations} iterations"

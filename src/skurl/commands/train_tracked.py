@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from skurl.commands.common import config_from_args, print_json
 from skurl.config import Config, config_to_dict, load_config
 from skurl.telemetry import tracking
 from skurl.telemetry.sinks import metric_sink
+
+if TYPE_CHECKING:
+    from skurl.train.loop import TrainResult
 
 log = logging.getLogger("skurl.tracking")
 
@@ -41,8 +44,8 @@ def resolved_config(args: argparse.Namespace, extra: list[str]) -> Config:
     return config_from_args(args, extra)
 
 
-def tracked(cfg: Config, run_dir: Path, train: Callable[[], Any], *,
-            parent: tracking.MlflowRun | None = None) -> Any:
+def tracked(cfg: Config, run_dir: Path, train: Callable[[], TrainResult], *,
+            parent: tracking.MlflowRun | None = None) -> TrainResult:
     """Run `train()`; with tracking.mlflow, inside an MLflow run of `run_dir` that gets the
     params first, every iteration's scalars, then the final figures and the run's files."""
     if not cfg.tracking.mlflow:

@@ -223,13 +223,13 @@ def _deepcopy(data: Any) -> Any:
 
 
 class _DuplicateKey(Exception):
-    def __init__(self, key: Any, line: int) -> None:
+    def __init__(self, key: object, line: int) -> None:
         super().__init__(key)
         self.key, self.line = key, line
 
 
 class _BadKey(Exception):
-    def __init__(self, key: Any, line: int) -> None:
+    def __init__(self, key: object, line: int) -> None:
         super().__init__(key)
         self.key, self.line = key, line
 
@@ -296,7 +296,7 @@ def describe(cls: type[DataclassInstance], prefix: str = "") -> list[tuple[str, 
     return rows
 
 
-def check(cond: bool, key: str, value: Any, expected: str) -> None:
+def check(cond: bool, key: str, value: object, expected: str) -> None:
     """Validation helper for __post_init__: one line naming key, value and expectation."""
     if not cond:
         raise ConfigError(f"config key '{key}': got {value!r}, expected {expected}")

@@ -51,7 +51,7 @@ class SkuEnv(gymnasium.Env):
         super().reset(seed=seed)
         return self._sim.reset(seed)[0], {}
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: object) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         result = self._sim.step(action)
         info = SimDriver.metrics_of(result, 0)
         return result.obs.features[0].copy(), float(result.reward[0]), False, bool(result.done), info

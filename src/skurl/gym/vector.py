@@ -75,7 +75,7 @@ class SkuVectorEnv(GymVectorEnv):
         self._autoreset = False
         return self._sim.reset(None if seed is None else int(seed)), {}
 
-    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def step(self, actions: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         n = self.num_envs
         if self._autoreset:
             self._autoreset = False

@@ -20,7 +20,7 @@ import random
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save
 
 from skurl.errors import UserError
+
+if TYPE_CHECKING:
+    from skurl.learn.learner import Learner
 
 FORMAT = "skurl-checkpoint/1"
 STATE_FILE = "state.safetensors"
@@ -98,7 +101,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(run_dir: str | Path, learner: Any, meta: dict[str, Any] | None = None, keep: int = 3) -> Path:
+def save_checkpoint(run_dir: str | Path, learner: Learner, meta: dict[str, Any] | None = None, keep: int = 3) -> Path:
     """Write the learner's full state as checkpoints/iter_{learner.iteration:06d}."""
     tensors, info = learner_state(learner)
     info.update(meta or {})
@@ -168,7 +171,7 @@ def load_latest(run_dir: str | Path) -> tuple[Path, dict[str, torch.Tensor], dic
     return None
 
 
-def restore_latest(learner: Any, run_dir: str | Path) -> tuple[Path, dict[str, Any]] | None:
+def restore_latest(learner: Learner, run_dir: str | Path) -> tuple[Path, dict[str, Any]] | None:
     """Restore `learner` from the newest intact checkpoint (load_latest); (path, meta)."""
     found = load_latest(run_dir)
     if found is None:
@@ -177,7 +180,7 @@ def restore_latest(learner: Any, run_dir: str | Path) -> tuple[Path, dict[str, A
     return path, _restore(learner, tensors, meta, True)
 
 
-def restore_learner(learner: Any, path: str | Path, restore_rng: bool = True) -> dict[str, Any]:
+def restore_learner(learner: Learner, path: str | Path, restore_rng: bool = True) -> dict[str, Any]:
     """Load weights, optimizer, normalizers, counters (and RNG states) into `learner`."""
     tensors, meta = load_checkpoint(path)
     return _restore(learner, tensors, meta, restore_rng)
@@ -195,7 +198,7 @@ def check_shapes(saved: dict[str, torch.Tensor], model: torch.nn.Module) -> None
                 "expected the run's own policy.hidden, policy.actions.n and catalog features")
 
 
-def _restore(learner: Any, tensors: dict[str, torch.Tensor], meta: dict[str, Any], restore_rng: bool) -> dict[str, Any]:
+def _restore(learner: Learner, tensors: dict[str, torch.Tensor], meta: dict[str, Any], restore_rng: bool) -> dict[str, Any]:
     check_shapes(_strip(tensors, "model/"), learner.model)
     learner.model.load_state_dict(_strip(tensors, "model/"))
     learner.reward_scaler.load_state_dict(_strip(tensors, "reward_scaler/"))
@@ -231,7 +234,7 @@ def first_intact_model(paths: list[Path]) -> tuple[Path, dict[str, torch.Tensor]
                           "intact iter_XXXXXX")
 
 
-def learner_state(learner: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def learner_state(learner: Learner) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     tensors: dict[str, torch.Tensor] = {}
     for k, v in learner.model.state_dict().items():
         tensors[f"model/{k}"] = v

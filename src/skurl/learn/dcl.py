@@ -18,6 +18,7 @@ import torch
 from skurl.buffer.minibatch import seeded_generator
 from skurl.learn.imitate import Demonstrations
 from skurl.policy.actions import ActionGrid, bind_to_env
+from skurl.policy.learned import LearnedPolicy
 from skurl.policy.rollout_q import (
     RolloutPolicy,
     RolloutSpec,
@@ -78,8 +79,8 @@ def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
     return usable[:wanted]
 
 
-def label_states(env: VectorEnv, policy: Any, rollout: RolloutPolicy, grid: ActionGrid, spec: DclSpec, *,
-                 seed: int, iteration: int, sampler: Any = None, part: int = 0,
+def label_states(env: VectorEnv, policy: LearnedPolicy, rollout: RolloutPolicy, grid: ActionGrid, spec: DclSpec, *,
+                 seed: int, iteration: int, sampler: LearnedPolicy | None = None, part: int = 0,
                  horizons: np.ndarray | None = None, strata: np.ndarray | None = None) -> Labelled:
     """Run `sampler` (default `policy`; anything with `action_indices(obs)` on `grid`, a
     greedy LearnedPolicy) for an episode of `env` and label the sampled states by Q

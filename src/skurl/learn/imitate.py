@@ -12,7 +12,7 @@ More: docs/internals.md (learn/imitate.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -21,6 +21,10 @@ import torch.nn.functional as F
 from skurl.buffer.minibatch import seeded_generator
 from skurl.policy.actions import ActionGrid, bind_to_env
 from skurl.sim.api import Env, RawState
+
+if TYPE_CHECKING:
+    from skurl.policy.nets import ActorCritic
+    from skurl.sim.episode import DecisionRule
 
 WARM_START_KEY = 3  # seeded_generator key (learner.py uses 1 and 2)
 # Episode numbers of the recorded teacher episodes: PPO collects episodes 0..iterations-1
@@ -77,7 +81,7 @@ def recorded_rows(num_skus: int, max_skus: int, seed: int) -> np.ndarray:
     return torch.randperm(num_skus, generator=gen)[:max_skus].sort().values.numpy()
 
 
-def record(env: Env, teacher: Any, grid: ActionGrid, *, seed: int, episodes: int,
+def record(env: Env, teacher: DecisionRule, grid: ActionGrid, *, seed: int, episodes: int,
            max_skus: int) -> Demonstrations:
     """Run `episodes` whole episodes of `teacher` (a Policy) on `env` from episode
     TEACHER_EPISODE0 of `seed`; keep features and nearest-action labels of up to
@@ -126,7 +130,7 @@ def soft_targets(labels: torch.Tensor, n_actions: int, smoothing: float) -> torc
     return target
 
 
-def clone(model: Any, demos: Demonstrations, *, steps: int, smoothing: float, seed: int,
+def clone(model: ActorCritic, demos: Demonstrations, *, steps: int, smoothing: float, seed: int,
           normalize_obs: bool, stats_decay: float, max_grad_norm: float,
           device: torch.device) -> dict[str, float]:
     """Fit model.policy (an ActorCritic's) to the demonstrations by cross-entropy against
@@ -162,7 +166,7 @@ def clone(model: Any, demos: Demonstrations, *, steps: int, smoothing: float, se
 
 
 @torch.no_grad()
-def _fit_stats(model: Any, x: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+def _fit_stats(model: ActorCritic, x: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
     """The clone's mean -log p(label), greedy accuracy and mean entropy."""
     loss_sum, hits, entropy = 0.0, 0, 0.0
     for xs, ys in zip(x.split(EVAL_ROWS), labels.split(EVAL_ROWS), strict=True):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from skurl.config import POLICY_NAMES, SimConfig
 from skurl.errors import UserError
 from skurl.policy.protection import cover_moments
 from skurl.sim.api import Obs, RawState
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 Params = dict[str, np.ndarray]
 
@@ -164,7 +167,7 @@ def _review_mask(obs: Obs, review_days: int) -> bool:
     return review_days <= 1 or obs.raw.day % review_days == 0
 
 
-def _as_array(value: Any, n: int | None = None) -> np.ndarray:
+def _as_array(value: ArrayLike, n: int | None = None) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float64)
     if n is not None and arr.ndim == 0:
         arr = np.full(n, float(arr))

@@ -72,7 +72,7 @@ class LearnedPolicy:
         self.seed = int(seed)
         self.info = dict(info or {})
         self._episode = -1
-        self._noise: Any = None  # ActionUniforms when sampling
+        self._noise: ActionUniforms | None = None  # when sampling
         self.nets_dim = model.obs_dim
         self.clipped_orders = 0  # SKU-days whose order was clipped into the env's range
 

@@ -20,12 +20,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from skurl.config import Config, load_config
 from skurl.sim.api import Env, Obs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from skurl.sim.api import Obs
 
 
 def order_up_to(obs: Obs) -> np.ndarray:
@@ -38,7 +43,8 @@ def order_forecast(obs: Obs) -> np.ndarray:
     return np.round(obs.raw.forecast[:, 0].astype(np.float64))
 
 
-def time_env(env: Env, steps: int, seed: int = 0, rule: Any = order_up_to) -> float:
+def time_env(env: Env, steps: int, seed: int = 0,
+             rule: Callable[[Obs], np.ndarray] = order_up_to) -> float:
     """SKU-steps per second of `steps` days after a warm-up day."""
     obs = env.reset(seed)
     obs = env.step(rule(obs)).obs

@@ -42,6 +42,8 @@ from skurl.rpc.servicer_base import GrpcServer, check_reply_size, rpc_method, to
 from skurl.sim.api import Env, EnvStateError
 
 if TYPE_CHECKING:
+    from prometheus_client import Histogram
+
     from skurl.catalog.partition import Method
     from skurl.catalog.schema import Catalog
 
@@ -97,7 +99,7 @@ class _Session:
         return self.delta
 
 
-def _step_histogram() -> Any:
+def _step_histogram() -> Histogram | None:
     """sim_step_duration_seconds when telemetry is installed (imported lazily: optional)."""
     try:
         from skurl.telemetry.metrics import get_metrics

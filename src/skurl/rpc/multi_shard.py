@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from skurl.sim.api import (
     RawState,
     StepResult,
 )
+
+if TYPE_CHECKING:
+    from skurl.config import Config, RpcConfig
 
 T = TypeVar("T")
 Selector = slice | np.ndarray
@@ -107,7 +110,7 @@ class MultiShardEnv:
         self._in_step = False  # True while shards may disagree (a step failed midway)
 
     @classmethod
-    def from_addresses(cls, addresses: Sequence[str], cfg: Any = None, *,
+    def from_addresses(cls, addresses: Sequence[str], cfg: RpcConfig | None = None, *,
                        env_id: str | None = None, **kwargs: Any) -> MultiShardEnv:
         """RemoteEnvs on every sim server of `addresses` (shard order), merged; checks that
         the servers are shards 0..n-1 of the same n."""
@@ -296,7 +299,7 @@ class MultiShardEnv:
         return Obs(features=b["features"], raw=raw, schema=self._schema)
 
 
-def connect_sim_servers(cfg: Any, env_id: str | None = None, **kwargs: Any) -> MultiShardEnv:
+def connect_sim_servers(cfg: Config, env_id: str | None = None, **kwargs: Any) -> MultiShardEnv:
     """One Env over the sim servers of a config: deploy.sim_addresses, or, when empty,
     127.0.0.1 on base_port .. base_port + sim_servers - 1 (servers started locally)."""
     deploy = cfg.deploy

@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import numpy as np
@@ -26,6 +26,9 @@ from skurl.rpc.errors import CapacityError
 from skurl.rpc.health import add_health
 from skurl.rpc.options import max_message_bytes, server_options
 from skurl.sim.api import EnvStateError
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 log = logging.getLogger("skurl.rpc")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -61,7 +64,7 @@ def rpc_method(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def check_reply_size(reply: Any, cfg: RpcConfig, what: str) -> None:
+def check_reply_size(reply: bytes | Message, cfg: RpcConfig, what: str) -> None:
     """A clear RESOURCE_EXHAUSTED before gRPC drops an over-limit reply with a terse one."""
     size = len(reply) if isinstance(reply, bytes) else reply.ByteSize()
     limit = max_message_bytes(cfg)
@@ -70,10 +73,10 @@ def check_reply_size(reply: Any, cfg: RpcConfig, what: str) -> None:
                             f"{cfg.max_message_mb}; raise it on both sides or use more shards")
 
 
-def to_json(obj: Any) -> str:
+def to_json(obj: object) -> str:
     """JSON of an info() dict that may hold numpy scalars and arrays."""
 
-    def default(value: Any) -> Any:
+    def default(value: object) -> object:
         if isinstance(value, np.generic):
             return value.item()
         if isinstance(value, np.ndarray):

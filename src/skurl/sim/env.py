@@ -12,7 +12,7 @@ More: docs/internals.md (sim/env.py)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
@@ -50,6 +50,11 @@ from skurl.sim.state import (
 )
 from skurl.sim.state_snapshot import N_COUNTS, snapshot_state
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from numpy.typing import ArrayLike
+
 MAX_ORDER = 1e9  # units per SKU per day; larger orders are surely a unit/scale bug
 # Work items (chunks of ~512 rows, sim/chunks.py) a thread takes at a time. numba's default
 # splits the prange into one static block per thread: on a shared machine a thread that
@@ -58,7 +63,7 @@ MAX_ORDER = 1e9  # units per SKU per day; larger orders are surely a unit/scale 
 PARALLEL_CHUNK_ITEMS = 4
 
 
-def _run_kernel(kernel: Any, *args: Any) -> None:
+def _run_kernel(kernel: Callable[..., object], *args: object) -> None:
     previous = numba.set_parallel_chunksize(PARALLEL_CHUNK_ITEMS)
     try:
         kernel(*args)
@@ -183,7 +188,7 @@ class VectorEnv:
         self._day = 0
         return self._obs()
 
-    def _check_orders(self, orders: Any) -> np.ndarray:
+    def _check_orders(self, orders: ArrayLike) -> np.ndarray:
         arr = np.asarray(orders)
         n = self.num_skus
         if arr.ndim != 1 or arr.shape[0] != n:

@@ -6,7 +6,7 @@ tuning (policy/tuning*.py) both run, so it sits below both.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -44,7 +44,7 @@ def make_env(catalog: Catalog, sim_cfg: SimConfig, widths: tuple[int, int] = (0,
     return VectorEnv(catalog, sim_cfg, min_widths=widths)
 
 
-def totals_dict(totals: Any) -> dict[str, np.ndarray]:
+def totals_dict(totals: dict[str, np.ndarray] | DayMetrics) -> dict[str, np.ndarray]:
     """env.totals() as {field: float64 [N]}, whether it returns a DayMetrics or a mapping."""
     if isinstance(totals, dict):
         return {k: np.asarray(totals[k], dtype=np.float64) for k in TOTAL_FIELDS if k in totals}

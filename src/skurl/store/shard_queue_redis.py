@@ -54,7 +54,7 @@ def _connect(url: str, timeout_s: float) -> redis.Redis:
     return client
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -38,6 +38,9 @@ from skurl.sync.codec import (
     spec_of,
 )
 from skurl.sync.slot import VersionedSlot
+
+if TYPE_CHECKING:
+    from redis.client import PubSub
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +304,7 @@ class RedisWeightSubscriber:
             finally:
                 _close_quietly(pubsub)
 
-    def _listen(self, pubsub: Any) -> None:
+    def _listen(self, pubsub: PubSub) -> None:
         self._refresh()  # whatever was published before we (re)subscribed
         while not self._stop.is_set():
             message = pubsub.get_message(timeout=self.poll_s)
@@ -383,6 +386,6 @@ def _as_int(data: Any) -> int | None:
         return None
 
 
-def _close_quietly(pubsub: Any) -> None:
+def _close_quietly(pubsub: PubSub) -> None:
     with contextlib.suppress(redis.RedisError, OSError):
         pubsub.close()

@@ -14,12 +14,16 @@ import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from skurl import atomic
 from skurl.telemetry.sinks import active_sinks
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from tensorboardX import SummaryWriter
 
 METRICS_FILE = "metrics.jsonl"
 TB_DIR = "tb"
@@ -67,7 +71,7 @@ def _parse_line(line: str) -> dict[str, Any] | None:
     return record
 
 
-def _json_value(key: str, value: Any) -> int | float | bool | None:
+def _json_value(key: str, value: object) -> int | float | bool | None:
     if isinstance(value, bool | np.bool_):
         return bool(value)
     if isinstance(value, numbers.Integral):
@@ -92,7 +96,7 @@ class RunLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
         self._tensorboard = tensorboard
-        self._writer: Any = None
+        self._writer: SummaryWriter | None = None
         _cut_torn_tail(self.path)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (held open)
         self._sinks = active_sinks()  # e.g. an MLflow run (telemetry/sinks.py)
@@ -128,7 +132,7 @@ class RunLogger:
                 sink.log_scalars(int(iteration), tagged)
 
     def log_histogram(
-        self, iteration: int, name: str, values: Any, max_values: int = 1_000_000
+        self, iteration: int, name: str, values: ArrayLike, max_values: int = 1_000_000
     ) -> None:
         """A per-SKU distribution (e.g. order quantities, cost per SKU) to TensorBoard.
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -32,6 +32,12 @@ from prometheus_client import (
 )
 
 from skurl.errors import UserError
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+    from wsgiref.simple_server import WSGIServer
+
+    import torch
 
 # Bucket edges span a 10^3-SKU step on a laptop (sub-millisecond) to a 10^7-SKU
 # iteration on a cluster (minutes): factor-of-~2.5 steps keep quantiles readable.
@@ -241,7 +247,7 @@ class SkurlMetrics:
             if value is not None:
                 gauge.labels(run=run, policy=policy).set(float(value))
 
-    def record_gpu_memory(self, device: Any = None) -> float:
+    def record_gpu_memory(self, device: torch.device | str | None = None) -> float:
         """Set learner_gpu_memory_allocated_bytes for `device` (0 on CPU); returns the value.
 
         Reads torch only if this process already imported it: a process without torch
@@ -306,7 +312,7 @@ def use_registry(registry: CollectorRegistry, role: Role = "all") -> Iterator[Sk
             _current = previous
 
 
-def process_role(role: Role) -> Any:
+def process_role(role: Role) -> AbstractContextManager[SkurlMetrics]:
     """While open, this process records into (and /metrics serves) a fresh default
     registry with `role`'s families only; enter it before serve_metrics."""
     return use_registry(_default_registry(), role)
@@ -332,7 +338,7 @@ class MetricsServer:
 
     addr: str
     port: int
-    _httpd: Any
+    _httpd: WSGIServer
     _thread: threading.Thread
 
     @property

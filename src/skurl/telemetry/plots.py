@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from typing import TypeGuard
 
 COST_PARTS = ("holding", "penalty", "purchase", "order", "waste")
 DIAGNOSTIC_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance",
@@ -225,11 +228,11 @@ def stage_names(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return [s for s in STAGE_ORDER if s in found] + sorted(found - set(STAGE_ORDER))
 
 
-def _is_num(value: Any) -> bool:
+def _is_num(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _num(value: Any) -> float:
+def _num(value: object) -> float:
     """A plottable number: missing/null/non-finite -> 0 (only used for stacked bars)."""
     if not _is_num(value):
         return 0.0

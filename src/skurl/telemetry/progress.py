@@ -15,7 +15,10 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
 
 _REWARD_KEYS = ("reward_mean", "reward")
 _COST_KEYS = ("eval_cost", "cost")
@@ -73,11 +76,11 @@ class Progress:
         isatty = getattr(self._stream, "isatty", lambda: False)()
         self.plain = plain if plain is not None else (not isatty or _is_ci())
         self._description = description
-        self._cost: Any = None
-        self._baseline: Any = None
+        self._cost: float | None = None
+        self._baseline: float | None = None
         self._start = time.perf_counter()
-        self._bar: Any = None
-        self._task: Any = None
+        self._bar: RichProgress | None = None
+        self._task: Any = None  # the bar's TaskID
 
     def __enter__(self) -> Progress:
         self._start = time.perf_counter()

@@ -18,13 +18,13 @@ _TRAINING_KEYS = ("reward_mean", "reward_p5", "reward_p50", "reward_p95", *DIAGN
                   "rollout_sku_days_per_s")
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return None
 
 
-def fmt(value: Any, digits: int = 4) -> str:
+def fmt(value: object, digits: int = 4) -> str:
     v = _num(value)
     if v is None or v != v:
         return "n/a"

@@ -17,7 +17,7 @@ import math
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from skurl.catalog import Catalog
 from skurl.catalog.schema import catalog_digest
@@ -30,6 +30,9 @@ from skurl.learn.checkpoint import (
     save_checkpoint,
 )
 from skurl.policy.tuning import tuning_seed
+
+if TYPE_CHECKING:
+    from skurl.learn.learner import Learner
 
 SCORE_KEY = "validation_score"
 
@@ -80,7 +83,7 @@ class BestKeeper:
         else:
             self.score, self.iteration = float(meta[SCORE_KEY]), int(meta["iteration"])
 
-    def offer(self, learner: Any, score: float, seed: int) -> bool:
+    def offer(self, learner: Learner, score: float, seed: int) -> bool:
         """Keep the learner's current state if `score` beats the best so far (a tie keeps
         the earlier policy)."""
         if not score > self.score:

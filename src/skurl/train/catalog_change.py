@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,10 @@ from skurl.policy.learned import run_config_file
 from skurl.sim.layout import catalog_widths, schema_for
 from skurl.train.evaluation import BASELINE, BASELINE_FILE, TRAINED
 from skurl.train.seams import TrainerView
+
+if TYPE_CHECKING:
+    from skurl.collect.evaluate import EvalResult
+    from skurl.train.loop import Parts, TrainResult
 
 log = logging.getLogger("skurl.catalog_change")
 
@@ -154,7 +158,7 @@ class ChangeSteps:
             trainer.evaluator.on_scored.append(self._scored)
             trainer.evaluator.on_evaluated.append(self._evaluated)
 
-    def _scored(self, name: str, result: Any) -> None:
+    def _scored(self, name: str, result: EvalResult) -> None:
         self._scores[name] = result
         if name == BASELINE and self.new.size and self.change.baseline_new_skus_cost is None:
             self.change.baseline_new_skus_cost = self._new_cost(result)
@@ -168,7 +172,7 @@ class ChangeSteps:
                 if self.change.baseline_new_skus_cost is not None:
                     out["new_skus_baseline_cost"] = self.change.baseline_new_skus_cost
 
-    def _new_cost(self, result: Any) -> float | None:
+    def _new_cost(self, result: EvalResult) -> float | None:
         evaluator = self.trainer.evaluator
         assert evaluator is not None  # the hooks that call this are registered only with one
         mask = np.isin(evaluator.catalog.sku_id, self.new)
@@ -223,9 +227,9 @@ def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str])
     return cfg, CatalogChange(widths, int(meta["iteration"]), added, removed, len(new)), old_ids
 
 
-def resume_changed(parts_for: Callable[[Config], Any], run_dir: str | Path, catalog_path: str | None,
+def resume_changed(parts_for: Callable[[Config], Parts], run_dir: str | Path, catalog_path: str | None,
                    overrides: list[str] | None = None, *, baseline: bool = True,
-                   stop_after: int | None = None, configure: Callable[[Config], Config] = lambda c: c) -> Any:
+                   stop_after: int | None = None, configure: Callable[[Config], Config] = lambda c: c) -> TrainResult:
     """Resume `run_dir` on `catalog_path` (or on its own catalog, keeping the network's
     feature widths of an earlier change), with the mode's parts `parts_for(cfg)`."""
     from skurl.train.loop import Trainer

@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skurl import atomic
 from skurl.catalog import Catalog
@@ -28,6 +28,10 @@ from skurl.train.best import (
 )
 from skurl.train.core import RunCore
 
+if TYPE_CHECKING:
+    from skurl.learn.learner import Learner
+    from skurl.sim.env import VectorEnv
+
 BASELINE = "forecast-base-stock"  # the planner's policy (register's backtest; catalog change)
 BASELINE_FILE = "baseline.json"
 TRAINED = "ppo"
@@ -40,12 +44,12 @@ class Evaluator:
     """Scores the learner's policies; `on_scored` and `on_evaluated` let steps around the
     loop (catalog change, business metrics) read the results without subclassing."""
 
-    def __init__(self, core: RunCore, learner: Any, *, baseline: bool) -> None:
+    def __init__(self, core: RunCore, learner: Learner, *, baseline: bool) -> None:
         cfg = core.cfg
         self.cfg, self.core, self.learner, self.run_dir = cfg, core, learner, core.run_dir
         self.model = ActorCritic.from_state(learner.weights())  # built once: no RNG draws later
         self.catalog = eval_subset(core.catalog, cfg.eval.skus)
-        self.env: Any = None
+        self.env: VectorEnv | None = None
         self.want_baseline = baseline
         self.baselines: dict[str, dict[str, Any]] = {}  # eval.baselines, tuned: name -> result
         self.baseline: dict[str, Any] | None = None  # the best of them by the run's objective
@@ -76,7 +80,7 @@ class Evaluator:
     def _results(self) -> dict[str, Any]:
         return {TRAINED: self.last, **self.baselines}
 
-    def _offer_best(self, policy: Any) -> dict[str, float]:
+    def _offer_best(self, policy: LearnedPolicy) -> dict[str, float]:
         """train.keep_best: score the policy on the validation seed; keep the learner's
         state if it is the best so far (train/best.py)."""
         if self.best is None:
@@ -101,13 +105,13 @@ class Evaluator:
         self.last = policy_result(self._score(policy), self.catalog)
         write_eval(self.run_dir, last, self._results(), trained=TRAINED, history=False)
 
-    def _score(self, policy: Any) -> EvalResult:
+    def _score(self, policy: LearnedPolicy) -> EvalResult:
         result = self._evaluate_on(policy, self.cfg.eval.seed)
         for hook in self.on_scored:
             hook(policy.name, result)
         return result
 
-    def _evaluate_on(self, policy: Any, seed: int) -> EvalResult:
+    def _evaluate_on(self, policy: LearnedPolicy, seed: int) -> EvalResult:
         """`policy` on the evaluation SKUs from `seed` (one env, built on first use)."""
         cfg = self.cfg
         if self.env is None:

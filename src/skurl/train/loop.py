@@ -36,6 +36,8 @@ from skurl.train.seams import TrainerView
 from skurl.train.warm_start import warm_start
 
 if TYPE_CHECKING:
+    import torch
+
     from skurl.sim.env import VectorEnv
 
 MODE_FILE = "mode.json"  # the --mode a run was started in: --resume continues in it
@@ -275,7 +277,7 @@ def _due(it: int, every: int, end: int) -> bool:
     return (every > 0 and (it + 1) % every == 0) or it + 1 == end
 
 
-def record_learner(seconds: float, device: Any) -> None:
+def record_learner(seconds: float, device: torch.device) -> None:
     """The update's time and memory (Learner.update records its losses and version)."""
     m = get_metrics()
     m.learner_training_step_duration_seconds.observe(seconds)

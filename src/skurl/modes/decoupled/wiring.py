@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
+from skurl.collect.collectors import Collectors
 from skurl.config import Config, load_config
 from skurl.errors import ConfigError
 from skurl.learn.checkpoint import refuse_existing
-from skurl.modes.decoupled.grpc_collectors import Driven
+from skurl.modes.decoupled.grpc_collectors import Driven, WireBackend
 from skurl.modes.decoupled.learner_weights import open_weights
 from skurl.modes.decoupled.roles import check_decoupled
 from skurl.modes.decoupled.supervisor import LocalCluster, RestartsCounted, with_run_store
@@ -27,11 +28,14 @@ from skurl.telemetry.metrics import get_metrics
 from skurl.train.evaluation import TRAINED
 from skurl.train.loop import Parts, Trainer, TrainResult
 
+if TYPE_CHECKING:
+    from skurl.modes.decoupled.learner_weights import HostedWeights, RedisWeights
+
 log = logging.getLogger("skurl.modes")
-Wrap = Callable[[Any, Trainer], Any]  # (the run's collectors, the trainer) -> a wrapper (tests inject faults)
+Wrap = Callable[[Collectors, Trainer], Collectors]  # (the run's collectors, the trainer) -> a wrapper (tests inject faults)
 
 
-def learner_trainer(cfg: Config, run_dir: str | Path, addresses: list[str], backend: Any, *,
+def learner_trainer(cfg: Config, run_dir: str | Path, addresses: list[str], backend: WireBackend, *,
                     resume: bool = False, stream: IO[str] | None = None, baseline: bool = True) -> Trainer:
     """The loop over running collectors; a checkpoint drops the shards a resume no longer
     needs, and each evaluation's business figures go to Prometheus."""
@@ -49,7 +53,8 @@ def learner_trainer(cfg: Config, run_dir: str | Path, addresses: list[str], back
 
 
 def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str], *,
-                        weights: Any = None, resume: bool = False, stream: IO[str] | None = None,
+                        weights: RedisWeights | HostedWeights | None = None, resume: bool = False,
+                        stream: IO[str] | None = None,
                         stop_after: int | None = None, baseline: bool = True,
                         metrics_port: int | None = None, wrap: Wrap | None = None,
                         host: str = "127.0.0.1") -> TrainResult:
@@ -60,7 +65,7 @@ def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str],
 
     run_dir = Path(run_dir)
     own_weights = weights is None
-    weights = open_weights(cfg, host) if own_weights else weights
+    weights = open_weights(cfg, host) if weights is None else weights
     port = cfg.deploy.metrics_base_port if metrics_port is None else metrics_port
     metrics = serve_metrics(port, addr=host)
     try:
@@ -79,7 +84,7 @@ def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str],
 
 def run_learner(cfg: Config, run_dir: str | Path, *, resume: bool = False,
                 stream: IO[str] | None = None, baseline: bool = True,
-                metrics_port: int | None = None, host: str = "127.0.0.1") -> Any:
+                metrics_port: int | None = None, host: str = "127.0.0.1") -> TrainResult:
     """`skurl learner`: the loop over the collectors of deploy.collector_addresses."""
     if not cfg.deploy.collector_addresses:
         raise ConfigError("deploy.collector_addresses is empty: `skurl learner` drives running "
@@ -101,7 +106,7 @@ def _launch(cfg: Config, run_dir: Path, *, resume: bool, stream: IO[str] | None,
     try:
         cluster.start()
         cluster.write_description()
-        def counted(inner: Any, trainer: Trainer) -> Any:
+        def counted(inner: Collectors, trainer: Trainer) -> Collectors:
             return RestartsCounted(wrap(inner, trainer) if wrap else inner, cluster, weights)
 
         return run_with_collectors(cfg, run_dir, cluster.collector_addresses, weights=weights, resume=resume,

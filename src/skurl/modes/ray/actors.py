@@ -17,7 +17,7 @@ import dataclasses
 import math
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -31,6 +31,12 @@ from skurl.modes.ray.weights import ray_get as get
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
 from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 from skurl.sync.api import Tensors
+
+if TYPE_CHECKING:
+    from skurl.buffer.rollout import Rollout
+    from skurl.collect.collector import Collector
+    from skurl.policy.nets import ActorCritic
+    from skurl.store.api import RolloutStore, ShardManifest
 
 
 def threads_for(cpus: float, configured: int) -> int:
@@ -251,8 +257,8 @@ class CollectorWorker:
         self.collectors: dict[str, Any] = {}
         self.catalogs: dict[str, Catalog] = {}  # the cover grid's: each SKU set's rows, in env order
         self.centers: dict[str, Any] = {}  # the cover grid's tuned centre (GridCenter), by SKU set
-        self.model: Any = None
-        self._store: Any = None
+        self.model: ActorCritic | None = None
+        self._store: RolloutStore | None = None
 
     def ping(self) -> int:
         return os.getpid()
@@ -277,7 +283,7 @@ class CollectorWorker:
             self.centers[key] = None if center is None else center_from_bytes(center, f"grid centre of '{key}'")
         return self.envs[key].num_skus
 
-    def _collector(self, key: str, tensors: Tensors) -> Any:
+    def _collector(self, key: str, tensors: Tensors) -> Collector:
         from skurl.collect.collector import Collector
         from skurl.policy.learned import grid_for
         from skurl.policy.nets import ActorCritic
@@ -300,6 +306,7 @@ class CollectorWorker:
         collector = self._collector(key, tensors)
         collector.set_weights(got, tensors)
         rollout = collector.collect(seed, episode, got)
+        assert rollout is not None  # recorded (record=True)
         failed = [i for info in collector.env.info()["shards"] for i in info.get("failed_sku_ids", [])]
         reply: dict[str, Any] = {"stats": dataclasses.asdict(collector.stats), "failed_sku_ids": failed,
                  "recoveries": sum(s.recoveries for s in self.shards[key]),
@@ -313,7 +320,7 @@ class CollectorWorker:
             reply["arrays"], reply["meta"] = rollout.arrays(), meta
         return reply
 
-    def _put_shard(self, iteration: int, rollout: Any, meta: dict[str, Any]) -> Any:
+    def _put_shard(self, iteration: int, rollout: Rollout, meta: dict[str, Any]) -> ShardManifest:
         from skurl.store import open_store
 
         if self._store is None:

@@ -11,14 +11,31 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from skurl.collect.collectors import Collected, reward_spread
+from skurl.collect.collectors import (
+    Collected,
+    Collectors,
+    NewestWeights,
+    SampleIndex,
+    WeightSource,
+    reward_spread,
+)
 from skurl.config import Config, RayConfig
 from skurl.errors import ConfigError
 from skurl.modes.ray.collectors import CollectorsLost, Placement, RayCollectors, Share
+
+if TYPE_CHECKING:
+    from skurl.modes.ray.weights import RayWeights
+    from skurl.policy.nets import ActorCritic
+    from skurl.store.api import RolloutStore
+    from skurl.sync.api import WeightPublisher
+    from skurl.telemetry.stages import StageTimer
+    from skurl.train.core import RunCore
+    from skurl.train.seams import TrainerView
 
 
 def start_ray(rc: RayConfig) -> bool:
@@ -65,11 +82,11 @@ class RayCluster:
         self.replacements: dict[int, int] = {}  # collector index -> actors started in its place
         self.sim_workers: list[Any] = []
         self.collector_actors: list[Any] = []
-        self.slot: Any = None
-        self._store: Any = None
-        self.trainer: Any = None
+        self.slot: Any = None  # the weight slot's Ray actor handle
+        self._store: RolloutStore | None = None
+        self.trainer: TrainerView | None = None
         self.resumed_from: int | None = None  # a restarted learner trains on this iteration's stored shards
-        self.slot_weights: Any = None
+        self.slot_weights: RayWeights | None = None
         try:
             check_resources(cfg.ray)
             self.slot = start_weight_slot()
@@ -77,7 +94,7 @@ class RayCluster:
             self.close()
             raise
 
-    def weights(self, trainer: Any) -> Any:
+    def weights(self, trainer: TrainerView) -> WeightPublisher:
         """The loop's publisher: the Ray weight slot; under train.staleness an in-process
         one, and the collectors put each iteration's behaviour version into the slot."""
         from skurl.modes.ray.weights import RayWeights
@@ -90,29 +107,32 @@ class RayCluster:
         self.slot_weights.publish(trainer.learner.version, trainer.learner.weights())
         return self.slot_weights
 
-    def collectors(self, trainer: Any) -> Any:
+    def collectors(self, trainer: TrainerView) -> Collectors:
         from skurl.collect.near_policy import with_staleness
 
         self.trainer = trainer
         self.resumed_from = trainer.learner.iteration if trainer.resumed else None  # fixed at the start
         t = self.cfg.train
         if t.staleness == 0:
-            return RayIterations(self, trainer.weights)
-        return with_staleness(t, trainer.weights, trainer.run_dir,
+            return RayIterations(self, cast("RayWeights", trainer.weights))  # the slot's (weights above)
+        latest = cast("NewestWeights", trainer.weights)  # in process under train.staleness (weights above)
+        return with_staleness(t, latest, trainer.run_dir,
                               lambda history: RayIterations(self, history, slot=self.slot_weights),
                               trainer.learner.sample_index)
 
     @property
-    def core(self) -> Any:
+    def core(self) -> RunCore:
+        assert self.trainer is not None, "collectors are built first"
         return self.trainer.core
 
     @property
-    def model(self) -> Any:
+    def model(self) -> ActorCritic:
+        assert self.trainer is not None, "collectors are built first"
         return self.trainer.model
 
     @property
-    def timer(self) -> Any:
-        return self.trainer.core.timer
+    def timer(self) -> StageTimer:
+        return self.core.timer
 
     @property
     def _center(self) -> bytes | None:
@@ -122,7 +142,7 @@ class RayCluster:
         grid = self.core.grid
         return None if grid.tuned is None else center_bytes(grid.tuned)
 
-    def store(self) -> Any:
+    def store(self) -> RolloutStore:
         if self._store is None:
             from skurl.store import open_store
 
@@ -224,13 +244,13 @@ class RayIterations:
     """Collectors of --mode ray: each iteration fans the training shard out to the
     collector actors (modes/ray/collectors.py), which take the weights from the slot."""
 
-    def __init__(self, cluster: RayCluster, weights: Any, slot: Any = None) -> None:
+    def __init__(self, cluster: RayCluster, weights: WeightSource, slot: RayWeights | None = None) -> None:
         # `slot`: put the weights collected with into the Ray slot first (they come from a
         # weight history under train.staleness, not from the slot itself)
         self.cluster, self.weights, self.slot = cluster, weights, slot
-        self.fanout: Any = RayCollectors  # (cluster, placement) -> one iteration's fan-out (tests wrap it)
+        self.fanout: Callable[[RayCluster, Placement], RayCollectors] = RayCollectors  # (cluster, placement) -> one iteration's fan-out (tests wrap it)
 
-    def collect(self, iteration: int, seed: int, version: int, sample: Any) -> Collected:
+    def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
         run = self.cluster  # Ray collectors keep every SKU's observations: `sample` is not needed
         collectors = self.fanout(run, run.placement(iteration % len(run.core.shards)))
         with run.timer.stage("sync"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -19,7 +19,13 @@ from skurl.errors import UserError
 from skurl.sim.api import ObsSchema
 
 if TYPE_CHECKING:
+    import torch
+
+    from skurl.config import Config
     from skurl.modes.ray.actors import ShardSpec
+    from skurl.policy.nets import ActorCritic
+    from skurl.store.api import RolloutStore
+    from skurl.telemetry.stages import StageTimer
 
 log = logging.getLogger("skurl.ray")
 
@@ -52,11 +58,28 @@ class Placement:
     sku_ids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # in row order
 
 
+class ClusterView(Protocol):
+    """What the fan-out reads of its RayCluster (modes/ray/cluster.py)."""
+
+    cfg: Config
+    collector_actors: list[Any]  # Ray actor handles
+
+    @property
+    def model(self) -> ActorCritic: ...
+
+    @property
+    def timer(self) -> StageTimer: ...
+
+    def store(self) -> RolloutStore: ...
+
+    def replace_collector(self, index: int) -> None: ...
+
+
 class RayCollectors:
     """What Trainer.iteration asks of a collector, fanned out to collector actors.
     `run` is the RayCluster: its cfg, model, timer, store(), collector_actors and replace_collector()."""
 
-    def __init__(self, run: Any, placement: Placement) -> None:
+    def __init__(self, run: ClusterView, placement: Placement) -> None:
         self.run, self.placement = run, placement
         self.stats = CollectStats(skus=placement.num_skus)
         self.version = 0
@@ -65,7 +88,7 @@ class RayCollectors:
         self.loss = Loss()
         self.reused = 0  # stored shards trained on instead of collecting (after a restart)
 
-    def set_weights(self, version: int, tensors: Any) -> None:
+    def set_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
         # The actors take these weights from the slot themselves; the driver's model
         # (evaluated by the Evaluator) follows them as a local collector's would.
         self.version = version
