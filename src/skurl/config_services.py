@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from skurl.config_loader import check, opt
+from skurl.config_loader import check, opt, section
 
 SyncBackend = Literal["inproc", "redis", "grpc"]
 _SYNC_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -70,6 +70,22 @@ def _is_host_port(address: str) -> bool:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    cert: str = opt("", "PEM certificate this process presents, as server and as client (mutual "
+                    "TLS on every gRPC service); empty = no TLS. scripts/dev_certs.sh makes one")
+    key: str = opt("", "PEM private key of rpc.tls.cert")
+    ca: str = opt("", "PEM certificate of the CA that signed every peer's certificate: servers "
+                  "require client certificates from it, clients check servers against it")
+    server_name: str = opt("", "the name clients expect in servers' certificates instead of the "
+                           "host they dial (e.g. behind a proxy); empty = the dialled host")
+
+    def __post_init__(self) -> None:
+        given = [bool(self.cert), bool(self.key), bool(self.ca)]
+        check(all(given) or not any(given), "rpc.tls", {"cert": self.cert, "key": self.key,
+              "ca": self.ca}, "all three of cert, key and ca, or none")
+
+
+@dataclass(frozen=True)
 class RpcConfig:
     max_message_mb: int = opt(
         512, "largest gRPC message in MiB, sent or received; one value sets client and server "
@@ -94,6 +110,15 @@ class RpcConfig:
         3600.0, "a sim server closes a client session (env id) after this many seconds without "
         "a call, so crashed clients do not hold its session slots; keep it above the longest "
         "pause between a collector's episodes; 0 = never"
+    )
+    tls: TlsConfig = section(TlsConfig, "mutual TLS of every gRPC server and client (docs/security.md)")
+    token_file: str = opt(
+        "", "file whose first line is a bearer token: clients send it, servers refuse calls "
+        "without it (UNAUTHENTICATED; health checks stay open); empty = no token"
+    )
+    require_tls: bool = opt(
+        False, "refuse to start a gRPC server on a non-loopback address without rpc.tls (without "
+        "this, such a server only logs a warning)"
     )
 
     def __post_init__(self) -> None:

@@ -63,7 +63,8 @@ class LocalCluster:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         d = cfg.deploy
-        self._liveness = Liveness(d.health_timeout_s, d.health_failures, d.health_interval_s)
+        self._liveness = Liveness(d.health_timeout_s, d.health_failures, d.health_interval_s,
+                                  cfg.rpc)
 
     @property
     def collector_addresses(self) -> list[str]:
