@@ -20,7 +20,14 @@ class SyncConfig:
     backend: SyncBackend = opt(
         "inproc", "how weights travel from learner to collectors: inproc (one process) | redis | grpc"
     )
-    redis_url: str = opt("redis://127.0.0.1:6379/0", "Redis server for sync.backend=redis")
+    redis_url: str = opt(
+        "redis://127.0.0.1:6379/0", "Redis server for sync.backend=redis (and the shard stream): "
+        "redis://[user@]host:port/db, or rediss:// for TLS (?ssl_ca_certs=/ca.pem&ssl_certfile=..."
+        "&ssl_keyfile=... for a private CA and client certificates); a password here is masked in "
+        "logs, but prefer sync.redis_password_file (docs/security.md)")
+    redis_password_file: str = opt(
+        "", "file whose first line is the Redis password (AUTH / ACL user of sync.redis_url); "
+        "empty = the URL's own password, if any")
     key: str = opt("policy", "model key: names the Redis keys rl:weights:{key}, rl:version:{key}")
     timeout_s: float = opt(60.0, "longest wait for a policy version at the sync barrier, seconds")
     poll_s: float = opt(
@@ -277,3 +284,25 @@ class RayConfig:
             check(0 < v <= 1024, f"ray.{key}", v, "a number of CPUs in (0, 1024]")
         check(self.get_timeout_s > 0, "ray.get_timeout_s", self.get_timeout_s, "a number > 0")
         check(0 <= self.max_restarts <= 1000, "ray.max_restarts", self.max_restarts, "0..1000")
+
+
+def redis_url_of(sync: SyncConfig) -> str:
+    """sync.redis_url with the password of sync.redis_password_file in it (never log it:
+    skurl.secret_text.redact_url)."""
+    from pathlib import Path
+
+    from skurl.errors import ConfigError
+    from skurl.secret_text import with_password
+
+    if not sync.redis_password_file:
+        return sync.redis_url
+    try:
+        lines = Path(sync.redis_password_file).expanduser().read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"sync.redis_password_file = {sync.redis_password_file!r}: cannot read "
+                          f"it ({exc.strerror})") from None
+    password = lines[0].strip() if lines else ""
+    if not password:
+        raise ConfigError(f"sync.redis_password_file = {sync.redis_password_file!r}: the first "
+                          "line is empty, expected the password")
+    return with_password(sync.redis_url, password)

@@ -22,6 +22,7 @@ from skurl.remote.grpc_collectors import Driven
 from skurl.remote.learner_weights import open_weights
 from skurl.remote.roles import check_decoupled
 from skurl.remote.supervisor import LocalCluster, RestartsCounted, with_run_store
+from skurl.secret_text import redact_url
 from skurl.store import open_store
 from skurl.telemetry.metrics import get_metrics
 from skurl.train.evaluation import TRAINED
@@ -69,7 +70,8 @@ def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str],
         trainer.metrics_url = metrics.url
         if wrap is not None:
             trainer.parts.wraps.append(lambda inner: wrap(inner, trainer))
-        log.info("learner metrics on %s; weights on %s", metrics.url, weights.address or cfg.sync.redis_url)
+        log.info("learner metrics on %s; weights on %s", metrics.url,
+                 weights.address or redact_url(cfg.sync.redis_url))
         return trainer.run(stop_after)
     finally:
         metrics.close()
