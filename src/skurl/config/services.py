@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from skurl.config.loader import check, opt
+from skurl.config.loader import check, opt, section
 
 SyncBackend = Literal["inproc", "redis", "grpc"]
 _SYNC_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -20,7 +20,14 @@ class SyncConfig:
     backend: SyncBackend = opt(
         "inproc", "how weights travel from learner to collectors: inproc (one process) | redis | grpc"
     )
-    redis_url: str = opt("redis://127.0.0.1:6379/0", "Redis server for sync.backend=redis")
+    redis_url: str = opt(
+        "redis://127.0.0.1:6379/0", "Redis server for sync.backend=redis (and the shard stream): "
+        "redis://[user@]host:port/db, or rediss:// for TLS (?ssl_ca_certs=/ca.pem&ssl_certfile=..."
+        "&ssl_keyfile=... for a private CA and client certificates); a password here is masked in "
+        "logs, but prefer sync.redis_password_file (docs/security.md)")
+    redis_password_file: str = opt(
+        "", "file whose first line is the Redis password (AUTH / ACL user of sync.redis_url); "
+        "empty = the URL's own password, if any")
     key: str = opt("policy", "model key: names the Redis keys rl:weights:{key}, rl:version:{key}")
     timeout_s: float = opt(60.0, "longest wait for a policy version at the sync barrier, seconds")
     poll_s: float = opt(
@@ -70,6 +77,22 @@ def _is_host_port(address: str) -> bool:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    cert: str = opt("", "PEM certificate this process presents, as server and as client (mutual "
+                    "TLS on every gRPC service); empty = no TLS. scripts/dev_certs.sh makes one")
+    key: str = opt("", "PEM private key of rpc.tls.cert")
+    ca: str = opt("", "PEM certificate of the CA that signed every peer's certificate: servers "
+                  "require client certificates from it, clients check servers against it")
+    server_name: str = opt("", "the name clients expect in servers' certificates instead of the "
+                           "host they dial (e.g. behind a proxy); empty = the dialled host")
+
+    def __post_init__(self) -> None:
+        given = [bool(self.cert), bool(self.key), bool(self.ca)]
+        check(all(given) or not any(given), "rpc.tls", {"cert": self.cert, "key": self.key,
+              "ca": self.ca}, "all three of cert, key and ca, or none")
+
+
+@dataclass(frozen=True)
 class RpcConfig:
     max_message_mb: int = opt(
         512, "largest gRPC message in MiB, sent or received; one value sets client and server "
@@ -94,6 +117,15 @@ class RpcConfig:
         3600.0, "a sim server closes a client session (env id) after this many seconds without "
         "a call, so crashed clients do not hold its session slots; keep it above the longest "
         "pause between a collector's episodes; 0 = never"
+    )
+    tls: TlsConfig = section(TlsConfig, "mutual TLS of every gRPC server and client (docs/security.md)")
+    token_file: str = opt(
+        "", "file whose first line is a bearer token: clients send it, servers refuse calls "
+        "without it (UNAUTHENTICATED; health checks stay open); empty = no token"
+    )
+    require_tls: bool = opt(
+        False, "refuse to start a gRPC server on a non-loopback address without rpc.tls (without "
+        "this, such a server only logs a warning)"
     )
 
     def __post_init__(self) -> None:
@@ -252,3 +284,25 @@ class RayConfig:
             check(0 < v <= 1024, f"ray.{key}", v, "a number of CPUs in (0, 1024]")
         check(self.get_timeout_s > 0, "ray.get_timeout_s", self.get_timeout_s, "a number > 0")
         check(0 <= self.max_restarts <= 1000, "ray.max_restarts", self.max_restarts, "0..1000")
+
+
+def redis_url_of(sync: SyncConfig) -> str:
+    """sync.redis_url with the password of sync.redis_password_file in it (never log it:
+    skurl.config.secrets.redact_url)."""
+    from pathlib import Path
+
+    from skurl.config.secrets import with_password
+    from skurl.errors import ConfigError
+
+    if not sync.redis_password_file:
+        return sync.redis_url
+    try:
+        lines = Path(sync.redis_password_file).expanduser().read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"sync.redis_password_file = {sync.redis_password_file!r}: cannot read "
+                          f"it ({exc.strerror})") from None
+    password = lines[0].strip() if lines else ""
+    if not password:
+        raise ConfigError(f"sync.redis_password_file = {sync.redis_password_file!r}: the first "
+                          "line is empty, expected the password")
+    return with_password(sync.redis_url, password)

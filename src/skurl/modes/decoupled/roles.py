@@ -300,7 +300,8 @@ def announce(info: dict[str, Any], out: IO[str] | None = None) -> None:
 
 
 def wait_for_signal() -> None:
-    """Block until SIGTERM or SIGINT (handlers only set an event)."""
+    """Block until SIGTERM or SIGINT (handlers only set an event), or until the launching
+    process dies (the pipe of supervisor.lifeline_popen reaches EOF)."""
     stop = threading.Event()
 
     def handler(signum: int, frame: object) -> None:
@@ -308,5 +309,26 @@ def wait_for_signal() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, handler)
+    watch_parent(stop)
     while not stop.wait(0.5):
         pass
+
+
+def watch_parent(stop: threading.Event) -> None:
+    """Set `stop` when the parent's lifeline pipe (SKURL_PARENT_FD) closes."""
+    import os
+
+    fd = os.environ.pop("SKURL_PARENT_FD", "")
+    if not fd.isdigit():
+        return
+
+    def wait_eof() -> None:
+        try:
+            while os.read(int(fd), 1):
+                pass
+        except OSError:
+            pass
+        log.warning("the launching process is gone; stopping")
+        stop.set()
+
+    threading.Thread(target=wait_eof, name="parent-lifeline", daemon=True).start()

@@ -35,7 +35,7 @@ from skurl.rpc.errors import (
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.multi_shard import MultiShardEnv
-from skurl.rpc.options import channel_options
+from skurl.rpc.security import open_channel
 from skurl.sim.api import Env, Obs, ObsSchema, StepResult
 from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 
@@ -58,7 +58,7 @@ def catalog_schema(addresses: Sequence[str], cfg: RpcConfig, timeout_s: float) -
     env has (sim/layout.py takes maxima over SKUs)."""
     schemas = []
     for address in addresses:
-        channel = grpc.insecure_channel(address, options=channel_options(cfg))
+        channel = open_channel(address, cfg)
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout_s)
             info = pb_grpc.EnvServiceStub(channel).GetInfo(pb.InfoRequest(), timeout=cfg.timeout_s)

@@ -38,9 +38,10 @@ def uses_stream(cfg: Config) -> bool:
 
 
 def open_stream(cfg: Config, run_name: str, consumer: str) -> RedisShardQueue:
+    from skurl.config.services import redis_url_of
     from skurl.store.shard_queue_redis import RedisShardQueue
 
-    return RedisShardQueue(cfg.sync.redis_url, run_name, consumer, timeout_s=max(cfg.sync.timeout_s, 10.0))
+    return RedisShardQueue(redis_url_of(cfg.sync), run_name, consumer, timeout_s=max(cfg.sync.timeout_s, 10.0))
 
 
 def _trained_file(run_dir: Path, iteration: int) -> Path:

@@ -32,6 +32,7 @@ from skurl.telemetry.metrics import get_metrics
 if TYPE_CHECKING:
     from skurl.collect.collectors import Collected, Collectors, SampleIndex
 
+PARENT_FD_ENV = "SKURL_PARENT_FD"
 log = logging.getLogger("skurl.modes")
 CLUSTER_DIR = "decoupled"
 _SIM_READY = re.compile(r"serving shard \d+/\d+ \(\d+ SKUs\) on (\S+?)(?:; metrics on (\S+))?$")
@@ -50,6 +51,7 @@ class Child:
     proc: subprocess.Popen[bytes] | None = None
     info: dict[str, Any] = field(default_factory=dict)
     restarts: int = 0
+    lifeline: int | None = None  # write end of the child's parent-liveness pipe
 
 
 class LocalCluster:
@@ -66,7 +68,8 @@ class LocalCluster:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         d = cfg.deploy
-        self._liveness = Liveness(d.health_timeout_s, d.health_failures, d.health_interval_s)
+        self._liveness = Liveness(d.health_timeout_s, d.health_failures, d.health_interval_s,
+                                  cfg.rpc)
 
     @property
     def collector_addresses(self) -> list[str]:
@@ -141,6 +144,10 @@ class LocalCluster:
             self._thread.join(timeout=5)
         for group in (self.collectors, self.sims):
             _terminate([c.proc for c in group if c.proc is not None])
+            for c in group:
+                if c.lifeline is not None:
+                    os.close(c.lifeline)
+                    c.lifeline = None
 
     # -------------------------------------------------------------------- internals
     def _write_config(self, name: str, cfg: Config) -> Path:
@@ -152,9 +159,11 @@ class LocalCluster:
         cmd = [sys.executable, "-m", "skurl.cli", *child.args, "--host", "127.0.0.1",
                "--port", str(child.port), "--metrics-port", str(child.metrics_port)]
         env = {**os.environ, "GRPC_VERBOSITY": "ERROR", "PYTHONUNBUFFERED": "1"}
+        if child.lifeline is not None:  # a restart: the old child's pipe is done
+            os.close(child.lifeline)
         with child.log_path.open("ab") as out:  # the child keeps its own descriptor
-            child.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                          stdin=subprocess.DEVNULL)
+            child.proc, child.lifeline = lifeline_popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                                        env=env, stdin=subprocess.DEVNULL)
         child.info["log"] = str(child.log_path)
 
     def _spawn_all(self, children: list[Child]) -> list[Child]:
@@ -223,6 +232,23 @@ class LocalCluster:
         address = child.info.get("address")
         return bool(self.cfg.deploy.health_interval_s and address
                     and self._liveness.stopped_answering(child.name, address))
+
+
+def lifeline_popen(cmd: list[str], **kwargs: Any) -> tuple[subprocess.Popen[bytes], int]:
+    """Popen a skurl role that stops when this process dies, however it dies (SIGKILL
+    included): the child holds the read end of a pipe (SKURL_PARENT_FD) and stops on its
+    EOF (roles.wait_for_signal), which the kernel delivers when the write end returned
+    here closes. Works whichever thread spawned the child, unlike PR_SET_PDEATHSIG."""
+    read, write = os.pipe()
+    env = {**(kwargs.pop("env", None) or os.environ), PARENT_FD_ENV: str(read)}
+    try:
+        proc = subprocess.Popen(cmd, env=env, pass_fds=(read,), **kwargs)
+    except BaseException:
+        os.close(write)
+        raise
+    finally:
+        os.close(read)
+    return proc, write
 
 
 def _terminate(procs: list[subprocess.Popen[bytes]], grace_s: float = 10.0) -> None:

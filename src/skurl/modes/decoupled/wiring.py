@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from skurl.collect.collectors import Collectors
 from skurl.config import Config, load_config
+from skurl.config.secrets import redact_url
 from skurl.errors import ConfigError
 from skurl.learn.checkpoint import refuse_existing
 from skurl.modes.decoupled.grpc_collectors import Driven, WireBackend
@@ -74,7 +75,8 @@ def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str],
         trainer.metrics_url = metrics.url
         if wrap is not None:
             trainer.parts.wraps.append(lambda inner: wrap(inner, trainer))
-        log.info("learner metrics on %s; weights on %s", metrics.url, weights.address or cfg.sync.redis_url)
+        log.info("learner metrics on %s; weights on %s", metrics.url,
+                 weights.address or redact_url(cfg.sync.redis_url))
         return trainer.run(stop_after)
     finally:
         metrics.close()
