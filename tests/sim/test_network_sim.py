@@ -29,13 +29,14 @@ def _same(name: str, got: np.ndarray, want: np.ndarray, day: int) -> None:
 @given(n=st.integers(1, 12), catalog_seed=st.integers(0, 10_000), run_seed=st.integers(0, 2**40),
        days=st.integers(1, 14), backorders=st.booleans(), lifo=st.booleans(), cost=st.booleans(),
        rule=st.sampled_from(["proportional", "fair", "priority"]), cancel=st.booleans(),
-       init_days=st.sampled_from([-1.0, 0.0, 2.0]))
+       init_days=st.sampled_from([-1.0, 0.0, 2.0]), shared=st.booleans())
 def test_network_vector_env_matches_reference(n, catalog_seed, run_seed, days, backorders, lifo, cost, rule,
-                                              cancel, init_days):
+                                              cancel, init_days, shared):
     catalog = random_network_catalog(n, catalog_seed)
     cfg = SimConfig(days=days, backorders=backorders, issuing="lifo" if lifo else "fifo",
                     reward="cost" if cost else "profit", initial_stock_days=init_days, threads=1,
-                    allocation=rule, upstream_shortage="cancel" if cancel else "backorder")
+                    allocation=rule, upstream_shortage="cancel" if cancel else "backorder",
+                    network_reward="network" if shared else "location")
     env, ref = VectorEnv(catalog, cfg), ReferenceSim(catalog, cfg)
     obs, want = env.reset(run_seed, 1), ref.reset(run_seed, 1)
     rng = np.random.default_rng(catalog_seed)

@@ -194,6 +194,9 @@ class SimConfig:
     allocation: Literal["proportional", "fair", "priority"] = opt(
         "proportional", "supply networks: how a short upstream splits its on-hand among its locations' requests: "
         "proportional (to requests) | fair (max-min equal shares) | priority (ascending sku_id) (docs/networks.md)")
+    network_reward: Literal["network", "location"] = opt(
+        "network", "supply networks: each location's reward is its network's mean reward per location (a shared "
+        "objective: an upstream's own reward is only its holding cost) or its own")
     upstream_shortage: Literal["backorder", "cancel"] = opt(
         "backorder", "supply networks: the unshipped part of a request stays owed by the upstream (backorder) "
         "or is dropped (cancel)")

@@ -8,8 +8,8 @@
 Untuned levels: mean + z x sd of the demand over the protection days (cover), z from the
 store's critical ratio; the echelon cover is the longest chain of lead times from the row
 down to a store, + 1 day; the installation cover the row's own lead time + 1.
-Tuning (tune_network): one z per echelon index, by coordinate search with common random
-numbers on the whole catalog (every network the same knobs)."""
+Tuning (tune_network): one z per echelon index, by a pattern search with common random
+numbers on the whole catalog (docs/networks.md, Baselines)."""
 
 from __future__ import annotations
 
@@ -156,18 +156,17 @@ def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, 
 
     z = default_z(catalog, sim_cfg, topo)
     best = score(z)
+    moves = _moves(z.shape[0])
     for step in Z_STEPS:
         for _ in range(MAX_PASSES):
             improved = False
-            for e in range(z.shape[0]):
-                for sign in (1.0, -1.0):
-                    while True:  # keep walking this knob while it pays
-                        trial = z.copy()
-                        trial[e] += sign * step
-                        value = score(trial)
-                        if value >= best:
-                            break
-                        z, best, improved = trial, value, True
+            for move in moves:
+                while True:  # keep walking this direction while it pays
+                    trial = z + step * move
+                    value = score(trial)
+                    if value >= best:
+                        break
+                    z, best, improved = trial, value, True
             if not improved:
                 break
     return TuneResult(name=name, params={"S": levels(name, catalog, topo, z)}, method="network-echelon-z",
@@ -175,6 +174,17 @@ def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, 
                       sku_days=len(seen) * len(catalog) * (days + warmup), objective=best,
                       details={"z_by_echelon": [float(x) for x in z], "objective_per": "network-day"},
                       objective_is=objective_is(sim_cfg))
+
+
+def _moves(knobs: int) -> list[np.ndarray]:
+    """Search directions: each knob alone, then each pair together and against each other
+    (the levels of an upstream and its locations trade off: one at a time stalls)."""
+    eye = np.eye(knobs)
+    out = [sign * eye[e] for e in range(knobs) for sign in (1.0, -1.0)]
+    for a in range(knobs):
+        for b in range(a + 1, knobs):
+            out += [eye[a] + eye[b], -eye[a] - eye[b], eye[a] - eye[b], eye[b] - eye[a]]
+    return out
 
 
 def _with_days(sim_cfg: SimConfig, days: int) -> SimConfig:

@@ -9,7 +9,8 @@ state only (results do not depend on threads), in this order:
      what it owes them) from its on-hand, split by sim.allocation when short, the rest owed
      (sim.upstream_shortage=backorder) or dropped (cancel); each travels its link's lead time (0: today);
   4. customer demand at the rows nobody orders from (stores);
-  5. costs on the end-of-day state, then the move to tomorrow (advance, features)."""
+  5. costs on the end-of-day state (sim.network_reward=network: each row's reward is its
+     network's mean), then the move to tomorrow (advance, features)."""
 
 from __future__ import annotations
 
@@ -392,7 +393,8 @@ def network_features_kernel(p: Params, s: State, net: Network, feats: np.ndarray
 @sku_jit
 def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
                    orders: np.ndarray, npipe: np.int64, lo: np.int64, hi: np.int64, day: np.int64,
-                   backorders: bool, lifo: bool, cost_mode: bool, rule: np.int64, cancel: bool) -> None:
+                   backorders: bool, lifo: bool, cost_mode: bool, rule: np.int64, cancel: bool,
+                   shared: bool) -> None:
     """One day of the network whose rows are net_rows[lo:hi] (upstream first)."""
     par, st, rows = p.par, s.st, net.net_rows
     for r in range(lo, hi):  # 2. orders
@@ -426,14 +428,21 @@ def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: n
             _isolate(s, out, i, FAIL_FORECAST, False)
             feats[i, :] = 0.0
     _extra_features(p, s, net, feats, base, lo, hi)
+    if shared:  # the network's mean reward per location, summed upstream first
+        total = 0.0
+        for r in range(lo, hi):
+            total += np.float64(out.reward[rows[r]])
+        mean = total / np.float64(hi - lo)
+        for r in range(lo, hi):
+            out.reward[rows[r]] = mean
 
 
 @njit(cache=True, parallel=True)
 def network_step_kernel(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
                         orders: np.ndarray, npipe: np.int64, day: np.int64, backorders: bool, lifo: bool,
-                        cost_mode: bool, rule: np.int64, cancel: bool) -> None:
+                        cost_mode: bool, rule: np.int64, cancel: bool, shared: bool) -> None:
     """One day of every network of the shard (module docstring). `out.features` is the view
     of the base columns, `feats` the whole matrix (network columns from `base`)."""
     for k in prange(net.net_start.shape[0] - 1):
         _network_range(p, s, out, feats, base, net, orders, npipe, net.net_start[k], net.net_start[k + 1],
-                       day, backorders, lifo, cost_mode, rule, cancel)
+                       day, backorders, lifo, cost_mode, rule, cancel, shared)
