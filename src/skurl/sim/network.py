@@ -1,8 +1,7 @@
 """The day of a catalog with supply networks (docs/networks.md), as numba kernels.
 
-Every row belongs to one network (a row nobody orders from and with an outside supplier is
-a network of one). Networks run in parallel (prange), each by one thread from its own rows'
-state only (results do not depend on threads), in this order:
+Every row belongs to one network (a lone row is a network of one). Networks run in parallel
+(prange), each on its own rows' state only (results do not depend on threads), in this order:
   1. arrivals (already on hand: the previous day's `advance`);
   2. orders: with the outside supplier (pipeline, lead + delay) at a root, else a request upstream;
   3. shipments from the top down: an upstream serves its locations' requests (today's orders plus
