@@ -102,11 +102,19 @@ class TorchModel:
     def run(self, inputs: dict[str, np.ndarray], batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = inputs["obs"].shape[0]
         units, action, prob = np.empty(n, np.float64), np.empty(n, np.int64), np.empty(n, np.float32)
-        tensors = [torch.from_numpy(np.ascontiguousarray(inputs[k])) for k in self.input_names]
+        tensors = [as_tensor(inputs[k]) for k in self.input_names]
         for s in range(0, n, batch):
             u, a, p = self.decision(*(t[s:s + batch] for t in tensors))[:3]
             units[s:s + batch], action[s:s + batch], prob[s:s + batch] = u.numpy(), a.numpy(), p.numpy()
         return units, action, prob
+
+
+def as_tensor(arr: np.ndarray) -> torch.Tensor:
+    """A CPU tensor over `arr` (no copy when it is contiguous and writable): torch warns
+    "The given NumPy array is not writable" for read-only arrays (features decoded from
+    buffers), so those are copied (issue 42, defect 13)."""
+    out = np.ascontiguousarray(arr)
+    return torch.from_numpy(out if out.flags.writeable else out.copy())
 
 
 def open_model(model: Path | None, run: Path | None, threads: int = 0) -> OnnxModel | TorchModel:
