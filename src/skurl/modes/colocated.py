@@ -7,10 +7,11 @@ weights in memory (the sync barrier), and train.staleness's collect-ahead around
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import IO, cast
 
-from skurl.collect.collectors import Collectors, LocalCollectors
+from skurl.collect.collectors import Collected, Collectors, LocalCollectors, SampleIndex
 from skurl.collect.near_policy import with_staleness
 from skurl.config import Config, load_config
 from skurl.learn.checkpoint import refuse_existing
@@ -25,9 +26,39 @@ def local_collectors(trainer: Trainer) -> Collectors:
     """Collectors in this process over the training shards' envs."""
     core, t = trainer.core, trainer.cfg.train
     latest = cast(InProcWeights, trainer.weights)  # Parts.weights' default: in_process_weights
-    return with_staleness(t, latest, trainer.run_dir, lambda weights: LocalCollectors(
-        core.local_env, len(core.shards), trainer.model, core.grid, weights, core.timer,
-        chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values), trainer.learner.sample_index)
+    return with_staleness(t, latest, trainer.run_dir, lambda weights: RecordingCollectors(
+        LocalCollectors(core.local_env, len(core.shards), trainer.model, core.grid, weights, core.timer,
+                        chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values),
+        trainer.run_dir.name, trainer.cfg.sim.backorders), trainer.learner.sample_index)
+
+
+class RecordingCollectors:
+    """LocalCollectors that record what a collector process records (collector_* and the
+    episode's business_* metrics), so a colocated /metrics shows the same families."""
+
+    def __init__(self, inner: LocalCollectors, run_name: str, backorders: bool) -> None:
+        self.inner, self.run_name, self.backorders = inner, run_name, backorders
+
+    def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
+        from skurl.modes.decoupled.shard_envs import business_from_totals
+
+        start = time.perf_counter()
+        out = self.inner.collect(iteration, seed, version, sample)
+        seconds = time.perf_counter() - start
+        rows = int(out.rollout.rewards.size)
+        m = get_metrics()
+        m.collector_episodes_total.inc()
+        m.collector_episode_duration_seconds.observe(seconds)
+        m.collector_steps_per_second.set(rows / max(seconds, 1e-9))
+        m.collector_buffer_size.set(rows)
+        totals = getattr(self.inner.env_of(iteration % self.inner.shards), "totals", None)
+        if callable(totals):
+            sums = {k: float(v.sum()) for k, v in totals().items()}
+            m.record_business(self.run_name, "collect", business_from_totals(sums, rows, self.backorders))
+        return out
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def parts() -> Parts:

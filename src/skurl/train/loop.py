@@ -29,7 +29,7 @@ from skurl.telemetry.logger import RunLogger
 from skurl.telemetry.metrics import get_metrics
 from skurl.telemetry.progress import Progress
 from skurl.telemetry.report import forget_evaluations_from, write_report
-from skurl.train.core import RunCore, build_core, save_env_spec, set_threads
+from skurl.train.core import RunCore, build_core, save_env_spec, seed_global_rngs, set_threads
 from skurl.train.dcl_step import DclStep
 from skurl.train.evaluation import TRAINED, Evaluator
 from skurl.train.seams import TrainerView
@@ -115,6 +115,7 @@ class Trainer:
         try:
             refuse_unbuilt(cfg.train, parts.mode)
             self.threads = set_threads(cfg)
+            seed_global_rngs(cfg.train.seed)  # a resume then restores the checkpoint's states
             self.core = build_core(cfg, Path(run_dir), resume=resume, tune_center=parts.lead, at_least=at_least)
             self.learner = parts.learner(self.core, self.core.schema.dim, self.core.grid.n)
             self.meta: dict[str, Any] = parts.restore(self) if resume else {}
