@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
-from skurl.deploy import colocated
 
 from skurl.config import load_config
+from skurl.modes import colocated
 from skurl.telemetry.metrics import role_sample_names, use_registry
 
 TINY = ["catalog.skus=24", "sim.days=4", "policy.hidden=[8,8]", "ppo.epochs=1", "ppo.minibatch=64",
