@@ -35,7 +35,7 @@ def test_network_vector_env_matches_reference(n, catalog_seed, run_seed, days, b
     catalog = random_network_catalog(n, catalog_seed)
     cfg = SimConfig(days=days, backorders=backorders, issuing="lifo" if lifo else "fifo",
                     reward="cost" if cost else "profit", initial_stock_days=init_days, threads=1,
-                    allocation=rule, upstream_shortage="cancel" if cancel else "backorder",
+                    upstream_allocation=rule, upstream_shortage="cancel" if cancel else "backorder",
                     network_reward="network" if shared else "location")
     env, ref = VectorEnv(catalog, cfg), ReferenceSim(catalog, cfg)
     obs, want = env.reset(run_seed, 1), ref.reset(run_seed, 1)

@@ -6,7 +6,7 @@ a network of one). Networks run in parallel (prange), each by one thread, in thi
   2. orders: each row's order is placed: with the outside supplier (pipeline, lead + delay)
      at a root, as a request to its upstream otherwise;
   3. shipments from the top down: an upstream serves its locations' requests (today's
-     orders plus what it owes them) from its on-hand, split by sim.allocation when short;
+     orders plus what it owes them) from its on-hand, split by sim.upstream_allocation when short;
      the rest stays owed (sim.upstream_shortage=backorder) or is dropped (cancel); a
      shipment travels its link's lead time (0: on hand today);
   4. customer demand at the rows nobody orders from (stores);
