@@ -129,6 +129,7 @@ def make_network_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params:
 
 Z_STEPS = (0.5, 0.1, 0.02)  # coordinate search: each step until no knob improves, then finer
 MAX_PASSES = 12
+PLATEAU_STEPS = 50
 
 
 def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int, warmup: int,
@@ -165,6 +166,11 @@ def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, 
             for move in moves:
                 while True:  # keep walking this direction while it pays
                     trial = z + step * move
+                    here = levels(name, catalog, topo, z)
+                    for _ in range(PLATEAU_STEPS):  # a step too small to move any level: step on
+                        if not np.array_equal(levels(name, catalog, topo, trial), here):
+                            break
+                        trial = trial + step * move
                     value = score(trial)
                     if value >= best:
                         break
