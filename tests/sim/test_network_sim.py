@@ -105,3 +105,28 @@ def test_network_columns_only_with_networks():
     assert not set(names) & set(plain.schema.names())
     assert net.schema.names()[-len(names):] == names
     assert net.schema.dim == plain.schema.dim + len(names) or net.layout.pipeline != plain.layout.pipeline
+
+
+def test_shards_of_a_network_catalog_simulate_as_the_whole():
+    from skurl.catalog import load_catalog
+    from skurl.catalog.partition import partition
+    from skurl.config import load_config
+
+    catalog = load_catalog(load_config(None, ["catalog.skus=300", "catalog.synthetic.network=dc"]).catalog)
+    cfg = SimConfig(days=12, threads=1)
+    rng = np.random.default_rng(0)
+    orders = rng.integers(0, 20, (cfg.days, len(catalog))).astype(float)
+    whole = VectorEnv(catalog, cfg)
+    whole.reset(7)
+    for day in range(cfg.days):
+        res = whole.step(orders[day])
+    want = whole.totals()
+    for rows in partition(catalog, 3):
+        env = VectorEnv(catalog.subset(rows), cfg)
+        env.reset(7)
+        for day in range(cfg.days):
+            env.step(orders[day, rows])
+        got = env.totals()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name][rows], err_msg=name)
+    assert res.metrics.sales.sum() > 0
