@@ -1,16 +1,14 @@
 """Baselines for supply networks (docs/networks.md): echelon and installation base-stock.
 
-- echelon-base-stock: each row orders up to S on its echelon inventory position: on hand
-  and in transit at and below it, plus what its upstream owes it, less the stores'
-  backlog (Clark & Scarf 1960; optimal for serial systems with the right S).
-- installation-base-stock: each row orders up to S on its own position: on hand, in
-  transit, owed to it, less what it owes its own locations or customers.
-Untuned levels: mean + z x sd of the demand over the protection days (cover), z from the
-store's critical ratio; the echelon cover is the longest chain of lead times from the row
-down to a store, + 1 day; the installation cover the row's own lead time + 1.
-Tuning (tune_network): one z per echelon index, by a pattern search (each knob, each pair
-together and against each other; steps 0.5, 0.1, 0.02) with common random numbers on the
-whole catalog (every network the same knobs).
+- echelon-base-stock: order up to S on the echelon inventory position: on hand and in
+  transit at and below the row, plus what its upstream owes it, less the stores' backlog.
+- installation-base-stock: order up to S on the row's own position: on hand, in transit,
+  owed to it, less what it owes its own locations or customers.
+Untuned levels: mean + z x sd of the demand over the protection days (echelon: the longest
+chain of lead times down to a store, + 1; installation: own lead time + 1), z the stores'
+newsvendor factor. Tuning (tune_network): one z per echelon index by a pattern search
+(each knob, each pair together and against each other; steps 0.5, 0.1, 0.02) with common
+random numbers on the whole catalog (every network the same knobs).
 """
 
 from __future__ import annotations
