@@ -1,6 +1,16 @@
 """Exact optimum of a serial system (Poisson demand, backorders) by the Clark-Scarf recursion.
 
-More: docs/benchmarks.md (benchmarks/serial_optimal.py)."""
+Stage 1 is the store, stage N is fed by an outside supplier; L_j is the lead time of the
+link into stage j (an order placed on day t arrives at the start of day t + L_j), h'_j the
+installation holding rate on end-of-day on-hand, stock in transit to j charged at h'_{j+1}
+(0 into stage N), p the penalty per backordered unit per day at the store (docs/networks.md).
+Echelon rates h_j = h'_j - h'_{j+1} >= 0 turn the daily cost into sum_j h_j IN_j + (p + h'_1) B.
+The recursion (Chen & Zheng 1994; Gallego & Zipkin 1999), D_k ~ Poisson(k m):
+  G_1(y) = E[h_1 (y - D_{L1+1}) + (p + h'_1) (D_{L1+1} - y)^+],   S_1 = argmin G_1
+  G_j(y) = h_j (y - (L_j + 1) m) + E[G_{j-1}(min(S_{j-1}, y - D_{L_j}))],  S_j = argmin G_j
+Optimal echelon base-stock levels S_1..S_N, optimal cost per day G_N(S_N). Usage:
+    .venv/bin/python benchmarks/serial_optimal.py --lead 1 1 --holding 2 1 --penalty 9 [--simulate] [--tune]
+"""
 
 from __future__ import annotations
 

@@ -191,7 +191,7 @@ class SimConfig:
         -1.0, "initial on-hand in days of demand; -1 = lead time + 1 days (a warm start)"
     )
     threads: int = opt(0, "simulator threads; 0 = all cores")
-    allocation: Literal["proportional", "fair", "priority"] = opt(
+    upstream_allocation: Literal["proportional", "fair", "priority"] = opt(
         "proportional", "supply networks: how a short upstream splits its on-hand among its locations' requests: "
         "proportional (to requests) | fair (max-min equal shares) | priority (ascending sku_id) (docs/networks.md)")
     network_reward: Literal["network", "location"] = opt(

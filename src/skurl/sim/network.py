@@ -1,15 +1,14 @@
-"""The day of a catalog with supply networks (docs/networks.md), as numba kernels.
+"""The day of a catalog with supply networks (docs/networks.md, which details each step).
 
-Every row belongs to one network (a lone row is a network of one). Networks run in parallel
-(prange), each on its own rows' state only (results do not depend on threads), in this order:
-  1. arrivals (already on hand: the previous day's `advance`);
-  2. orders: with the outside supplier (pipeline, lead + delay) at a root, else a request upstream;
-  3. shipments from the top down: an upstream serves its locations' requests (today's orders plus
-     what it owes them) from its on-hand, split by sim.allocation when short, the rest owed
-     (sim.upstream_shortage=backorder) or dropped (cancel); each travels its link's lead time (0: today);
-  4. customer demand at the rows nobody orders from (stores);
-  5. costs on the end-of-day state (sim.network_reward=network: each row's reward is its
-     network's mean), then the move to tomorrow (advance, features)."""
+Every row belongs to one network (a lone row with an outside supplier is a network of one).
+Networks run in parallel (prange), each by one thread, in this order:
+  1. arrivals (on hand since the previous day's `advance`);
+  2. orders: to the outside supplier at a root, else a request to the upstream;
+  3. shipments from the top down, split by sim.upstream_allocation when an upstream is short;
+  4. customer demand at the stores (rows nobody orders from);
+  5. costs on the end-of-day state, tomorrow (advance, features), the shared reward.
+Rows of one network use their own rows' state only, so results do not depend on threads.
+"""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def network_day(sim, orders: np.ndarray, take, mean) -> list[dict]:
             continue
         req = [vals[c]["q"] + sim.owed[c] for c in kids]
         have = sim.skus[u].on_hand()
-        ship = req if sum(req) <= have else allocate(cfg.allocation, req, have)
+        ship = req if sum(req) <= have else allocate(cfg.upstream_allocation, req, have)
         for c, r, q in zip(kids, req, ship, strict=True):
             sim.owed[c] = 0 if cfg.upstream_shortage == "cancel" else r - q
             if q == 0:

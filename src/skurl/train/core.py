@@ -80,8 +80,8 @@ def run_widths(run_dir: Path, catalog: Catalog, resume: bool, at_least: tuple[in
     return widths
 
 
-def save_env_spec(run_dir: Path, widths: tuple[int, int]) -> None:
-    schema = schema_for(*widths)
+def save_env_spec(run_dir: Path, widths: tuple[int, int], network: bool = False) -> None:
+    schema = schema_for(*widths, network)
     atomic.write_text(run_dir / ENV_SPEC_FILE, json.dumps(
         {"widths": list(widths), "obs_dim": schema.dim, "fields": [list(f) for f in schema.fields]}) + "\n")
 

@@ -218,7 +218,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic.write_text(self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(self.cfg), sort_keys=False))
         atomic.write_text(self.run_dir / MODE_FILE, json.dumps({"mode": self.parts.mode}) + "\n")
-        save_env_spec(self.run_dir, self.core.widths)
+        save_env_spec(self.run_dir, self.core.widths, self.core.catalog.has_network)
 
     def _progress_fields(self, scalars: dict[str, Any]) -> dict[str, Any]:
         """What the bar shows: the objective vs the baseline (cost, or profit when
