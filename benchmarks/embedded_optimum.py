@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-lead", type=int, default=3, help="longest lead time solved")
     ap.add_argument("--max-life", type=int, default=4, help="longest shelf life solved (perishables)")
     ap.add_argument("--max-states", type=int, default=20_000, help="most DP states per SKU")
-    ap.add_argument("--max-work", type=float, default=1e6,
+    ap.add_argument("--max-work", type=float, default=3e5,
                     help="most state x order x demand outcomes per day of a SKU (DP time)")
     ap.add_argument("--max-dense", type=float, default=4e6, help="most entries of a SKU's state lookup")
     ap.add_argument("--tail", type=int, default=60, help="days solved beyond the episode (end effects)")
