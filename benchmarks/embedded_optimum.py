@@ -1,15 +1,12 @@
-"""Headroom, measured: the exact optimum of the embedded catalog's DP-solvable SKUs against
-the tuned heuristics and a trained policy, on the same held-out demand (docs/headroom.md).
+"""Headroom, measured: the exact optimum of the embedded catalog's DP-solvable SKUs against the
+tuned heuristics and a trained policy, on the same held-out demand (docs/headroom.md).
 
-For each catalog seed, the embedded catalog of a bare `skurl train` (or --config) is built;
-its SKUs with a state small enough for exact DP are selected (no substitution group, no
-supplier delay, lead time <= --max-lead, shelf life 0 or <= --max-life, at most
---max-states states); each gets its own finite-horizon DP over the episode's days plus
---tail days (embedded_dp.py), the calendar known. forecast-base-stock and forecast-s-S
-are tuned on the whole catalog as a run tunes them (policy/tuning.py). Every policy is
-simulated by skurl's VectorEnv on the same held-out seeds (eval.seed, ...), warm-up
-excluded; the table gives each one's profit gap to the optimum, per segment, with the
-paired standard error over SKUs. --grid adds the best policy on today's cover grid.
+Per catalog seed: the SKUs without substitution group or supplier delay, lead time <=
+--max-lead, shelf life 0 or <= --max-life and a small enough state each get a finite-horizon
+DP (embedded_dp.py, calendar known); forecast-base-stock and forecast-s-S are tuned on the
+whole catalog as a run tunes them; all are simulated by VectorEnv on eval.seed, eval.seed +
+1, ...; the tables give each policy's profit gap to the optimum per segment, with the paired
+SE over SKUs. --grid adds the best policy on today's cover grid.
 
     PYTHONPATH=src .venv/bin/python benchmarks/embedded_optimum.py [--catalog-seeds 0 1 2] [--grid]
         [--run RUN_DIR ...] [--episodes 8] [--tune-cache DIR] [--json out.json]
@@ -267,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-lead", type=int, default=3, help="longest lead time solved")
     ap.add_argument("--max-life", type=int, default=4, help="longest shelf life solved (perishables)")
     ap.add_argument("--max-states", type=int, default=20_000, help="most DP states per SKU")
-    ap.add_argument("--max-work", type=float, default=1e6,
+    ap.add_argument("--max-work", type=float, default=3e5,
                     help="most state x order x demand outcomes per day of a SKU (DP time)")
     ap.add_argument("--max-dense", type=float, default=4e6, help="most entries of a SKU's state lookup")
     ap.add_argument("--tail", type=int, default=60, help="days solved beyond the episode (end effects)")
@@ -279,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for name in ("max_lead", "max_life", "max_states", "tail", "episodes"):
         if getattr(args, name) < (1 if name in ("max_lead", "max_states", "episodes") else 0):
-            raise SystemExit(f"embedded_optimum: --{name.replace('_', '-')} {getattr(args, name)}, expected >= 1")
+            ap.error(f"--{name.replace('_', '-')} {getattr(args, name)}: expected an integer >= "
+                     f"{1 if name in ('max_lead', 'max_states', 'episodes') else 0}")
     runs = parse_runs(args.run)
     results = []
     for seed in args.catalog_seeds:
@@ -318,4 +316,8 @@ def pooled_results(results: list[dict], args: argparse.Namespace, key: str) -> d
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except UserError as exc:  # a config or run-directory mistake: one line, exit code 2
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
