@@ -136,10 +136,9 @@ def grpc_backend(key: str) -> Backend:
     def corrupt(version: int, how: str) -> bool:
         payload, sha = damaged(version, key, how)
         message = pb.Weights(key=key, version=version, sha256=sha, payload=payload)
-        if how == "garbage":  # a matching checksum passes the server: subscribers must catch it
-            raw.SetWeights(message, timeout=10)
-            return True
-        with pytest.raises(grpc.RpcError) as info:  # the server refuses to fan it out
+        # The server decodes and checks every payload (issue 42, defects 3-4): even bytes with a
+        # matching checksum that are not safetensors never reach a subscriber.
+        with pytest.raises(grpc.RpcError) as info:
             raw.SetWeights(message, timeout=10)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         return False
@@ -219,7 +218,8 @@ def test_nothing_before_the_first_publish(backend: Backend) -> None:
 def test_publish_latest_round_trip_is_bit_exact(backend: Backend) -> None:
     sub = backend.subscriber()
     tensors = model_tensors(1)
-    tensors["pi.0.bias"][0] = float("nan")
+    tensors["pi.0.bias"][0] = -0.0  # values whose bits a lossy path would change
+    tensors["pi.0.bias"][1] = 1e-45  # a float32 subnormal
     backend.publisher.publish(1, tensors)
     version, got = sub.wait_for(1, timeout=WAIT_S)
     assert version == 1
@@ -228,6 +228,17 @@ def test_publish_latest_round_trip_is_bit_exact(backend: Backend) -> None:
     assert latest is not None and latest[0] == 1
     assert_bit_exact(latest[1], tensors)
     assert sub.latest_version() == 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_weights_that_are_not_finite_are_never_published(backend: Backend, bad: float) -> None:
+    """Defect 4 of issue 42: NaN weights made every action 0; every backend refuses them."""
+    sub = backend.subscriber()
+    tensors = model_tensors(1)
+    tensors["pi.0.bias"][0] = bad
+    with pytest.raises(WeightIntegrityError, match="NaN or infinite"):
+        backend.publisher.publish(1, tensors)
+    assert sub.latest() is None
 
 
 def test_versions_only_grow(backend: Backend) -> None:

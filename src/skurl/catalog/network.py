@@ -8,14 +8,25 @@ a Python loop per row.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from skurl.errors import CatalogError
 
-if TYPE_CHECKING:
-    from skurl.catalog.schema import Catalog
+
+class NetworkColumns(Protocol):
+    """The catalog columns a network is read from (catalog.schema.Catalog has them); a
+    Protocol, so that this module does not import the Catalog that validates through it."""
+
+    @property
+    def sku_id(self) -> np.ndarray: ...
+    @property
+    def upstream(self) -> np.ndarray: ...
+    @property
+    def item(self) -> np.ndarray: ...
+    @property
+    def group(self) -> np.ndarray: ...
 
 MAX_DEPTH = 3  # locations on the longest path from a store to the outside supplier
 
@@ -57,7 +68,7 @@ def _cycle_text(sku_id: np.ndarray, parent: np.ndarray, start: int) -> str | Non
     return " -> ".join(str(x) for x in loop)
 
 
-def validate_network(catalog: Catalog) -> None:
+def validate_network(catalog: NetworkColumns) -> None:
     """CatalogError naming the first SKU whose `upstream` is missing, loops, is deeper than
     MAX_DEPTH, belongs to another item, or joins a substitution group."""
     sku_id, upstream, item = catalog.sku_id, catalog.upstream, catalog.item
@@ -91,7 +102,7 @@ def validate_network(catalog: Catalog) -> None:
                            "for a SKU-location of a supply network (substitution within networks is not supported)")
 
 
-def echelons(catalog: Catalog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def echelons(catalog: NetworkColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(parent row or -1, root row of the network, echelon index: 1 at rows nobody orders
     from (stores), 1 + the largest index below otherwise) for a validated catalog."""
     parent = parent_rows(catalog.sku_id, catalog.upstream)

@@ -21,6 +21,7 @@ import numpy as np
 from skurl.catalog.network import MAX_DEPTH, echelons
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
+from skurl.policy.newsvendor import default_z as store_z
 from skurl.sim.api import Obs
 
 NETWORK_POLICIES = ("echelon-base-stock", "installation-base-stock")
@@ -111,8 +112,6 @@ def levels(name: str, catalog: Catalog, topo: Topology, z_by_echelon: np.ndarray
 
 def default_z(catalog: Catalog, sim_cfg: SimConfig, topo: Topology) -> np.ndarray:
     """z per echelon index: the stores' newsvendor factor at every echelon."""
-    from skurl.policy.baselines import default_z as store_z
-
     z = store_z(catalog, sim_cfg)
     zs = float(np.median(z[topo.store])) if topo.store.any() else 0.0
     return np.full(int(topo.echelon.max()), zs)
@@ -123,77 +122,3 @@ def make_network_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params:
     S = (levels(name, catalog, topo, default_z(catalog, sim_cfg, topo)) if params is None
          else np.broadcast_to(np.asarray(params["S"], np.float64), (len(catalog),)).copy())
     return EchelonBaseStock(S, topo) if name == "echelon-base-stock" else InstallationBaseStock(S)
-
-
-Z_STEPS = (0.5, 0.1, 0.02)  # coordinate search: each step until no knob improves, then finer
-MAX_PASSES = 12
-PLATEAU_STEPS = 50
-
-
-def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int, warmup: int,
-                 progress: Any = None) -> Any:
-    """One z per echelon index by coordinate search (module docstring), every candidate
-    simulated over the whole catalog on tuning seed `seed` (common random numbers)."""
-    from skurl.collect.evaluate import evaluate
-    from skurl.policy.tuning_scorer import TuneResult, objective_is
-    from skurl.sim.episode import make_env
-
-    topo = Topology.of(catalog)
-    nets = int((topo.parent < 0).sum())
-    env = make_env(catalog, _with_days(sim_cfg, warmup + days))
-    seen: dict[bytes, float] = {}
-
-    def score(z: np.ndarray) -> float:
-        S = levels(name, catalog, topo, z)
-        key = S.tobytes()
-        if key not in seen:
-            res = evaluate(catalog, sim_cfg, make_network_policy(name, catalog, sim_cfg, {"S": S}), days=days,
-                           warmup=warmup, seed=seed, env=env)
-            per_row = res.avg_cost_per_sku_day if sim_cfg.reward == "cost" else -res.avg_profit_per_sku_day
-            seen[key] = per_row * len(catalog) / nets
-            if progress is not None:
-                progress(f"tune {name}: z={np.round(z, 3).tolist()} objective/network-day {seen[key]:.4f}")
-        return seen[key]
-
-    z = default_z(catalog, sim_cfg, topo)
-    best = score(z)
-    moves = _moves(z.shape[0])
-    for step in Z_STEPS:
-        for _ in range(MAX_PASSES):
-            improved = False
-            for move in moves:
-                while True:  # keep walking this direction while it pays
-                    trial = z + step * move
-                    here = levels(name, catalog, topo, z)
-                    for _ in range(PLATEAU_STEPS):  # a step too small to move any level: step on
-                        if not np.array_equal(levels(name, catalog, topo, trial), here):
-                            break
-                        trial = trial + step * move
-                    value = score(trial)
-                    if value >= best:
-                        break
-                    z, best, improved = trial, value, True
-            if not improved:
-                break
-    return TuneResult(name=name, params={"S": levels(name, catalog, topo, z)}, method="network-echelon-z",
-                      seed=seed, days=days, warmup=warmup, runs=len(seen),
-                      sku_days=len(seen) * len(catalog) * (days + warmup), objective=best,
-                      details={"z_by_echelon": [float(x) for x in z], "objective_per": "network-day"},
-                      objective_is=objective_is(sim_cfg))
-
-
-def _moves(knobs: int) -> list[np.ndarray]:
-    """Search directions: each knob alone, then each pair together and against each other
-    (the levels of an upstream and its locations trade off: one at a time stalls)."""
-    eye = np.eye(knobs)
-    out = [sign * eye[e] for e in range(knobs) for sign in (1.0, -1.0)]
-    for a in range(knobs):
-        for b in range(a + 1, knobs):
-            out += [eye[a] + eye[b], -eye[a] - eye[b], eye[a] - eye[b], eye[b] - eye[a]]
-    return out
-
-
-def _with_days(sim_cfg: SimConfig, days: int) -> SimConfig:
-    import dataclasses
-
-    return dataclasses.replace(sim_cfg, days=days)

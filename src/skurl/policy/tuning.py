@@ -269,7 +269,7 @@ def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed:
         progress = throttled_lines(5.0)
     seed = tuning_seed(eval_seed)
     if name in ("echelon-base-stock", "installation-base-stock"):  # supply networks
-        from skurl.policy.network_baselines import tune_network
+        from skurl.policy.network_tuning import tune_network
 
         return tune_network(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup, progress=progress)
     if is_uniform(catalog):

@@ -7,7 +7,7 @@ Redis or gRPC (encoded, checksummed, versioned), only without a network.
 from __future__ import annotations
 
 from skurl.sync.api import Tensors, WeightSyncTimeout
-from skurl.sync.codec import WeightBlob, decode_weights, encode_weights
+from skurl.sync.codec import WeightBlob, decode_weights, encode_checked
 from skurl.sync.slot import VersionedSlot
 
 
@@ -19,7 +19,7 @@ class InProcWeights:
         self._slot: VersionedSlot[WeightBlob] = VersionedSlot()
 
     def publish(self, version: int, tensors: Tensors) -> None:
-        if not self._slot.offer(version, encode_weights(tensors, version, self.model_key)):
+        if not self._slot.offer(version, encode_checked(tensors, version, self.model_key)):
             raise ValueError(f"publish: version {version} is not newer than {self._slot.version}")
 
     def latest_blob(self) -> WeightBlob | None:

@@ -1,0 +1,96 @@
+"""Tuning of the network baselines (echelon and installation base-stock): one z per
+echelon index by a pattern search with common random numbers on the whole catalog
+(docs/networks.md, Baselines)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from skurl.catalog.schema import Catalog
+from skurl.config import SimConfig
+from skurl.policy.api import Policy
+from skurl.policy.network_baselines import Topology, default_z, levels, make_network_policy
+from skurl.policy.tuning_scorer import TuneResult, objective_is
+from skurl.sim.episode import TotalingEnv, make_env, run_episode, sku_cost
+
+Z_STEPS = (0.5, 0.1, 0.02)  # coordinate search: each step until no knob improves, then finer
+MAX_PASSES = 12
+PLATEAU_STEPS = 50
+
+
+def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int, warmup: int,
+                 progress: Any = None) -> Any:
+    """One z per echelon index by coordinate search (module docstring), every candidate
+    simulated over the whole catalog on tuning seed `seed` (common random numbers)."""
+    topo = Topology.of(catalog)
+    nets = int((topo.parent < 0).sum())
+    env = make_env(catalog, _with_days(sim_cfg, warmup + days))
+    seen: dict[bytes, float] = {}
+
+    def score(z: np.ndarray) -> float:
+        S = levels(name, catalog, topo, z)
+        key = S.tobytes()
+        if key not in seen:
+            seen[key] = _objective(env, make_network_policy(name, catalog, sim_cfg, {"S": S}), sim_cfg,
+                                   seed=seed, days=days, warmup=warmup) * len(catalog) / nets
+            if progress is not None:
+                progress(f"tune {name}: z={np.round(z, 3).tolist()} objective/network-day {seen[key]:.4f}")
+        return seen[key]
+
+    z = default_z(catalog, sim_cfg, topo)
+    best = score(z)
+    moves = _moves(z.shape[0])
+    for step in Z_STEPS:
+        for _ in range(MAX_PASSES):
+            improved = False
+            for move in moves:
+                while True:  # keep walking this direction while it pays
+                    trial = z + step * move
+                    here = levels(name, catalog, topo, z)
+                    for _ in range(PLATEAU_STEPS):  # a step too small to move any level: step on
+                        if not np.array_equal(levels(name, catalog, topo, trial), here):
+                            break
+                        trial = trial + step * move
+                    value = score(trial)
+                    if value >= best:
+                        break
+                    z, best, improved = trial, value, True
+            if not improved:
+                break
+    return TuneResult(name=name, params={"S": levels(name, catalog, topo, z)}, method="network-echelon-z",
+                      seed=seed, days=days, warmup=warmup, runs=len(seen),
+                      sku_days=len(seen) * len(catalog) * (days + warmup), objective=best,
+                      details={"z_by_echelon": [float(x) for x in z], "objective_per": "network-day"},
+                      objective_is=objective_is(sim_cfg))
+
+
+def _objective(env: TotalingEnv, policy: Policy, sim_cfg: SimConfig, *, seed: int, days: int,
+               warmup: int) -> float:
+    """Cost (or minus profit) per SKU-day of one episode, over the SKUs the env kept, as
+    collect/evaluate.py scores a policy (without importing the collect package)."""
+    totals, failed = run_episode(env, policy, seed=seed, episode=0, days=days, warmup=warmup)
+    ok = ~failed
+    count = max(int(ok.sum()), 1)
+    cost = sku_cost({k: v / days for k, v in totals.items()})
+    if sim_cfg.reward == "cost":
+        return float(cost[ok].sum() / count)
+    return -float((totals["revenue"] / days - cost)[ok].sum() / count)
+
+
+def _moves(knobs: int) -> list[np.ndarray]:
+    """Search directions: each knob alone, then each pair together and against each other
+    (the levels of an upstream and its locations trade off: one at a time stalls)."""
+    eye = np.eye(knobs)
+    out = [sign * eye[e] for e in range(knobs) for sign in (1.0, -1.0)]
+    for a in range(knobs):
+        for b in range(a + 1, knobs):
+            out += [eye[a] + eye[b], -eye[a] - eye[b], eye[a] - eye[b], eye[b] - eye[a]]
+    return out
+
+
+def _with_days(sim_cfg: SimConfig, days: int) -> SimConfig:
+    import dataclasses
+
+    return dataclasses.replace(sim_cfg, days=days)
