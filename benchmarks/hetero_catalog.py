@@ -6,18 +6,7 @@ lead time L in {2, 3, 4}, Poisson and geometric demand of the same mean (Zipkin 
 family and its heavy-tailed twin); and perishables of benchmarks/perishable_optimal.py's
 family (Poisson mean 3, h = 1, unit cost 2, waste 4, p in {5, 10}, L = 1, shelf life 2, 3).
 
-References per type, cached in a JSON file next to the catalog (computed once):
-- the best capped base-stock, by skurl's own exhaustive CRN search on that type alone
-  (policy/tuning.py, as benchmarks/lost_sales_base_stock.py), scored by the caller on the
-  held-out seeds with the very same demand as the trained policy;
-- with --exact, the optimal average cost where it is known: relative value iteration for
-  the Poisson lost-sales types (lost_sales_optimal.py) and the perishables
-  (perishable_optimal.py); none for geometric demand.
-
-    .venv/bin/python benchmarks/hetero_catalog.py --out runs/hetero/catalog.parquet [--per-type 40] [--exact]
-    .venv/bin/python benchmarks/hetero_catalog.py --out runs/skewed/catalog.parquet --per-type 60 \
-        --more-leads --skew 1 --refs-from runs/hetero/catalog.refs.json  # a long tail of types
-"""
+More: docs/benchmarks.md (benchmarks/hetero_catalog.py)."""
 
 from __future__ import annotations
 

@@ -8,11 +8,7 @@ same demand), and prints one row per type and a summary: overall cost against th
 baseline, mean and worst gap to the optima, and how many types end above their best
 capped base-stock. --run-dir of an existing run skips the training.
 
-    .venv/bin/python benchmarks/hetero_train.py --catalog runs/hetero/catalog.parquet \
-        --config configs/lost_sales.yaml --iterations 3 --run-dir runs/hetero/ls [--set K=V]
-
-(configs/lost_sales.yaml trains with DCL, a few iterations; with `--set train.algo=ppo`, 40.)
-"""
+More: docs/benchmarks.md (benchmarks/hetero_train.py)."""
 
 from __future__ import annotations
 

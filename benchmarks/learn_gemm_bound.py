@@ -9,11 +9,12 @@ hidden sizes) costs, per Linear layer (in -> out), with W [out, in] and g = dLos
   weight grad    g^T @ x [B, in]            (autograd's mm of a transposed view)
   input grad     g @ W                      (not for the first layer: the observation
                                              needs no gradient)
-This script times each of those GEMMs alone with torch (warm, the same thread count as the
-learner), at the exact shapes and memory layouts, and sums them: the time of one minibatch with zero time for
-everything else (activations, softmax, loss, autograd bookkeeping, Adam, clipping). B / that
-time bounds transitions x epochs/s from above. It also prints the machine's best sgemm rate
-(a large square product) for scale.
+skurl.learn.gemm_bound times each of those GEMMs alone with torch (warm, the same thread
+count as the learner), at the exact shapes and memory layouts, and sums them: the time of
+one minibatch with zero time for everything else (activations, softmax, loss, autograd
+bookkeeping, Adam, clipping). B / that time bounds transitions x epochs/s from above.
+`skurl bench learn` measures the same bound in its own run and prints bound_ratio; this
+script prints the bound alone, per GEMM, with the machine's best sgemm rate for scale.
 
     .venv/bin/python benchmarks/learn_gemm_bound.py
     .venv/bin/python benchmarks/learn_gemm_bound.py --threads 2 --json
@@ -23,50 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
-from torch import nn
 
 from skurl.config import load_config
+from skurl.learn.gemm_bound import gemm_bound, peak_sgemm_gflops
 from skurl.policy.nets import ActorCritic
 
 BENCH_OBS_DIM = 70  # what `skurl bench learn` uses (commands/bench_train.py)
 TARGET = 150_000  # issue 3: transitions x epochs/s on CPU
-
-
-Operands = tuple[torch.Tensor, torch.Tensor]
-
-
-def gemm_operands(model: ActorCritic, batch: int) -> list[tuple[str, Operands]]:
-    """(name, (A, B)) of every GEMM A @ B in one forward + backward of a minibatch."""
-    gemms = []
-    for net_name, net in (("policy", model.policy), ("value", model.value)):
-        layers = [m for m in net.modules() if isinstance(m, nn.Linear)]
-        for j, layer in enumerate(layers):
-            i, o = layer.in_features, layer.out_features
-            x, g, w = torch.randn(batch, i), torch.randn(batch, o), torch.randn(o, i)
-            tag = f"{net_name}.{j} {i}->{o}"
-            gemms.append((f"{tag} forward", (x, w.t())))
-            gemms.append((f"{tag} weight grad", (g.t(), x)))
-            if j > 0:
-                gemms.append((f"{tag} input grad", (g, w)))
-    return gemms
-
-
-def seconds_per_gemm(a: torch.Tensor, b: torch.Tensor, min_seconds: float = 0.3) -> float:
-    """Best of 3 timed rounds of C = A @ B, each at least `min_seconds` long."""
-    c = torch.empty(a.shape[0], b.shape[1])
-    for _ in range(20):
-        torch.mm(a, b, out=c)
-    best = float("inf")
-    for _ in range(3):
-        reps, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < min_seconds:
-            torch.mm(a, b, out=c)
-            reps += 1
-        best = min(best, elapsed / reps)
-    return best
 
 
 def main() -> None:
@@ -80,21 +46,15 @@ def main() -> None:
     cfg = load_config(args.config, args.overrides)
     model = ActorCritic(BENCH_OBS_DIM, cfg.policy.actions.n, cfg.policy.hidden)
     batch = cfg.ppo.minibatch
-    rows = []
-    for name, (a, b) in gemm_operands(model, batch):
-        s = seconds_per_gemm(a, b)
-        (m, k), n = a.shape, b.shape[1]
-        rows.append({"gemm": name, "m": m, "k": k, "n": n, "ms": s * 1e3, "gflops": 2 * m * k * n / s / 1e9})
-    gemm_s = sum(r["ms"] for r in rows) / 1e3
-    flops = sum(2 * r["m"] * r["k"] * r["n"] for r in rows)
-    square = seconds_per_gemm(torch.randn(2048, 2048), torch.randn(2048, 2048), 1.0)
+    bound = gemm_bound(model, batch)
+    rows, gemm_s = bound["gemms"], bound["gemm_ms_per_minibatch"] / 1e3
     out = {
         "threads": args.threads, "minibatch": batch, "hidden": list(cfg.policy.hidden),
         "actions": cfg.policy.actions.n, "obs_dim": BENCH_OBS_DIM,
-        "flops_per_transition_epoch": flops / batch,
+        "flops_per_transition_epoch": bound["flops_per_transition_epoch"],
         "gemm_ms_per_minibatch": round(gemm_s * 1e3, 3),
-        "gemm_gflops": round(flops / gemm_s / 1e9, 1),
-        "peak_sgemm_gflops": round(2 * 2048**3 / square / 1e9, 1),
+        "gemm_gflops": round(bound["gemm_gflops"], 1),
+        "peak_sgemm_gflops": round(peak_sgemm_gflops(), 1),
         "ceiling_transition_epochs_per_s": round(batch / gemm_s),
         "target": TARGET,
         "gemm_share_of_target_budget": round(gemm_s / (batch / TARGET), 3),

@@ -8,23 +8,7 @@ Each instance is exactly what a user runs (the shipped config, instance paramete
         --set catalog.lost_sale_cost=p --no-baseline --run-dir OUT/LxPy
     skurl eval --run OUT/LxPy --json
 
-Reference costs (h = 1, Poisson mean 5) are the exact ones of lost_sales_optimal.py
-(relative value iteration; best base stock from the exact Markov chain), stored below so
-the table needs no minutes of value iteration; --exact recomputes them. The long lead times
-6, 8 and 10 (instances L6p4 .. L10p39, or 'long' for all 12) have no exact optimum: there
-the bar is the best capped base-stock (Xin 2021), which --capped (implied for them) tunes
-with `skurl eval --policy capped-base-stock --tune` under the same config and scores on the
-run's own held-out seeds, so the two costs face the same demand. Per instance: the
-trained policy's cost, its gap to the optimum and to the best base stock, the training
-wall time, and the training time until an in-training evaluation (train.eval_every) first
-came within 2% of the optimum (summed iteration seconds from metrics.jsonl; the
-evaluations themselves are not counted); and the training's CPU seconds, which on shared
-cores say more than wall time does.
-
-    .venv/bin/python benchmarks/lost_sales_grid.py --instances L1p4 L2p9 L4p39 L4p4 --jobs 2
-    .venv/bin/python benchmarks/lost_sales_grid.py --instances all --jobs 2 --json grid.json
-    .venv/bin/python benchmarks/lost_sales_grid.py --instances long --jobs 2 --json long.json
-"""
+More: docs/benchmarks.md (benchmarks/lost_sales_grid.py)."""
 
 from __future__ import annotations
 

@@ -3,26 +3,11 @@
 Instances (Zipkin 2008, "Old and New Methods for Lost-Sales Inventory Systems", Operations
 Research 56(5):1256-1263, Table 3): Poisson demand with mean 5, holding h = 1 per unit
 left at the end of a period, penalty p in {4, 9, 19, 39} per lost unit, lead time L in
-{1, 2, 3, 4}. Timing as in skurl's simulator (DESIGN section 3) and Zipkin: the order
+{1, 2, 3, 4}. Timing as in skurl's simulator (docs/architecture.md, Simulator semantics) and Zipkin: the order
 placed L periods ago arrives, the state is observed and an order placed, demand is served
 from stock on hand, the rest is lost; costs on the period's end.
 
-State x = (y, p_1, ..., p_{L-1}): stock on hand after today's arrival and the orders due in
-1..L-1 days. After ordering q and demand D the state becomes
-((y - D)^+ + p_1, p_2, ..., p_{L-1}, q); the period costs h (y - D)^+ + p (D - y)^+.
-Truncation: total stock y + sum(p) + q <= B, with B the optimal base-stock level of the
-same system with backorders (the (L+1)-period newsvendor quantile p / (p + h)) plus a
-margin: the optimal lost-sales policy never raises the inventory position above that level
-(Zipkin 2008, section 2, after Morton 1969), so the bound does not cut the optimum.
-
-Relative value iteration (Puterman 1994, section 8.5.5) on the enumerated states, one
-numpy gather + bincount + reduceat per sweep; it stops when the span of V_{n+1} - V_n,
-which brackets the optimal average cost (Odoni 1969), is below --tol. The same code
-evaluates base-stock policies (one allowed action per state), giving the exact best
-base-stock level to compare with `lost_sales_base_stock.py`.
-
-    .venv/bin/python benchmarks/lost_sales_optimal.py [--lead 1 2] [--penalty 4 9] [--json out.json]
-"""
+More: docs/benchmarks.md (benchmarks/lost_sales_optimal.py)."""
 
 from __future__ import annotations
 

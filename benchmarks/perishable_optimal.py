@@ -1,31 +1,13 @@
 """Optimal long-run average cost of a perishable lost-sales family by relative value iteration.
 
-Model (skurl's simulator, DESIGN section 3, sim.reward=cost): Poisson demand, lead time L,
+Model (skurl's simulator, docs/architecture.md, Simulator semantics; sim.reward=cost): Poisson demand, lead time L,
 shelf life m; the order placed today arrives in L days at age 0 and can be sold on m days
 (it expires at the end of the m-th); demand is served oldest first (FIFO), the rest is
 lost. Costs of a day: unit cost c per unit ordered, holding h per unit on hand at the end
 of the day (after expiry), penalty p per lost unit, waste w per expired unit (on top of its
 purchase). The family: mean 3, h = 1, c = 2, w = 4, p in {5, 10}, L in {1, 2}, m in {2, 3}.
 
-State (after today's arrival): x_r = units with r days left, r = 1..m (x_1 expire tonight),
-and o_k = units due in k days, k = 1..L-1; each component is one order's remainder, so
-with orders capped at Q every component lies in 0..Q and the product space is closed
-(the truncation: a row reports the stationary mass of states whose optimal order is Q).
-Relative value iteration (Puterman 1994, section 8.5.5), one numba sweep over states x
-orders x demand outcomes; it stops when the span of V_{n+1} - V_n, which brackets the
-optimal average cost (Odoni 1969), is below --tol. The same sweep evaluates base-stock
-policies (order up to S on the inventory position, capped at Q): the best S is the
-baseline. --simulate runs the optimal policy (a table lookup) in skurl's VectorEnv as a
-check that the model is the simulator's.
-
---train OUT trains skurl on each instance as a user would (`skurl train --config
-configs/lost_sales.yaml --set catalog.shelf_life=m ...`, run dirs under OUT) and scores the
-run with `skurl eval --run`: its gap to the optimum, and to the tuned capped base-stock on
-the same held-out seeds.
-
-    .venv/bin/python benchmarks/perishable_optimal.py [--lead 1 2] [--life 2 3] [--simulate] [--json F]
-    .venv/bin/python benchmarks/perishable_optimal.py --train runs/perishable [--set train.algo=ppo]
-"""
+More: docs/benchmarks.md (benchmarks/perishable_optimal.py)."""
 
 from __future__ import annotations
 

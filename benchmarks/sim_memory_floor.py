@@ -2,14 +2,12 @@
 `skurl bench sim` (issue 2's throughput target).
 
 It builds the real simulator for the default synthetic catalog (or --config/--set) and runs
-a numba kernel over the env's own arrays that does, per SKU and day, only the memory traffic
-the real step cannot avoid, with no simulation arithmetic:
-  read the parameter row; read and rewrite the state row (counts, pipeline), the forecast
-  window, the metrics row (today's values and running totals) and one stock slot; write
-  the SKU's feature row (the observation every step returns).
-The SKU-steps/s it reaches is an upper bound for any kernel with today's array layout on
-this machine. `--half` runs the same traffic on blocks of half the width (int32 state,
-float32 metrics): the bound for a layout redesign that keeps the observation contract.
+skurl.commands.bench_sim_floor's kernel over the env's own arrays: per SKU and day only the
+memory traffic the real step cannot avoid, with no simulation arithmetic. The SKU-steps/s it
+reaches is an upper bound for any kernel with today's array layout on this machine. `--half`
+runs the same traffic on blocks of half the width (int32 state, float32 metrics): the bound
+for a layout redesign that keeps the observation contract. `skurl bench sim` measures the
+same floor in its own run and prints bound_ratio.
 
     .venv/bin/python benchmarks/sim_memory_floor.py --skus 1000000 --steps 20 --threads 1
     .venv/bin/python benchmarks/sim_memory_floor.py --skus 1000000 --steps 20 --threads 2 --half
@@ -20,47 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-
-import numba
-import numpy as np
-from numba import njit, prange
 
 from skurl.catalog import load_catalog
+from skurl.commands.bench_sim_floor import memory_floor
 from skurl.config import load_config
 from skurl.sim.env import VectorEnv
-
-BLOCK = 512  # SKUs per parallel work item, like the real kernel's chunks
-
-
-@njit(cache=True, parallel=True)
-def _touch_day(par, st, stock, slot, forecast, feats, acc, day):
-    n = par.shape[0]
-    for b in prange((n + BLOCK - 1) // BLOCK):
-        for i in range(b * BLOCK, min((b + 1) * BLOCK, n)):
-            s = 0.0
-            for k in range(par.shape[1]):
-                s += par[i, k]
-            for k in range(st.shape[1]):
-                st[i, k] += 1
-            h = forecast.shape[1]
-            for k in range(h - 1):
-                forecast[i, k] = forecast[i, k + 1]
-            forecast[i, h - 1] = s
-            stock[slot[i]] += day
-            for k in range(feats.shape[1]):
-                feats[i, k] = s
-            for k in range(acc.shape[1]):
-                acc[i, k] += s
-
-
-def _blocks(env: VectorEnv, half: bool) -> tuple[np.ndarray, ...]:
-    p, s, out = env._params, env._state, env._out
-    slot = s.st[:, 8].copy()  # S_SLOT_OFF: each SKU's first stock slot
-    st, acc = s.st, out.acc
-    if half:
-        st, acc = st.astype(np.int32), acc.astype(np.float32)
-    return p.par, st, s.stock, slot, s.forecast, out.features, acc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,24 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(args.config, [*args.overrides, f"sim.days={args.steps}"])
     env = VectorEnv(load_catalog(cfg.catalog, args.skus), cfg.sim)
     env.reset(0, 0)
-    numba.set_num_threads(args.threads)
-    blocks = _blocks(env, args.half)
-    _touch_day(*blocks, np.int64(0))  # compile and warm the pages
-    t0 = time.perf_counter()
-    for day in range(args.steps):
-        _touch_day(*blocks, np.int64(day))
-    dt = time.perf_counter() - t0
-    row_bytes = {name: int(a.strides[0]) if a.ndim == 2 else a.itemsize
-                 for name, a in zip(("par", "st", "stock", "slot", "forecast", "features", "acc"),
-                                    blocks, strict=True)}
-    # Bytes a SKU-day moves: rows read (par), read and written back (st, forecast, acc,
-    # one stock slot) and written (features: read for ownership, then written back).
-    moved = (row_bytes["par"] + 2 * (row_bytes["st"] + row_bytes["forecast"] + row_bytes["acc"])
-             + 2 * row_bytes["stock"] + row_bytes["slot"] + 2 * row_bytes["features"])
-    rate = env.num_skus * args.steps / dt
-    print(json.dumps({"skus": env.num_skus, "steps": args.steps, "threads": args.threads,
-                      "half": args.half, "row_bytes": row_bytes, "bytes_per_sku_step": moved,
-                      "floor_sku_steps_per_s": rate, "gb_per_s": rate * moved / 1e9}))
+    out = memory_floor(env, args.steps, args.threads, args.half)
+    out.pop("median_floor_sku_steps_per_s")
+    print(json.dumps(out))
     return 0
 
 

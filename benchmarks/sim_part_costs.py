@@ -1,22 +1,6 @@
 """Where does a simulated day's time go? Each per-SKU piece of the step kernel, timed alone.
 
-`skurl bench sim` gives one figure for the whole day. This script builds the real simulator
-for the default synthetic catalog (or --config/--set), steps it a few days so that stock,
-pipeline and forecasts are realistic, and then times, over the same SKUs and in the same
-compiled form as the kernel (`sku_jit`: no reference counting, everything inlined), loops that
-run only one piece of the day for every SKU:
-  mean      the day's demand mean (season, trend exponential, promotion)
-  demand    the mean plus the day's demand draw (every sampler, as the catalog mixes them)
-  forecast  the new forecast at the end of the window (a normal draw and an exponential)
-  features  the daily update of a SKU's feature row
-  uniform / normal / exp   one counter-based uniform, one ziggurat normal, one libm exp
-and, for comparison, the full step (`env.step`) on the same SKUs. Each figure is the best
-of --repeat runs, in ns per SKU. The default 10,000 SKUs keep every row in cache, so the
-figures are compute, not memory traffic (see sim_memory_floor.py for that bound).
-
-    .venv/bin/python benchmarks/sim_part_costs.py
-    .venv/bin/python benchmarks/sim_part_costs.py --skus 10000 --set catalog.kind=uniform --json
-"""
+More: docs/benchmarks.md (benchmarks/sim_part_costs.py)."""
 
 from __future__ import annotations
 

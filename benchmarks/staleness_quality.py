@@ -4,14 +4,12 @@ lost-sales instances; print each variant's cost and gap to the optimum next to s
 Each (instance, variant) is exactly what lost_sales_grid.py runs (the shipped config, the
 instance by --set, the variant's train.* keys by --set, one training at a time, then
 `skurl eval --run` on held-out seeds), into OUT/VARIANT/LxPy:
-
     .venv/bin/python benchmarks/staleness_quality.py --instances L2p9 --out runs/staleness
     .venv/bin/python benchmarks/staleness_quality.py --instances L4p39 --variants strict s1 s2 \\
         --iterations 100 --json staleness.json
 
-The acceptance of issue 24: s1 and s2 within 0.1 percentage points of strict's gap; s8 with
-and without the correction shows what V-trace does at a large lag.
-"""
+Issue 24's acceptance: s1 and s2 within 0.1 points of strict's gap; s8 with and without the
+correction shows what V-trace does at a large lag."""
 
 from __future__ import annotations
 

@@ -1,20 +1,7 @@
 """Iteration wall time and learner idle share of train.staleness=1 against 0 (issue 24's
 throughput acceptance: at most 0.6x, idle at most 10%), in paired, interleaved rounds.
 
-Each run is `skurl bench modes --modes colocated --json --keep DIR` with the given --set
-keys plus train.staleness=S, one run at a time, NUMBA_NUM_THREADS=1 and
-train.torch_threads=1 (so the learner and the collect-ahead thread use about one core
-each). Round k runs 0 then 1 (k even) or 1 then 0 (k odd); the ratio of a round is its
-staleness-1 seconds per iteration over its staleness-0 ones, and the table gives each
-round and the medians. The learner idle share is from the kept run's metrics.jsonl
-(first iteration left out, as bench modes does): learner_idle_seconds / iteration_seconds
-at staleness 1; at 0, where the learner waits for the whole collection by construction,
-(infer + simulate) / iteration_seconds. The 1-minute load average before each run is
-printed: on shared cores it says how much the neighbours moved the figures.
-
-    .venv/bin/python benchmarks/staleness_throughput.py --rounds 3 --skus 4000 --days 100 \\
-        --set ppo.sample_skus=1500 --out runs/staleness_throughput --json tp.json
-"""
+More: docs/benchmarks.md (benchmarks/staleness_throughput.py)."""
 
 from __future__ import annotations
 

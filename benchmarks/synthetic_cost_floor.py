@@ -2,31 +2,7 @@
 less? Bounds for the catalog `skurl train` trains on (the embedded defaults; --config/--set
 for others), on the held-out evaluation seed, from the demand the simulator drew there.
 
-Total cost = holding + lost-sale penalty + purchase + ordering + waste. Each unit a customer
-asks SKU i for is either sold by i (bought at unit cost c_i, sold at price_i) or not. If not,
-a share f_i of it (sub_frac, in a substitution group) moves to a substitute j (bought at
-c_j, sold at price_j) or is lost; the rest is lost (penalty p_i). Per unit, then:
-  serve:  cost c_i,  profit price_i - c_i
-  refuse: cost >= (1 - f_i) p_i + f_i min(min_j c_j, p_i),
-          profit <= -(1 - f_i) p_i + f_i max(max_j (price_j - c_j), -p_i).
-Holding, ordering and waste only add cost and take profit, and the free initial stock is
-used up in the evaluation's warm-up, so for ANY policy (with perfect foresight, even):
-- full-service floor: a policy that serves every customer the item asked for pays at least
-  sum_i D_i c_i;
-- any-policy floor: sum_i D_i min(serve cost, refuse cost);
-- equal-service floor: the least cost of a policy that turns away no more customers than
-  the baseline did: serve all, then refuse the units that save the most cost each, up to
-  the baseline's lost units (a fractional knapsack again: greedy by saving per unit);
-- the most profit any policy can make while its cost is 5% below the baseline's: serve all,
-  then refuse the units that save the most cost per unit of profit given up until the cost
-  target is met (a fractional knapsack, which the greedy order solves exactly).
-If that profit is below the baseline's, every policy 5% cheaper earns less than it. The
-same bound is also printed for policies that still pay a share of the baseline's inventory
-cost (holding, ordering, waste; --inventory-shares): no real policy pays none of it.
-
-    .venv/bin/python benchmarks/synthetic_cost_floor.py
-    .venv/bin/python benchmarks/synthetic_cost_floor.py --set train.seed=1 --json
-"""
+More: docs/benchmarks.md (benchmarks/synthetic_cost_floor.py)."""
 
 from __future__ import annotations
 

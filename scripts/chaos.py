@@ -9,8 +9,7 @@ metrics.jsonl records, eval.json, kept best policy) and that every restart is co
 
 Redis here has no persistence: a restart loses every key, so weights ride in the rollout
 store (sync.weights_in_store) and Redis carries only the version signal. Prints one JSON
-line; exit status 0 when the result matches and every restart is counted, 1 otherwise.
-"""
+line; exit status 0 when the result matches and every restart is counted, 1 otherwise."""
 
 from __future__ import annotations
 

@@ -6,12 +6,10 @@ command again (an attempt killed before its first checkpoint starts over in its 
 Compared with the uninterrupted run: every non-RNG tensor of the last checkpoint, the
 metrics.jsonl records (iteration, reward_mean, eval_profit, validation_score: one record
 per iteration, none doubled or lost), eval.json (policies and history) and the kept best
-policy (train.keep_best). Exit status 0 when all match, 1 otherwise.
-
+policy (train.keep_best). Exit status 0 when all match, 1 otherwise:
     .venv/bin/python scripts/kill_resume_soak.py --kills 10
     .venv/bin/python scripts/kill_resume_soak.py --mode decoupled --set sync.backend=redis \\
-        --set sync.redis_url=redis://127.0.0.1:6379/0
-"""
+        --set sync.redis_url=redis://127.0.0.1:6379/0"""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ peak is not read as a leak (the run's data on disk: by its peaks, peak_growth). 
 sample to DIR/samples.csv; exit status 0 when nothing grew, 1 otherwise.
 
     .venv/bin/python scripts/soak.py --minutes 60
-    .venv/bin/python scripts/soak.py --minutes 2 --interval 2     # the CI version
-"""
+    .venv/bin/python scripts/soak.py --minutes 2 --interval 2     # the CI version"""
 
 from __future__ import annotations
 

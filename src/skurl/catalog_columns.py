@@ -46,3 +46,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("price", np.float32, 0.0, 1e9, "revenue per unit sold"),
     Column("forecast_noise", np.float32, 0.0, 5.0, "lognormal sigma of the forecast error"),
 )
+
+# Optional supply-network columns (docs/networks.md): outside COLUMNS so that network-free
+# catalogs, their files and digests stay as they were; -1 everywhere = no network.
+NETWORK_COLUMNS: tuple[Column, ...] = (
+    Column("upstream", np.int64, -1, 2**62, "sku_id of the SKU-location that supplies this one; -1 = outside supplier"),
+    Column("item", np.int64, -1, 2**62, "product shared by the SKU-locations of a network; -1 = unspecified"),
+)

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
-from skurl.errors import UserError
+from skurl.errors import UserError, missing_extra_of
 
 # Imported lazily per invocation so `skurl --help` stays fast and a missing optional
 # dependency of one command does not break the others.
@@ -81,12 +81,20 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    command = "skurl"
     try:
         with _sigterm_unwinds():
             args = build_parser().parse_args(argv)
+            command = f"skurl {args.command}"
             return int(args.func(args) or 0)
     except UserError as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional dependency: name its extra, no traceback
+        missing = missing_extra_of(exc, command)
+        if missing is None:
+            raise
+        print(f"error: {one_line(str(missing))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -31,6 +31,7 @@ __all__ = [
     "PolicyConfig",
     "RayConfig",
     "RpcConfig",
+    "SerialConfig",
     "SimConfig",
     "StoreConfig",
     "SyncConfig",
@@ -43,7 +44,8 @@ __all__ = [
 
 DemandDist = Literal["poisson", "geometric", "negbin"]
 # the heuristic policies of policy/baselines.py (named here: eval.baselines validates against them)
-POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock", "forecast-s-S")
+POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock", "forecast-s-S",
+                "echelon-base-stock", "installation-base-stock")  # the last two: supply networks only
 # Seeds go to numpy, torch.manual_seed (a signed 64-bit value) and the simulator's counters.
 MAX_SEED = 2**62
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -82,6 +84,9 @@ class SyntheticConfig:
         0.9, "mean log-excess of the fat upper tail (Pareto-like, tail index 1/this); 0 = plain lognormal"
     )
     order_cost_share: float = opt(0.25, "share of SKUs with a fixed cost per order")
+    network: Literal["none", "dc"] = opt(
+        "none", "none: every SKU-location orders from an outside supplier | dc: each item at one DC (fed by "
+        "suppliers) and 2-10 stores fed by it (docs/networks.md)")
 
     def __post_init__(self) -> None:
         for key in ("perishable_share", "substitution_share", "promo_share", "supplier_delay_share",
@@ -98,9 +103,26 @@ class SyntheticConfig:
 
 
 @dataclass(frozen=True)
+class SerialConfig:
+    lead_times: list[int] = opt([1, 1], "lead time of the link into stage 1..N (stage 1 = store, N fed by the "
+                                "outside supplier), each 0..60; 0 = same day; the outside link >= 1")
+    holding: list[float] = opt([2.0, 1.0], "installation holding cost per unit per day of stage 1..N")
+
+    def __post_init__(self) -> None:
+        n = len(self.lead_times)
+        check(1 <= n <= 3, "catalog.serial.lead_times", list(self.lead_times), "1 to 3 stages")
+        check(all(0 <= x <= 60 for x in self.lead_times) and self.lead_times[-1] >= 1,
+              "catalog.serial.lead_times", list(self.lead_times), "integers in 0..60, the last >= 1")
+        check(len(self.holding) == n and all(x >= 0 for x in self.holding), "catalog.serial.holding",
+              list(self.holding), f"{n} numbers >= 0 (one per stage of catalog.serial.lead_times)")
+
+
+@dataclass(frozen=True)
 class CatalogConfig:
-    kind: Literal["synthetic", "uniform", "file"] = opt(
-        "synthetic", "where SKUs come from: synthetic (a retailer-like generator) | uniform (identical SKUs, textbook instances) | file (catalog.path)"
+    kind: Literal["synthetic", "uniform", "file", "serial"] = opt(
+        "synthetic", "where SKUs come from: synthetic (a retailer-like generator) | uniform (identical SKUs, "
+        "textbook instances) | file (catalog.path) | serial (catalog.skus copies of a serial supply chain, "
+        "catalog.serial; demand, penalty, price from the uniform keys)"
     )
     skus: int = opt(20_000, "number of SKU-locations (synthetic and uniform)")
     path: str | None = opt(None, "Parquet or CSV catalog file (kind=file)")
@@ -117,6 +139,7 @@ class CatalogConfig:
     supplier_delay_prob: float = opt(0.0, "probability that an order arrives late (uniform)")
     supplier_delay_max: int = opt(0, "longest extra delay in days of a late order (uniform)")
     synthetic: SyntheticConfig = section(SyntheticConfig, "knobs of the synthetic generator")
+    serial: SerialConfig = section(SerialConfig, "catalog.kind=serial: stages of the serial system")
 
     def __post_init__(self) -> None:
         check(self.skus >= 1, "catalog.skus", self.skus, "an integer >= 1")
@@ -168,6 +191,12 @@ class SimConfig:
         -1.0, "initial on-hand in days of demand; -1 = lead time + 1 days (a warm start)"
     )
     threads: int = opt(0, "simulator threads; 0 = all cores")
+    allocation: Literal["proportional", "fair", "priority"] = opt(
+        "proportional", "supply networks: how a short upstream splits its on-hand among its locations' requests: "
+        "proportional (to requests) | fair (max-min equal shares) | priority (ascending sku_id) (docs/networks.md)")
+    upstream_shortage: Literal["backorder", "cancel"] = opt(
+        "backorder", "supply networks: the unshipped part of a request stays owed by the upstream (backorder) "
+        "or is dropped (cancel)")
 
     def __post_init__(self) -> None:
         check(self.days >= 1, "sim.days", self.days, "an integer >= 1")
@@ -335,6 +364,11 @@ class TrainConfig:
     eval_every: int = opt(5, "iterations between evaluations on held-out seeds")
     device: str = opt("auto", "learner device: auto | cpu | cuda | cuda:N")
     torch_threads: int = opt(0, "torch intra-op threads; 0 = all cores")
+    compile: bool = opt(
+        False, "torch.compile the learner's per-minibatch loss and its gradient into fused kernels "
+        "(compiles on the first update; needs a C++ compiler on CPU). Off by default: not bit-identical "
+        "to the default update, whose arithmetic is autograd's own (docs/performance.md)"
+    )
     infer_dtype: Literal["auto", "float32", "bfloat16"] = opt(
         "auto", "collector inference precision: auto (bfloat16 where the CPU has native bf16) | float32 | bfloat16"
     )

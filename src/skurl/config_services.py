@@ -1,4 +1,4 @@
-"""Settings of the service side of skurl (DESIGN 5-6): weight sync, rollout store, gRPC
+"""Settings of the service side of skurl (docs/architecture.md: Wire formats and services, Modes): weight sync, rollout store, gRPC
 transport, the decoupled deployment and Ray. Part of `skurl.config` (imported there, with
 the same help-text conventions); apart only to keep each file to one responsibility.
 """
@@ -90,6 +90,11 @@ class RpcConfig:
         "keep it above a Collect's deadline (sync.timeout_s + rpc.timeout_s); a cut stream "
         "resubscribes"
     )
+    session_idle_s: float = opt(
+        3600.0, "a sim server closes a client session (env id) after this many seconds without "
+        "a call, so crashed clients do not hold its session slots; keep it above the longest "
+        "pause between a collector's episodes; 0 = never"
+    )
 
     def __post_init__(self) -> None:
         # gRPC lengths are signed 32-bit: 2 GiB - 1 byte is the hard ceiling.
@@ -103,6 +108,8 @@ class RpcConfig:
               "0 (never) or seconds in 0.1..31536000")
         check(0 <= self.max_connection_age_grace_s <= 31_536_000, "rpc.max_connection_age_grace_s",
               self.max_connection_age_grace_s, "seconds in 0..31536000")
+        check(self.session_idle_s == 0 or 1 <= self.session_idle_s <= 31_536_000,
+              "rpc.session_idle_s", self.session_idle_s, "0 (never) or seconds in 1..31536000")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Settings of experiment tracking (MLflow; DESIGN 8). Part of `skurl.config`, with the same
+"""Settings of experiment tracking (MLflow; docs/architecture.md, Serving). Part of `skurl.config`, with the same
 help-text conventions; apart only to keep each file to one responsibility."""
 
 from __future__ import annotations

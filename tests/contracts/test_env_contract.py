@@ -9,8 +9,7 @@
 
 Each backend must give the same seed the same trajectory, the documented shapes, the same
 errors for the same mistakes, and trajectories bit-identical to one in-process VectorEnv
-over the whole catalog (shard invariance, through the wire).
-"""
+over the whole catalog (shard invariance, through the wire)."""
 
 from __future__ import annotations
 

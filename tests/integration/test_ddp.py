@@ -232,6 +232,9 @@ def test_one_rank_resumes_its_run_dir_and_is_the_single_process_learner(tmp_path
     assert [r["iteration"] for r in records] == [0, 1]
     path = latest_checkpoint(run_dir)
     assert path is not None and path.name == "iter_000002"
+    from skurl.train.loop import recorded_mode
+
+    assert recorded_mode(run_dir) == "ddp"  # `skurl train --resume` names the DDP learner for it
     ref = Learner(load_config(None, settings), dim, n_actions, "cpu")
     for r in full:
         ref.update(r)
@@ -271,3 +274,27 @@ def _dim_rollout(skus: int, dim: int, n_actions: int, seed: int) -> Rollout:
     r.last_obs[:] = r.obs[-1]
     r.bootstrap[:] = 0.0
     return r
+
+
+def test_learner_entry_checks_the_config_before_torchrun(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect 9 of issue 42: with --nproc K a config error reached each rank under torchrun
+    (K errors, ~40 lines of ChildFailedError, exit 1). It is one line and exit 2 before."""
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("torchrun started"))
+    code = main(["--nproc", "2", "--run-dir", str(tmp_path / "run"),
+                 "--set", "deploy.collector_addresses=[127.0.0.1:1]"])
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(errors) == 1 and "sync.backend" in errors[0], errors
+    assert "DDP learner" in errors[0] and "--mode decoupled" not in errors[0]
+
+
+def test_train_resume_of_a_ddp_run_names_the_ddp_learner(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from skurl.cli import main as skurl_main
+
+    (tmp_path / "mode.json").write_text('{"mode": "ddp"}\n')
+    code = skurl_main(["train", "--resume", str(tmp_path)])
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(errors) == 1 and "skurl.deploy.ddp_learner" in errors[0], errors

@@ -197,7 +197,7 @@ def test_weights_in_store_needs_a_store(redis_url: str) -> None:
 
 
 def policy_value_2x256(obs_dim: int = 40, actions: int = 20) -> Tensors:
-    """A DESIGN-default model: separate policy and value MLPs, 2 x 256 hidden units."""
+    """The default model (docs/architecture.md, Learning): separate policy and value MLPs, 2 x 256 hidden units."""
     torch.manual_seed(0)
     policy = nn.Sequential(nn.Linear(obs_dim, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                            nn.Linear(256, actions))

@@ -1,17 +1,19 @@
 """grpc.health.v1 on every skurl server, read by `probe` (the supervisor's check) over
 loopback: SERVING while up, NOT_SERVING on shutdown, False for a server that is gone or
-whose handler threads are all stuck."""
+does not answer; a skurl server answers even while its handler threads are all stuck
+(health runs on its own pool, issue 42 defect 5)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from contextlib import contextmanager
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from skurl.catalog import load_catalog
 from skurl.config import RpcConfig, load_config
@@ -61,11 +63,29 @@ def test_a_watcher_sees_not_serving_when_shutdown_begins() -> None:
         stopper.join(timeout=20)
 
 
+class _PlainServer:
+    """A bare grpc.server with the stock health servicer on its only handler thread: what
+    a server without skurl's own health pool does (stands in for a frozen process)."""
+
+    def __init__(self, add: Callable[[grpc.Server], None]) -> None:
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+        add(self._server)
+        servicer = health.HealthServicer()
+        servicer.set("", SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, self._server)
+        self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
+        self._server.start()
+
+    def stop(self, grace: float) -> None:
+        self._server.stop(grace).wait()
+
+
 class HangingServer:
     """A server with one handler thread; `stuck()` holds that thread in a call until the
-    block ends, so nothing else (a health Check included) is served meanwhile."""
+    block ends. `skurl=True`: a GrpcServer, whose health Check has its own pool; else a
+    bare server where nothing else (a health Check included) is served meanwhile."""
 
-    def __init__(self) -> None:
+    def __init__(self, skurl: bool = False) -> None:
         self._started, self._release = threading.Event(), threading.Event()
 
         def hang(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -75,7 +95,8 @@ class HangingServer:
 
         handler = grpc.method_handlers_generic_handler(
             "test.Hang", {"Wait": grpc.unary_unary_rpc_method_handler(hang)})
-        self.server = GrpcServer(lambda s: s.add_generic_rpc_handlers((handler,)), RPC, max_workers=1)
+        add = lambda s: s.add_generic_rpc_handlers((handler,))  # noqa: E731
+        self.server = GrpcServer(add, RPC, max_workers=1) if skurl else _PlainServer(add)
         self.address = self.server.address
 
     @contextmanager
@@ -103,11 +124,20 @@ def hanging() -> Iterator[HangingServer]:
     server.stop()
 
 
-def test_a_server_whose_handler_threads_are_stuck_fails_the_probe(hanging: HangingServer) -> None:
+def test_a_server_that_does_not_answer_fails_the_probe(hanging: HangingServer) -> None:
     assert probe(hanging.address, 10.0)
     with hanging.stuck():
         assert not probe(hanging.address, 1.0)  # the Check waits for a thread: timeout
     assert probe(hanging.address, 10.0)  # free again: serving
+
+
+def test_a_skurl_server_answers_health_while_its_handler_threads_are_stuck() -> None:
+    server = HangingServer(skurl=True)
+    try:
+        with server.stuck():
+            assert probe(server.address, 5.0)  # health has threads of its own
+    finally:
+        server.stop()
 
 
 def test_nothing_listening_is_false_not_an_error() -> None:

@@ -103,11 +103,16 @@ def test_corrupted_uploads_are_refused_and_bad_bytes_dropped(server: WeightSyncS
                                        payload=b"junk"), timeout=WAIT)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "sha256" in info.value.details()
-        # Consistent sha256 but not safetensors: stored, pushed, dropped by the subscriber.
+        # Consistent sha256 but not safetensors: refused by the server too (issue 42) ...
         junk = b"\x00" * 64
-        stub.SetWeights(pb.Weights(key="policy", version=2, sha256=hashlib.sha256(junk).hexdigest(),
-                                   payload=junk), timeout=WAIT)
-        _until(lambda: sub.rejected == 1)  # before v3, or the stream could skip to v3
+        bad = pb.Weights(key="policy", version=2, sha256=hashlib.sha256(junk).hexdigest(),
+                         payload=junk)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.SetWeights(bad, timeout=WAIT)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # ... and dropped by a subscriber that gets it anyway (an older server).
+        sub._accept(bad)
+        assert sub.rejected == 1
         assert sub.latest()[0] == 1  # the previous version is kept
         pub.publish(3, model(3))
         assert sub.wait_for(3, timeout=WAIT)[0] == 3

@@ -4,6 +4,7 @@ ONNX graph with its metadata and a dynamic batch axis, the same orders from --ru
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -46,11 +47,15 @@ def test_snapshot_then_recommend_run_and_model_agree(synthetic_run: Path, synthe
     state, a, b = tmp_path / "state.parquet", tmp_path / "a.parquet", tmp_path / "b.parquet"
     assert main(["snapshot", "--run", str(synthetic_run), "--day", "12", "--seed", "4", "--out", str(state)]) == 0
     assert pq.read_table(state).column("day").to_pylist()[0] == 12
-    assert main(["recommend", "--run", str(synthetic_run), "--state", str(state), "--out", str(a)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "NumPy array is not writable" from torch
+        assert main(["recommend", "--run", str(synthetic_run), "--state", str(state), "--out", str(a)]) == 0
     assert main(["recommend", "--model", str(synthetic_onnx), "--state", str(state), "--out", str(b)]) == 0
     ta, tb = pq.read_table(a), pq.read_table(b)
     assert ta.column_names == ["sku_id", "order_units", "action", "probability", "policy_version"]
     assert ta.column("order_units").equals(tb.column("order_units"))
+    # Defect 13 of issue 42: the action differed where several actions order the same units.
+    assert ta.column("action").equals(tb.column("action"))
     assert ta.column("sku_id").equals(tb.column("sku_id"))
     assert set(ta.column("policy_version").to_pylist()) == {read_metadata(synthetic_onnx)["policy_version"]}
     assert pa.compute.sum(ta.column("order_units")).as_py() > 0
@@ -78,3 +83,13 @@ def test_ab_groups_get_their_own_orders(synthetic_run: Path, synthetic_onnx: Pat
     assert set(versions[~a_rows]) == {"baseline:base-stock"}
     assert set(versions[a_rows]) == {read_metadata(synthetic_onnx)["policy_version"]}
     assert (t.column("action").to_numpy()[~a_rows] == -1).all()
+    # Defect 13 of issue 42: the rehearsed design, A the tuned baseline (control), B the run.
+    flipped = tmp_path / "flipped.parquet"
+    assert main(["recommend", "--model", str(synthetic_onnx), "--state", str(state), "--out", str(flipped),
+                 "--ab", str(groups), "--policy-a", "base-stock"]) == 0
+    f = pq.read_table(flipped)
+    versions = np.asarray(f.column("policy_version").to_pylist())
+    assert set(versions[a_rows]) == {"baseline:base-stock"} and (f.column("action").to_numpy()[a_rows] == -1).all()
+    assert np.array_equal(f.column("order_units").to_numpy()[~a_rows], p.column("order_units").to_numpy()[~a_rows])
+    assert main(["recommend", "--model", str(synthetic_onnx), "--state", str(state), "--out", str(flipped),
+                 "--ab", str(groups), "--policy-a", "base-stock", "--policy-b", "base-stock"]) == 2

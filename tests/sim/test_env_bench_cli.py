@@ -24,8 +24,8 @@ def test_bench_sim_prints_one_json_object(capsys: pytest.CaptureFixture[str]) ->
 
 def test_bench_sim_text_line_and_uniform_catalog(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "sim", "--skus", "50", "--steps", "2", "--set", "catalog.kind=uniform"]) == 0
-    line = capsys.readouterr().out
-    assert "SKU-steps/s" in line and line.count("\n") == 1
+    lines = capsys.readouterr().out
+    assert "SKU-steps/s" in lines and lines.count("\n") == 2 and "bound_ratio" in lines.splitlines()[1]
 
 
 @pytest.mark.parametrize("flags", [["--skus", "0"], ["--steps", "-1"], ["--threads", "-2"]])

@@ -4,7 +4,7 @@ With backorders and order-up-to S placed every day, the inventory position after
 is always S (the policy nets the backlog out), so the net stock at the end of day t + L
 is S - (demand of days t..t+L) and the long-run cost per day is
 E[h (S - D)^+ + p (D - S)^+], D ~ Poisson((L + 1) m) (Zipkin, "Foundations of Inventory
-Management", 2000, section 6.2; penalty per backordered unit per day, as in DESIGN 3).
+Management", 2000, section 6.2; penalty per backordered unit per day, as in docs/architecture.md (Simulator semantics)).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The simulator against an exact Markov chain: lost sales, Poisson demand, base-stock.
 
-Under the DESIGN timing (arrival, order, demand, holding on end-of-day stock, penalty per
+Under the simulator's timing (docs/architecture.md, Simulator semantics: arrival, order, demand, holding on end-of-day stock, penalty per
 lost unit) and an order-up-to level S, the state seen when ordering, x = (y, p_1..p_{L-1})
 (on hand after today's arrival, orders due in 1..L-1 days), is a finite Markov chain: the
 order is q = S - y - sum(p), and after demand D the next state is

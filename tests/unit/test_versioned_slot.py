@@ -47,3 +47,16 @@ def test_close_and_a_dead_caller_end_the_wait() -> None:
     slot.close()
     waiter.join(timeout=10)
     assert done == [None] and slot.closed
+
+
+def test_nan_timeouts_are_refused_and_huge_ones_do_not_overflow() -> None:
+    import math
+
+    import pytest
+
+    slot: VersionedSlot[int] = VersionedSlot()
+    with pytest.raises(ValueError, match="NaN"):
+        slot.wait_for(1, timeout=math.nan)
+    for timeout in (1e12, math.inf):  # no OverflowError; the waiter still notices its caller
+        answers = iter([True, False])
+        assert slot.wait_for(1, timeout=timeout, alive=answers.__next__, poll_s=0.01) is None

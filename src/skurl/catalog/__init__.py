@@ -12,6 +12,10 @@ def load_catalog(cfg: CatalogConfig, skus: int | None = None) -> Catalog:
         from skurl.catalog.uniform import uniform_catalog
 
         return uniform_catalog(cfg, skus)
+    if cfg.kind == "serial":
+        from skurl.catalog.serial import serial_catalog
+
+        return serial_catalog(cfg, skus)
     if cfg.kind == "synthetic":
         from skurl.catalog.synthetic import synthetic_catalog
 

@@ -7,12 +7,10 @@ Optional columns and their defaults when absent:
     category=0, group=-1, sub_frac=0, demand_dist=poisson, dispersion=1 (only used for
     negbin), trend=0, promo_uplift/promo_period/promo_length/promo_offset=0,
     delay_prob/delay_max=0, shelf_life=0, order_cost=0, unit_cost=0, waste_cost=0,
-    price=0, forecast_noise=0, season_0..season_6=1 (all seven or none).
+    price=0, forecast_noise=0, season_0..season_6=1 (all seven or none), upstream=-1 and
+    item=-1 (supply networks, docs/networks.md; written only when some row has one).
 
-demand_dist may be text (poisson | geometric | negbin, any case) or its code (0 | 1 | 2);
-files are written with text. Every problem is one CatalogError line naming the file and
-the column, and the SKU id where a row is at fault; never a traceback.
-"""
+More: docs/internals.md (catalog/io.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +25,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from skurl.catalog.schema import COLUMNS, DIST_CODES, DIST_NAMES, SEASON_COLUMNS, WEEK, Catalog
+from skurl.catalog.schema import (
+    COLUMNS,
+    DIST_CODES,
+    DIST_NAMES,
+    NETWORK_COLUMNS,
+    SEASON_COLUMNS,
+    WEEK,
+    Catalog,
+)
 from skurl.errors import CatalogError
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
@@ -36,10 +42,10 @@ DEFAULTS: dict[str, float] = {
     "category": 0, "group": -1, "sub_frac": 0.0, "demand_dist": DIST_CODES["poisson"],
     "dispersion": 1.0, "trend": 0.0, "promo_uplift": 0.0, "promo_period": 0, "promo_length": 0,
     "promo_offset": 0, "delay_prob": 0.0, "delay_max": 0, "shelf_life": 0, "order_cost": 0.0,
-    "unit_cost": 0.0, "waste_cost": 0.0, "price": 0.0, "forecast_noise": 0.0,
+    "unit_cost": 0.0, "waste_cost": 0.0, "price": 0.0, "forecast_noise": 0.0, "upstream": -1, "item": -1,
 }  # fmt: skip
 SEASON_DEFAULT = 1.0
-EXPECTED_NAMES = tuple(c.name for c in COLUMNS) + SEASON_COLUMNS
+EXPECTED_NAMES = tuple(c.name for c in COLUMNS) + SEASON_COLUMNS + tuple(c.name for c in NETWORK_COLUMNS)
 DIST_TEXT = tuple(DIST_NAMES[code] for code in sorted(DIST_NAMES))  # index == code
 
 
@@ -86,7 +92,7 @@ def _read_table(path: Path, fmt: str, as_text: bool = False) -> pa.Table:
     try:
         if fmt == "parquet":
             return pq.read_table(path)
-        types = {c.name: pa.from_numpy_dtype(c.dtype) for c in COLUMNS}
+        types = {c.name: pa.from_numpy_dtype(c.dtype) for c in COLUMNS + NETWORK_COLUMNS}
         types.update({name: pa.float32() for name in SEASON_COLUMNS})
         types["demand_dist"] = pa.string()
         if as_text:
@@ -107,7 +113,7 @@ def _check_names(path: Path, names: list[str]) -> None:
         if name not in EXPECTED_NAMES:
             raise CatalogError(
                 f"catalog file '{path}': unknown column '{name}' (expected: "
-                f"{', '.join(c.name for c in COLUMNS)}, season_0..season_6)"
+                f"{', '.join(c.name for c in COLUMNS)}, season_0..season_6, upstream, item)"
             )
     for name in REQUIRED:
         if name not in names:
@@ -194,7 +200,7 @@ def _catalog_from_table(path: Path, table: pa.Table) -> Catalog:
         return f"SKU {int(sku_id[i])}"
 
     arrays: dict[str, np.ndarray] = {"sku_id": sku_id}
-    for col in COLUMNS[1:]:
+    for col in COLUMNS[1:] + NETWORK_COLUMNS:
         if col.name in table.column_names:
             arrays[col.name] = _to_numpy(path, table, col.name, np.dtype(col.dtype), where)
         else:

@@ -1,32 +1,9 @@
 """Split a catalog's rows across shards (simulator servers, Ray workers, collectors).
 
-A substitution group moves demand between its members the same day, so a group is one
-unit and never split. Methods:
+A substitution group moves demand between its members the same day, and a supply network
+(catalog/network.py) stock between its locations, so each is one unit, never split. Methods:
 
-- "equal": contiguous equal split by row count; boundaries move to group edges.
-- "round_robin_cost": units sorted by expected simulation cost (the model below, or the
-  given per-SKU `cost`), dealt out in serpentine order (0..k-1, k-1..0, ...), which keeps
-  both counts and costs balanced.
-- "lpt": greedy longest-processing-time (Graham 1969, "Bounds on multiprocessing timing
-  anomalies", SIAM J. Appl. Math. 17(2)): each unit, largest first, goes to the least
-  loaded shard; within 4/3 of the optimal makespan. Meant for measured per-SKU costs.
-
-Cost model (relative units; recalibrate with a profiling pass and method="lpt"):
-
-    cost = 1                                   # per-SKU overhead of the day's step kernel
-         + 1/4  * log2(1 + demand_mean)        # demand sampling and issuing grow ~log rate
-         + 1/16 * shelf_life                   # one on-hand bucket per age, walked FIFO
-         + 1/32 * (lead_time + delay_max)      # pipeline slots shifted every day
-         + 1/2  * [in a substitution group]    # the second, substitution pass
-
-log2 is the piecewise-linear one read from the float's exponent and mantissa (frexp) and
-the weights are powers of two, so the cost is exact IEEE arithmetic: every machine
-computes the same partition from the same catalog, whatever its SIMD flavour.
-
-Every row lands in exactly one shard; each shard's row indices are sorted ascending;
-shards may be empty when there are more shards than units. Deterministic (stable sorts,
-ties broken by position).
-"""
+More: docs/internals.md (catalog/partition.py)."""
 
 from __future__ import annotations
 
@@ -58,10 +35,14 @@ def sku_cost(catalog: Catalog) -> np.ndarray:
 
 
 def units(catalog: Catalog) -> np.ndarray:
-    """Unit id per row (int64 [N]): one per substitution group, one per ungrouped SKU,
-    numbered in order of each unit's first row."""
+    """Unit id per row (int64 [N]): one per substitution group, one per supply network, one
+    per other SKU, numbered in order of each unit's first row."""
     g = catalog.group.astype(np.int64)
     n = g.shape[0]
+    if catalog.has_network:  # network rows are in no group (validate_network): key = root row
+        from skurl.catalog.network import echelons
+
+        return _first_seen_rank(np.where(g >= 0, g, g.max(initial=0) + 1 + echelons(catalog)[1]))
     # Fast path: members of each group adjacent (the synthetic generator's layout).
     starts = np.ones(n, dtype=bool)
     starts[1:] = (g[1:] != g[:-1]) | (g[1:] < 0)
@@ -69,7 +50,11 @@ def units(catalog: Catalog) -> np.ndarray:
     run_groups = run_groups[run_groups >= 0]
     if np.unique(run_groups).shape[0] == run_groups.shape[0]:
         return np.cumsum(starts) - 1
-    key = np.where(g >= 0, g, g.max() + 1 + np.arange(n))
+    return _first_seen_rank(np.where(g >= 0, g, g.max() + 1 + np.arange(n)))
+
+
+def _first_seen_rank(key: np.ndarray) -> np.ndarray:
+    """Per row, the rank of its key among the keys ordered by first occurrence."""
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     rank = np.empty(first.shape[0], dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(first.shape[0])

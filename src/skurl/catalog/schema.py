@@ -12,18 +12,20 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from skurl.catalog_columns import COLUMNS
+from skurl.catalog_columns import COLUMNS, NETWORK_COLUMNS
 from skurl.errors import CatalogError
 
 DIST_CODES = {"poisson": 0, "geometric": 1, "negbin": 2}
 DIST_NAMES = {v: k for k, v in DIST_CODES.items()}
 WEEK = 7
 SEASON_COLUMNS = tuple(f"season_{d}" for d in range(WEEK))
+NETWORK_NAMES = tuple(c.name for c in NETWORK_COLUMNS)
 
 
 @dataclass
 class Catalog:
-    """SKU parameters as arrays of length N (season: [N, 7], mean 1 per row)."""
+    """SKU parameters as arrays of length N (season: [N, 7], mean 1 per row); `upstream` and
+    `item` (NETWORK_COLUMNS) default to -1: no supply network (docs/networks.md)."""
 
     sku_id: np.ndarray
     category: np.ndarray
@@ -49,15 +51,26 @@ class Catalog:
     price: np.ndarray
     forecast_noise: np.ndarray
     season: np.ndarray
+    upstream: np.ndarray = None  # type: ignore[assignment]  # None at init only: __post_init__ sets -1s
+    item: np.ndarray = None  # type: ignore[assignment]  # None at init only: __post_init__ sets -1s
 
     def __post_init__(self) -> None:
         for col in COLUMNS:
             arr = np.ascontiguousarray(getattr(self, col.name), dtype=col.dtype)
             object.__setattr__(self, col.name, arr)
+        for col in NETWORK_COLUMNS:
+            value = getattr(self, col.name)
+            arr = np.full(self.sku_id.shape[0], -1) if value is None else value
+            object.__setattr__(self, col.name, np.ascontiguousarray(arr, dtype=col.dtype))
         self.season = np.ascontiguousarray(self.season, dtype=np.float32).reshape(-1, WEEK)
 
     def __len__(self) -> int:
         return int(self.sku_id.shape[0])
+
+    @property
+    def has_network(self) -> bool:
+        """True when some row is supplied by another (docs/networks.md)."""
+        return bool((self.upstream >= 0).any())
 
     @property
     def max_lead_time(self) -> int:
@@ -84,6 +97,8 @@ class Catalog:
         out = {c.name: getattr(self, c.name) for c in COLUMNS}
         for d in range(WEEK):
             out[SEASON_COLUMNS[d]] = self.season[:, d]
+        if self.has_network or (self.item >= 0).any():
+            out.update({c.name: getattr(self, c.name) for c in NETWORK_COLUMNS})
         return out
 
     def validate(self) -> Catalog:
@@ -95,10 +110,12 @@ class Catalog:
             arr = getattr(self, f.name)
             if arr.shape[0] != n:
                 raise CatalogError(f"catalog field '{f.name}': {arr.shape[0]} rows, expected {n}")
-        for col in COLUMNS:
+        for col in COLUMNS + NETWORK_COLUMNS:
             arr = getattr(self, col.name)
             bad = ~np.isfinite(arr) if arr.dtype.kind == "f" else np.zeros(n, bool)
             bad |= (arr < col.lo) | (arr > col.hi)
+            if col.name == "lead_time":  # a link from an upstream location may take 0 days
+                bad &= ~((arr == 0) & (self.upstream >= 0))
             if bad.any():
                 i = int(np.argmax(bad))
                 raise CatalogError(
@@ -116,6 +133,10 @@ class Catalog:
         if first.shape[0] != n:
             dup = np.setdiff1d(np.arange(n), first)[0]
             raise CatalogError(f"catalog SKU {int(self.sku_id[dup])}: field 'sku_id' is duplicated, expected unique ids")
+        if self.has_network:
+            from skurl.catalog.network import validate_network
+
+            validate_network(self)
         return self
 
 
@@ -123,6 +144,8 @@ def catalog_digest(catalog: Catalog) -> str:
     """sha256 of every column of `catalog` (names and bytes): equal digests, equal SKUs."""
     h = hashlib.sha256()
     for f in fields(catalog):
+        if f.name in NETWORK_NAMES and not (getattr(catalog, f.name) >= 0).any():
+            continue  # network-free catalogs keep the digests they had before these columns
         h.update(f.name.encode())
         h.update(np.ascontiguousarray(getattr(catalog, f.name)).tobytes())
     return h.hexdigest()

@@ -2,35 +2,7 @@
 
 The shape follows what published retail data shows; figures are rough on purpose:
 
-- Base demand is heavy tailed: a lognormal body (most SKU-locations sell less than one
-  unit a day, many a few units a month) plus a Pareto-like upper tail of fast movers
-  selling thousands a day. Item-store sales in the M5 / Walmart data are mostly
-  intermittent with a few very fast series (Makridakis, Spiliotis & Assimakopoulos 2022,
-  "The M5 accuracy competition: results, findings and conclusions", IJF 38(4)); sales by
-  rank follow a power law in the tail (Brynjolfsson, Hu & Smith 2003, "Consumer surplus
-  in the digital economy", Management Science 49(11)). In log space the rate is
-  normal + exponential, i.e. lognormal body with a tail of index 1/demand_tail.
-- Weekly seasonality by category: weekend peaks for groceries (the M5 series peak on
-  Saturday/Sunday), Friday/Saturday peaks for beverages, weekday peaks for office goods.
-- Substitution: when an item is out of stock about 45 % of shoppers buy another size,
-  variety or brand (Gruen, Corsten & Bharadwaj 2002, "Retail out-of-stocks: a worldwide
-  examination of extent, causes and consumer responses", GMA/FMI/CIES), hence sub_frac
-  0.2..0.7.
-- Holding cost: carrying charge of 20-35 % of unit cost per year (the range quoted in
-  Silver, Pyke & Thomas 2017, "Inventory and Production Management in Supply Chains",
-  4th ed., ch. 4), plus a per-unit handling/space charge (higher for chilled goods).
-- Lost sale: the lost margin plus goodwill, since a stock-out lowers the customer's
-  future purchases (Anderson, Fitzsimons & Simester 2006, "Measuring and mitigating the
-  costs of stockouts", Management Science 52(11)).
-- Promotions lift sales by tens to hundreds of percent during the deal (Blattberg,
-  Briesch & Fox 1995, "How promotions work", Marketing Science 14(3)), hence uplift 0.3..3.
-- Gross margins differ by category, roughly 15-60 % of cost (grocery low, apparel and
-  general merchandise high; e.g. Damodaran's yearly "margins by sector" tables).
-
-Conventions: `season[:, d]` applies on days with day % 7 == d; d = 5, 6 are the weekend.
-Each aspect draws from its own child stream of `SeedSequence(catalog.seed)`, so changing
-one knob (say promo_share) leaves the other columns of the same SKUs unchanged.
-"""
+More: docs/internals.md (catalog/synthetic.py)."""
 
 from __future__ import annotations
 
@@ -271,7 +243,7 @@ def synthetic_catalog(cfg: CatalogConfig, skus: int | None = None) -> Catalog:
     demand = _demand(rngs["demand"], syn, cats, category)
     shelf_life = _shelf_life(rngs["perish"], syn, cats, category)
     sub_frac = np.where(group >= 0, rngs["layout"].uniform(*SUB_FRAC_RANGE, n), 0.0)
-    return Catalog(
+    catalog = Catalog(
         sku_id=np.arange(n, dtype=np.int64),
         category=category,
         group=group,
@@ -284,6 +256,11 @@ def synthetic_catalog(cfg: CatalogConfig, skus: int | None = None) -> Catalog:
         **_money(rngs["money"], syn, cats, category, demand["demand_mean"], shelf_life),
         **_promotions(rngs["promo"], syn, cats, category),
     ).validate()
+    if syn.network == "dc":
+        from skurl.catalog.dc_network import dc_network
+
+        return dc_network(catalog, cfg.seed)
+    return catalog
 
 
 def segments(catalog: Catalog, fast: float = 10.0, slow: float = 1.0) -> dict[str, np.ndarray]:

@@ -5,26 +5,7 @@ env's per-SKU totals after the warm-up, and turns the totals into per-SKU-day fi
 It knows nothing of how the policy decides (Policy protocol), so baselines and learned
 policies are scored by the same code.
 
-Accounting (sums over SKUs and counted days, failed SKUs excluded):
-- cost = holding + penalty + purchase + order + waste; profit = revenue - cost. Both are
-  reported whatever sim.reward is; `objective` names the one sim.reward optimizes.
-- inventory cost = holding + penalty + order + waste + the purchase cost of the expired
-  units: total cost less the purchase of units sold or still in stock (which keep their
-  value). This is what a replenishment policy controls. Total cost is dominated by the
-  purchase of what customers buy (~95% on the default synthetic catalog), so a policy that
-  serves more customers pays more in total while doing better: its profit and its inventory
-  cost say so, its total cost does not. breakdown["expired_purchase"] is the added term.
-- fill_rate = 1 - lost / demand: the share of customers served the same day, by the item
-  they came for or by a substitute. The simulator books a substitute sale as a sale of
-  the SKU that had the stock, a customer's demand and loss at the SKU they came for, and
-  `lost` net of what substitutes served; so under lost sales this equals units sold /
-  units demanded over the catalog. Under backorders `lost` is the newly backordered
-  units, so fill_rate is the same-day (ready) rate; nothing is lost then: lost_units is 0
-  and backordered_units counts them.
-- item_fill_rate = 1 - (lost + substituted) / demand: served by the very item wanted.
-- cost_se: standard error of avg_cost_per_sku_day, treating the per-SKU(-episode) averages
-  as independent draws (exact for a uniform catalog without substitution).
-"""
+More: docs/internals.md (collect/evaluate.py)."""
 
 from __future__ import annotations
 
@@ -50,8 +31,15 @@ PER_SKU_FIELDS = ("per_sku_cost", "per_sku_profit", "per_sku_inventory_cost")
 
 
 def eval_subset(catalog: Catalog, skus: int) -> Catalog:
-    """The SKUs scored by evaluations (eval.skus): the first `skus` rows, or all with 0."""
-    return catalog if skus == 0 or skus >= len(catalog) else catalog.subset(np.arange(skus))
+    """The SKUs scored by evaluations (eval.skus): the first `skus` rows (and the rest of
+    their supply networks), or all with 0."""
+    if skus == 0 or skus >= len(catalog):
+        return catalog
+    if catalog.has_network:
+        from skurl.collect.network_report import whole_networks
+
+        return catalog.subset(whole_networks(catalog, np.arange(skus)))
+    return catalog.subset(np.arange(skus))
 
 
 @dataclass
@@ -80,6 +68,7 @@ class EvalResult:
     per_sku_profit: np.ndarray = field(repr=False)
     per_sku_inventory_cost: np.ndarray = field(repr=False)
     backordered_units: float = 0.0  # demand not served the day it came, owed (sim.backorders)
+    network: dict[str, Any] | None = None  # supply networks: collect/network_report.py
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items()
@@ -116,8 +105,14 @@ def evaluate(catalog: Catalog, sim_cfg: SimConfig, policy: Policy, *, days: int,
         for k, v in totals.items():
             sums[k] = sums.get(k, 0.0) + v
     unit_cost = np.asarray(catalog.unit_cost, dtype=np.float64)
-    return _aggregate(policy, sums, failed, np.stack(per_episode_cost), days, warmup, seeds, sim_cfg,
-                      unit_cost)
+    result = _aggregate(policy, sums, failed, np.stack(per_episode_cost), days, warmup, seeds, sim_cfg,
+                        unit_cost)
+    if catalog.has_network:
+        from skurl.collect.network_report import network_summary
+
+        per_day = {k: v / (days * len(seeds)) for k, v in sums.items()}
+        result.network = network_summary(catalog, np.stack(per_episode_cost), per_day, ~failed)
+    return result
 
 
 def _aggregate(policy: Policy, sums: dict[str, np.ndarray], failed: np.ndarray, episode_cost: np.ndarray,

@@ -9,8 +9,7 @@ A, every SKU on B) and the pre-period (every SKU on A, the next seed) are simula
 split's outcomes are read off them per SKU. That is what `ab simulate` gives up to the
 substitution between A and B SKUs of one group, which is negligible (on the embedded
 catalog 7 of 2000 SKUs' profit moved; mean absolute change 1.4e-4 per SKU-day). The truth is eval's difference:
-B's KPI over all SKUs minus A's.
-"""
+B's KPI over all SKUs minus A's."""
 
 from __future__ import annotations
 

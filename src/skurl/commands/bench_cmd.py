@@ -2,6 +2,10 @@
 
     skurl bench sim --skus 1000000 --steps 100 [--threads K] [--json]
 
+`bench sim` also runs the memory floor of its layout on the env's own arrays after its
+timed steps (commands/bench_sim_floor.py) and prints bound_ratio, its rate over the floor's.
+Without --skus it simulates catalog.skus where --config or --set gives it, else 1M SKUs.
+
 `bench sim` lives here; other parts add theirs by listing a module in BENCH_MODULES that
 defines `register_bench(subparsers)` (e.g. skurl.commands.bench_train adds collect/learn).
 """
@@ -29,7 +33,7 @@ if TYPE_CHECKING:
 # Modules adding `skurl bench` subcommands (skipped while they do not exist).
 BENCH_MODULES = ("skurl.commands.bench_train", "skurl.commands.bench_shards", "skurl.commands.bench_modes",
                  "skurl.commands.bench_sync", "skurl.commands.bench_rollouts",
-                 "skurl.commands.bench_recommend")
+                 "skurl.commands.bench_recommend", "skurl.commands.bench_stages")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmds = bench.add_subparsers(dest="bench_command", required=True, parser_class=type(bench))
     sim = cmds.add_parser("sim", help="simulator throughput in SKU-steps per second")
     add_config_flags(sim)
-    sim.add_argument("--skus", type=int, default=1_000_000, help="SKUs (catalog from the config; synthetic by default)")
+    sim.add_argument("--skus", type=int, default=None,
+                     help="SKUs (default: catalog.skus where --config/--set gives it, else 1000000)")
     sim.add_argument("--steps", type=int, default=100, help="days simulated (timed)")
     sim.add_argument("--threads", type=int, default=None, help="simulator threads (default sim.threads; 0 = all cores)")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
@@ -57,11 +62,27 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def configured_skus(args: argparse.Namespace, default: int) -> int:
+    """--skus when given, else catalog.skus when the --config file or a --set gives it
+    (a bench must simulate the catalog it is told to), else the bench's `default`."""
+    from skurl.config import Config
+    from skurl.config_loader import apply_overrides, read_yaml
+
+    if args.skus is not None:
+        return int(args.skus)
+    data = apply_overrides(read_yaml(args.config) if args.config else {}, list(args.overrides), Config)
+    catalog = data.get("catalog")
+    if isinstance(catalog, dict) and "skus" in catalog:
+        return int(config_from_args(args).catalog.skus)
+    return default
+
+
 def run_sim(args: argparse.Namespace) -> int:
     from skurl.catalog import load_catalog
+    from skurl.commands.bench_sim_floor import memory_floor
     from skurl.sim import VectorEnv
-    from skurl.sim.testing import order_up_to
 
+    args.skus = configured_skus(args, 1_000_000)
     if args.skus < 1 or args.steps < 1:
         raise UserError(f"bench sim: --skus {args.skus} and --steps {args.steps} must be >= 1")
     extra = [f"sim.days={args.steps}"]
@@ -78,23 +99,8 @@ def run_sim(args: argparse.Namespace) -> int:
         print(f"bench sim: --threads {args.threads} capped at {env.threads} (the cores numba may use, "
               "NUMBA_NUM_THREADS)", file=sys.stderr)
     t_compile = _warm_up(catalog, cfg.sim)
-    t0 = time.perf_counter()
-    obs = env.reset(seed=0)
-    t_reset = time.perf_counter() - t0
-    orders = np.zeros(len(catalog))
-    lead = catalog.lead_time.astype(np.float64)
-    t_policy = cpu_sim = 0.0
-    step_s = np.empty(args.steps)
     load_before = os.getloadavg()[0]
-    for k in range(args.steps):
-        t0 = time.perf_counter()
-        raw = obs.raw
-        order_up_to(raw.on_hand, raw.pipeline, raw.backlog, raw.forecast, lead, orders)
-        t1, c1 = time.perf_counter(), time.process_time()
-        obs = env.step(orders).obs
-        step_s[k] = time.perf_counter() - t1
-        cpu_sim += time.process_time() - c1
-        t_policy += t1 - t0
+    step_s, t_policy, cpu_sim, t_reset = timed_steps(env, args.steps)
     out = _sim_report(args, env, float(step_s.sum()), t_policy, t_catalog, t_reset)
     out["warm_up_s"] = t_compile
     # On a shared machine wall time depends on other load; CPU seconds (all threads) do
@@ -106,6 +112,12 @@ def run_sim(args: argparse.Namespace) -> int:
     median_s = float(np.median(step_s))
     out["median_ms_per_step"] = median_s * 1e3
     out["median_sku_steps_per_s"] = env.num_skus / max(median_s, 1e-12)
+    floor = memory_floor(env, args.steps, env.threads)  # overwrites the env's state: last
+    out["floor_sku_steps_per_s"] = floor["floor_sku_steps_per_s"]
+    out["median_floor_sku_steps_per_s"] = floor["median_floor_sku_steps_per_s"]
+    out["floor_bytes_per_sku_step"] = floor["bytes_per_sku_step"]
+    out["bound_ratio"] = out["sku_steps_per_s"] / floor["floor_sku_steps_per_s"]
+    out["median_bound_ratio"] = out["median_sku_steps_per_s"] / floor["median_floor_sku_steps_per_s"]
     out["load_average"] = max(load_before, os.getloadavg()[0])
     if args.json:
         print_json(out)
@@ -117,7 +129,34 @@ def run_sim(args: argparse.Namespace) -> int:
               f"failed SKUs {out['failed_skus']}; {out['sku_steps_per_cpu_s'] / 1e6:.2f}M SKU-steps "
               f"per CPU-second, median step {out['median_ms_per_step']:.1f} ms "
               f"({out['median_sku_steps_per_s'] / 1e6:.2f}M SKU-steps/s; load average {out['load_average']:.1f})")
+        print(f"bench sim: memory floor of this layout {out['floor_sku_steps_per_s'] / 1e6:.2f}M SKU-steps/s "
+              f"({out['floor_bytes_per_sku_step']} bytes per SKU-step), bound_ratio {out['bound_ratio']:.2f} "
+              f"(medians: {out['median_bound_ratio']:.2f})")
     return 0
+
+
+def timed_steps(env: VectorEnv, steps: int) -> tuple[np.ndarray, float, float, float]:
+    """Reset `env` and step it `steps` days under order-up-to orders: wall seconds of each
+    step, policy seconds, CPU seconds of the steps (all threads) and the reset's seconds."""
+    from skurl.sim.testing import order_up_to
+
+    t0 = time.perf_counter()
+    obs = env.reset(seed=0)
+    t_reset = time.perf_counter() - t0
+    orders = np.zeros(env.num_skus)
+    lead = env.catalog.lead_time.astype(np.float64)
+    t_policy = cpu_sim = 0.0
+    step_s = np.empty(steps)
+    for k in range(steps):
+        t0 = time.perf_counter()
+        raw = obs.raw
+        order_up_to(raw.on_hand, raw.pipeline, raw.backlog, raw.forecast, lead, orders)
+        t1, c1 = time.perf_counter(), time.process_time()
+        obs = env.step(orders).obs
+        step_s[k] = time.perf_counter() - t1
+        cpu_sim += time.process_time() - c1
+        t_policy += t1 - t0
+    return step_s, t_policy, cpu_sim, t_reset
 
 
 def _warm_up(catalog: Catalog, sim_cfg: SimConfig) -> float:

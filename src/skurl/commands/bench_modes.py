@@ -3,26 +3,7 @@
     skurl bench modes --skus 100000 --days 10 --iterations 5 [--modes colocated,decoupled]
                       [--config FILE] [--set k=v ...] [--json]
 
-Each mode runs `skurl train --mode M` in its own process and run directory, one after
-another (they would compete for the cores otherwise), with the same settings. From each
-run's metrics.jsonl the first iteration is left out (start-up: processes, JIT caches,
-thread pools) and the rest give the figure: SKU-day transitions collected per second of
-whole iteration (collect + gather + learn + sync), with the mean seconds per stage. The
-first mode is the reference of the `ratio` column.
-
-On a shared or virtual machine the speed of the whole machine drifts by tens of percent
-from one minute to the next, which moves a ratio of two runs taken one after the other.
-`--rounds R` runs every mode R times, in alternating order (ABBA...), and reports each
-mode's median round and the median of the per-round ratios, each of two adjacent runs.
-
-By default the learner trains one epoch on a sample of 5000 SKUs per iteration
-(`ppo.epochs=1`, `ppo.sample_skus=5000`: the settings of a large catalog, where the update
-must not dwarf collection) and skips evaluation until the end; `--set` overrides them.
-Decoupled mode uses `sync.backend=grpc` unless `--set sync.backend=redis` (then
-sync.redis_url must reach a running Redis); ray mode its Ray weight slot.
-
-Registered under `skurl bench` by skurl.commands.bench_cmd (`register_bench(subparsers)`).
-"""
+More: docs/internals.md (commands/bench_modes.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,10 @@ the config's action grid as the candidate first orders (a cover grid centred on 
 factors falls back to the newsvendor centre: no tuning here) and estimates Q by
 policy/rollout_q.estimate_q, following the capped base-stock or, with --policy network, a
 freshly initialised network of the config's size (its inference cost is what counts).
-Prints rollout SKU-days per second. Registered by skurl.commands.bench_cmd.
+Prints rollout SKU-days per second and, as its bound, `bench sim`'s SKU-steps per second on
+the same catalog (its SKUs tiled to the rollouts' mean batch width, the same sim threads,
+after the rollouts): bound_ratio is the first over the second. Registered by
+skurl.commands.bench_cmd.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 
 if TYPE_CHECKING:
+    from skurl.catalog import Catalog
     from skurl.config import Config
     from skurl.policy.actions import ActionGrid
     from skurl.policy.api import Policy
@@ -105,6 +109,8 @@ def run_rollouts(args: argparse.Namespace) -> int:
            "seconds": wall, "rollout_sku_days_per_s": est.sku_days / max(wall, 1e-9),
            "rollout_sku_days_per_cpu_s": est.sku_days / max(cpu, 1e-9), "warm_up_s": warm_s,
            "threads": env.threads}
+    out.update(_sim_bound(catalog, cfg, est.sku_days // max(args.horizon * rounds(args, grid.n), 1), args.horizon))
+    out["bound_ratio"] = out["rollout_sku_days_per_s"] / out["sim_sku_steps_per_s"]
     if args.json:
         print_json(out)
     else:
@@ -112,4 +118,27 @@ def run_rollouts(args: argparse.Namespace) -> int:
               f"H {args.horizon}, {args.policy}: {out['rollouts']} rollouts, {est.sku_days} SKU-days in "
               f"{wall:.2f} s = {out['rollout_sku_days_per_s'] / 1e6:.3f}M rollout SKU-days/s "
               f"({out['rollout_sku_days_per_cpu_s'] / 1e6:.3f}M per CPU-second, {env.threads} sim threads)")
+        print(f"bench rollouts: bench sim on the same catalog ({out['sim_skus']} SKUs, the rollouts' mean "
+              f"width) {out['sim_sku_steps_per_s'] / 1e6:.3f}M SKU-steps/s; bound_ratio {out['bound_ratio']:.2f}")
     return 0
+
+
+def rounds(args: argparse.Namespace, actions: int) -> int:
+    """Halving rounds of estimate_q's schedule for `actions` candidates and --budget."""
+    from skurl.policy.rollout_q import halving_schedule
+
+    return len(list(halving_schedule(actions, args.budget)))
+
+
+def _sim_bound(catalog: Catalog, cfg: Config, width: int, days: int) -> dict[str, float]:
+    """`bench sim`'s loop (order-up-to orders, commands/bench_cmd.timed_steps) on the
+    catalog's SKUs tiled to `width` rows (fresh ids), `days` days: SKU-steps/s."""
+    from skurl.commands.bench_cmd import timed_steps
+    from skurl.sim import VectorEnv
+
+    rows = np.resize(np.arange(len(catalog)), max(width, len(catalog)))
+    tiled = dataclasses.replace(catalog.subset(rows), sku_id=np.arange(rows.size, dtype=catalog.sku_id.dtype))
+    env = VectorEnv(tiled, dataclasses.replace(cfg.sim, days=days + 1))
+    timed_steps(env, 1)  # compiled already (the rollouts ran); pages of the new arrays
+    step_s, _, _, _ = timed_steps(env, days)
+    return {"sim_skus": env.num_skus, "sim_days": days, "sim_sku_steps_per_s": env.num_skus * days / float(step_s.sum())}

@@ -9,8 +9,7 @@ workers on shared cores. Time is CPU seconds of the process (the one thread that
 so other jobs on the machine slow the wall clock but hardly the figure. A worker's time is
 its shard's summed step time over `--steps` days; the spread is slowest / fastest.
 
-Registered under `skurl bench` by skurl.commands.bench_cmd (`register_bench(subparsers)`).
-"""
+Registered under `skurl bench` by skurl.commands.bench_cmd (`register_bench(subparsers)`)."""
 
 from __future__ import annotations
 
@@ -37,7 +36,8 @@ METHODS = ("equal", "round_robin_cost", "lpt")
 def register_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("shards", help="shard balance: per-worker simulator step time per partition method")
     add_config_flags(p)
-    p.add_argument("--skus", type=int, default=200_000, help="SKUs (catalog from the config; synthetic by default)")
+    p.add_argument("--skus", type=int, default=None,
+                   help="SKUs (default: catalog.skus where --config/--set gives it, else 200000)")
     p.add_argument("--workers", type=int, default=4, help="simulator workers (shards)")
     p.add_argument("--steps", type=int, default=20, help="days timed per shard")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated partition methods ({', '.join(METHODS)})")
@@ -87,7 +87,9 @@ def _orders(obs: Obs, lead: np.ndarray, out: np.ndarray) -> np.ndarray:
 def run_shards(args: argparse.Namespace) -> int:
     from skurl.catalog import load_catalog
     from skurl.catalog.partition import partition, sku_cost
+    from skurl.commands.bench_cmd import configured_skus
 
+    args.skus = configured_skus(args, 200_000)
     if args.skus < 1 or args.workers < 1 or args.steps < 1:
         raise UserError(f"bench shards: --skus {args.skus}, --workers {args.workers} and --steps {args.steps} "
                         "must be >= 1")

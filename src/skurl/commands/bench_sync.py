@@ -3,17 +3,7 @@
     skurl bench sync [--backend redis|grpc] [--subscribers 2] [--publishes 100]
                      [--interval 0.1] [--config FILE] [--set k=v ...] [--json]
 
-The learner's side is what `--mode decoupled` uses (remote/learner_weights.py `open_weights`:
-Redis at sync.redis_url, or a WeightSyncService hosted in this process); each subscriber
-is a separate process following the versions the way a collector does
-(remote/roles.py `open_subscriber` + wait_for, checksum and shape checks included) and
-printing the wall-clock time it holds each one. Weights are the default policy and value
-networks (policy.hidden, the default catalog's observation width). A publish's latency
-is from the start of `publish()` until the last subscriber holds that version; the
-figures are its median, p99 and max, and the time `publish()` itself takes.
-
-Registered under `skurl bench` by skurl.commands.bench_cmd (`register_bench(subparsers)`).
-"""
+More: docs/internals.md (commands/bench_sync.py)."""
 
 from __future__ import annotations
 

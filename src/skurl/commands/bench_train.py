@@ -3,6 +3,9 @@
     skurl bench collect --skus 1000000 --steps 20 --json   # simulator + policy + value inference
     skurl bench learn --transitions 1000000 --json         # PPO update, transitions x epochs / s
 
+`bench learn` also times the GEMMs of its own shapes alone (learn/gemm_bound.py), before
+and after the timed updates, and prints bound_ratio: its rate over that GEMM-only ceiling.
+
 Registered under `skurl bench` by skurl.commands.bench_cmd (`register_bench(subparsers)`).
 """
 
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout
     from skurl.config import Config
 
+BOUND_SECONDS = 0.1  # per timed round of each GEMM of the bound (3 rounds, best kept)
+
 
 def register_bench(sub: argparse._SubParsersAction) -> None:
     """Add `collect` and `learn` to the `skurl bench` subcommands."""
@@ -37,6 +42,10 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     add_config_flags(learn)
     learn.add_argument("--transitions", type=int, default=200_000, help="transitions per update (100 days x SKUs)")
     learn.add_argument("--repeat", type=int, default=2, help="updates timed (after one warm-up update)")
+    learn.add_argument("--bound-seconds", type=float, default=BOUND_SECONDS,
+                       help="seconds per timed round of each GEMM of the bound (3 rounds, best kept)")
+    learn.add_argument("--autograd", action="store_true",
+                       help="the reference update through autograd's graph instead of the fused step (same bits)")
     learn.add_argument("--json", action="store_true", help="print one JSON object")
     learn.set_defaults(func=run_learn)
 
@@ -87,16 +96,21 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def run_learn(args: argparse.Namespace) -> int:
+    from skurl.learn.gemm_bound import gemm_bound
     from skurl.learn.learner import Learner
 
-    if args.transitions < 100 or args.repeat < 1:
-        raise UserError(f"skurl bench learn: --transitions {args.transitions}, expected >= 100; --repeat >= 1")
+    if args.transitions < 100 or args.repeat < 1 or not args.bound_seconds > 0:
+        raise UserError(f"skurl bench learn: --transitions {args.transitions}, --repeat {args.repeat}, "
+                        f"--bound-seconds {args.bound_seconds}: expected >= 100, >= 1 and > 0")
     cfg = config_from_args(args)
     threads = _threads(cfg)
     obs_dim, n_actions, days = 70, cfg.policy.actions.n, 100
     learner = Learner(cfg, obs_dim, n_actions)
+    learner.fused = not args.autograd
     rollout = _random_rollout(days, args.transitions // days, obs_dim, n_actions)
     learner.update(rollout)  # warm-up
+    # the bound before and after the timed updates: a burst of other load moves both alike
+    bounds = [gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, args.bound_seconds)]
     seconds = cpu_seconds = 0.0
     load_before = os.getloadavg()[0]
     for _ in range(args.repeat):
@@ -105,22 +119,35 @@ def run_learn(args: argparse.Namespace) -> int:
         stats = learner.update(rollout)
         seconds += time.perf_counter() - start
         cpu_seconds += time.process_time() - cpu_start
+    bounds.append(gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, args.bound_seconds))
     n = rollout.transitions * args.repeat
+    rate = n * stats["epochs"] / seconds
+    ceiling = float(np.mean([b["ceiling_transition_epochs_per_s"] for b in bounds]))
+    minibatches = args.repeat * stats["epochs"] * -(-rollout.transitions // cfg.ppo.minibatch)
+    gemm_ms = float(np.mean([b["gemm_ms_per_minibatch"] for b in bounds]))
     out = {
         "transitions": rollout.transitions, "epochs": int(stats["epochs"]), "minibatch": cfg.ppo.minibatch,
         "amp": cfg.ppo.amp, "hidden": list(cfg.policy.hidden), "seconds_per_update": round(seconds / args.repeat, 4),
+        "update": "autograd" if args.autograd else "fused",
         "transitions_per_s": round(n / seconds, 1),
-        "transition_epochs_per_s": round(n * stats["epochs"] / seconds, 1),
+        "transition_epochs_per_s": round(rate, 1),
         # CPU seconds of all threads: less distorted than wall time by other load on a shared
         # machine (but counts OpenMP threads spinning while they wait for a core)
         "transition_epochs_per_cpu_s": round(n * stats["epochs"] / max(cpu_seconds, 1e-9), 1),
+        "gemm_bound_transition_epochs_per_s": round(ceiling, 1),
+        "gemm_bound_runs": [round(b["ceiling_transition_epochs_per_s"], 1) for b in bounds],
+        "bound_ratio": round(rate / ceiling, 4),
+        # the whole update (incl. its preparation) per minibatch, and its GEMMs alone
+        "ms_per_minibatch": round(seconds * 1e3 / minibatches, 3), "gemm_ms_per_minibatch": round(gemm_ms, 3),
         "device": str(learner.device), "threads": threads,
         # bf16 figures depend on it: ~15x slower than fp32 without (bench learn, AVX2 EPYC)
         "native_bf16": cpu_has_bf16(),
         "load_avg_1m": round(max(load_before, os.getloadavg()[0]), 2),
     }
     _print(args, out, f"learn: {out['transition_epochs_per_s']:,.0f} transitions x epochs/s "
-                      f"({rollout.transitions:,} transitions x {out['epochs']} epochs in {seconds / args.repeat:.2f}s)")
+                      f"({rollout.transitions:,} transitions x {out['epochs']} epochs in {seconds / args.repeat:.2f}s, "
+                      f"{out['update']} update); GEMM bound of these shapes {ceiling:,.0f}/s, "
+                      f"bound_ratio {out['bound_ratio']:.2f} (load average {out['load_avg_1m']})")
     return 0
 
 

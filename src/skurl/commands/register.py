@@ -9,8 +9,7 @@ exceeds `min_improvement` (0: it must be strictly better). Then the run is expor
 ONNX (skurl.serve.export.export_run), saved in MLflow's onnx flavor, logged to the run's
 MLflow run (RUN_DIR/mlflow.json; a new run when there is none on this tracking URI) and
 registered under NAME with the backtest figures as model-version tags; `alias` (champion or
-challenger) then points at that version.
-"""
+challenger) then points at that version."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from skurl.commands.common import print_json
 from skurl.commands.register import ALIASES, BASELINE, default_export, register_model, run_backtest
 from skurl.config import load_config
-from skurl.errors import UserError
+from skurl.errors import UserError, require
 
 NOT_REGISTERED = 1
 
@@ -38,6 +38,8 @@ def run(args: argparse.Namespace, export=default_export) -> int:
     from skurl.commands.eval_cmd import _check_run_overrides
     from skurl.policy.learned import run_config_file
 
+    # before the backtest: registering exports to ONNX and logs to MLflow
+    require("onnx", "onnxscript", "mlflow", what="skurl register")
     if args.episodes < 1:
         raise UserError(f"skurl register: --episodes {args.episodes}, expected an integer >= 1")
     if not args.name.strip():

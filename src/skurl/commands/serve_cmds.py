@@ -3,7 +3,8 @@
     skurl export --run RUN [--out FILE.onnx] [--probabilities]
     skurl snapshot --run RUN [--day D] [--seed S] --out STATE.parquet
     skurl recommend (--model FILE.onnx | --run RUN) --state STATE.parquet --out ORDERS.parquet
-                    [--catalog CAT] [--ab GROUPS.parquet (--model-b OTHER.onnx | --policy-b NAME)]
+                    [--catalog CAT] [--ab GROUPS.parquet (--model-b OTHER.onnx | --policy-b NAME
+                                                          | --policy-a NAME)]
 """
 
 from __future__ import annotations
@@ -35,11 +36,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     rc.add_argument("--ab", type=Path, default=None, help="A/B groups file of `skurl ab assign`")
     rc.add_argument("--model-b", type=Path, default=None, help="ONNX model of group B")
     rc.add_argument("--policy-b", default=None, metavar="NAME", help="tuned baseline of group B")
+    rc.add_argument("--policy-a", default=None, metavar="NAME",
+                    help="tuned baseline of group A (the control); the model then serves group B")
     rc.add_argument("--threads", type=int, default=0, help="onnxruntime threads (0 = its default)")
     rc.set_defaults(func=_recommend)
 
 
 def _export(args: argparse.Namespace) -> int:
+    from skurl.errors import require
+
+    require("onnx", "onnxscript", what="skurl export")  # torch.onnx.export needs both
     from skurl.serve.export import export_run
 
     out = args.out if args.out is not None else args.run / "policy.onnx"
@@ -66,22 +72,29 @@ def load_catalog_for(path: Path | None, info: object):
 
 
 def _recommend(args: argparse.Namespace) -> int:
-    from skurl.errors import UserError
+    from skurl.errors import UserError, require
+
+    if args.model is not None or args.model_b is not None:
+        require("onnxruntime", "onnx", what="skurl recommend --model")
     from skurl.serve.models import OnnxModel, open_model
     from skurl.serve.recommend import recommend, write_orders
 
-    if args.ab is None and (args.model_b is not None or args.policy_b is not None):
-        raise UserError("--model-b/--policy-b: only with --ab GROUPS.parquet")
-    if args.ab is not None and (args.model_b is None) == (args.policy_b is None):
-        raise UserError("--ab: give exactly one of --model-b FILE.onnx or --policy-b NAME for group B")
-    if args.policy_b is not None:
-        from skurl.policy.baselines import check_policy_name
+    sides = [a for a in (args.model_b, args.policy_b, args.policy_a) if a is not None]
+    if args.ab is None and sides:
+        raise UserError("--model-b/--policy-b/--policy-a: only with --ab GROUPS.parquet")
+    if args.ab is not None and len(sides) != 1:
+        raise UserError("--ab: give exactly one of --model-b FILE.onnx or --policy-b NAME (group B), "
+                        "or --policy-a NAME (group A, the model on B)")
+    for name in (args.policy_a, args.policy_b):
+        if name is not None:
+            from skurl.policy.baselines import check_policy_name
 
-        check_policy_name(args.policy_b)
+            check_policy_name(name)
     model = open_model(args.model, args.run, args.threads)
     model_b = OnnxModel(args.model_b, args.threads) if args.model_b is not None else None
     catalog = load_catalog_for(args.catalog, model.info)
-    orders = recommend(model, args.state, catalog, ab=args.ab, model_b=model_b, policy_b=args.policy_b)
+    orders = recommend(model, args.state, catalog, ab=args.ab, model_b=model_b, policy_b=args.policy_b,
+                       policy_a=args.policy_a)
     write_orders(orders, args.out)
     print(f"{len(orders.sku_id)} orders ({float(orders.order_units.sum()):.0f} units) -> {args.out}")
     return 0

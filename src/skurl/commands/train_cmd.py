@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.commands.embedded import EMBEDDED, EMBEDDED_GRID
-from skurl.errors import UserError
+from skurl.errors import UserError, missing_extra
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -171,11 +171,16 @@ def _resume_changed(args: argparse.Namespace, catalog: str | None, overrides: li
 def _mode(args: argparse.Namespace) -> str:
     """--mode; with --resume and no --mode, the mode the run was started in (its MODE_FILE;
     colocated for runs that predate it)."""
+    from skurl.policy.learned import CONFIG_FILE
     from skurl.train.loop import recorded_mode
 
     mode = getattr(args, "mode", None)
     if mode is None and args.resume:
         mode = recorded_mode(args.resume)
+        if mode == "ddp":
+            raise UserError(f"skurl train --resume {args.resume}: the run was started by the DDP "
+                            "learner; resume it with python -m skurl.deploy.ddp_learner --run-dir "
+                            f"{args.resume} --config {Path(args.resume) / CONFIG_FILE} [--nproc K]")
         if mode and mode != "colocated":
             print(f"skurl train: resuming {args.resume} in --mode {mode}, the mode it was started in",
                   file=sys.stderr)
@@ -194,8 +199,7 @@ def _check_mode_flags(mode: str, address: str | None) -> None:
         except ModuleNotFoundError as exc:
             if exc.name != "ray":
                 raise
-            raise UserError("skurl train --mode ray: the ray package is not installed; expected "
-                            "pip install 'skurl[ray]' (or --mode colocated | decoupled)") from None
+            raise missing_extra("ray", "skurl train --mode ray") from None
 
 
 # Keys that set the shapes of a run's networks: its checkpoints cannot load into others.

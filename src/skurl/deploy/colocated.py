@@ -8,7 +8,7 @@ weights in memory (the sync barrier), and train.staleness's collect-ahead around
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 from skurl.collect.collectors import Collectors, LocalCollectors
 from skurl.collect.near_policy import with_staleness
@@ -16,6 +16,8 @@ from skurl.config import Config, load_config
 from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
 from skurl.sync.inproc import InProcWeights
+from skurl.telemetry.metrics import get_metrics
+from skurl.train.evaluation import TRAINED
 from skurl.train.loop import Parts, Trainer, TrainResult
 
 
@@ -34,7 +36,15 @@ def parts() -> Parts:
 
 def trainer(cfg: Config, run_dir: str | Path, *, resume: bool = False, stream: IO[str] | None = None,
             baseline: bool = True) -> Trainer:
-    return Trainer(cfg, run_dir, parts(), resume=resume, stream=stream, baseline=baseline)
+    """The colocated Trainer; each evaluation's business figures go to Prometheus (as the
+    decoupled learner's do)."""
+    t = Trainer(cfg, run_dir, parts(), resume=resume, stream=stream, baseline=baseline)
+    evaluator = t.evaluator
+    if evaluator is not None:
+        evaluator.on_evaluated.append(
+            lambda it, out: get_metrics().record_business(t.run_dir.name, TRAINED,
+                                                         cast("dict[str, Any]", evaluator.last)))  # set before hooks
+    return t
 
 
 def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,

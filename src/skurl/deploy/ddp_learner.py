@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.nproc > 1 and "LOCAL_RANK" not in os.environ:
+            check_ddp(_config(args))  # one line and exit 2 here, not K ranks' tracebacks under torchrun
             return _torchrun(args.nproc, argv)
         run(args)
         return 0
@@ -74,11 +75,15 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     return subprocess.run(cmd, check=False).returncode
 
 
-def run(args: argparse.Namespace) -> TrainResult:
+def _config(args: argparse.Namespace) -> Config:
     extra = [f"store.url={args.rollouts}"] if args.rollouts else []
     if args.iterations is not None:
         extra.append(f"train.iterations={args.iterations}")
-    cfg = config_from_args(args, extra)
+    return config_from_args(args, extra)
+
+
+def run(args: argparse.Namespace) -> TrainResult:
+    cfg = _config(args)
     check_ddp(cfg)
     device = init_distributed(cfg, args.wait_s)
     try:

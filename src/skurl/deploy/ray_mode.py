@@ -3,7 +3,7 @@
 Wiring only: the loop (train/loop.py: learner, evaluation, checkpoints, logs and report in
 the driver) with the collectors of a RayCluster (raycluster/cluster.py) and weights in a Ray
 weight slot. With ray.collectors = 1 the collector runs the whole SKU set in catalog order,
-so the same config and seed give bit-identical weights to --mode colocated (DESIGN 6). A
+so the same config and seed give bit-identical weights to --mode colocated (docs/architecture.md, Modes). A
 restarted learner (--resume) trains on the interrupted iteration's shards when they are in
 the rollout store (ray.rollouts=store).
 

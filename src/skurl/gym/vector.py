@@ -4,17 +4,7 @@ One skurl VectorEnv steps every SKU in one numba call, so N sub-envs cost one si
 not N. All SKUs live in lock step: every episode truncates on day sim.days for all of
 them at once (there is no terminal state), and an autoreset restarts them all.
 
-Autoreset (metadata["autoreset_mode"], gymnasium 1.x):
-- NEXT_STEP (default): the step after a truncation resets, ignores its actions and
-  returns reward 0;
-- SAME_STEP: the truncating step returns the next episode's first observation, with
-  info["final_obs"] (float32 [N, D]: a 2-D array, not one object per SKU) and
-  info["final_info"];
-- DISABLED: call reset() after a truncation (a partial reset_mask is refused: the SKUs
-  share one day counter).
-`info` per step: the day's cost breakdown and flows per SKU (DayMetrics fields) and the
-`failed` mask, each with Gymnasium's `_key` mask; `info_metrics=False` leaves them out.
-"""
+More: docs/internals.md (gym/vector.py)."""
 
 from __future__ import annotations
 

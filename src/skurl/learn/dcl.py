@@ -3,20 +3,7 @@
 Temizöz, Imdahl, Dijkman, Lamghari-Idrissi & van Jaarsveld (EJOR 2025), "Deep Controlled
 Learning for inventory control". One iteration improves a policy pi_k:
 
-1. run pi_k on the training env (so the states are those pi_k visits) and, on sampled days,
-   take sampled SKU rows as states;
-2. estimate Q(s, a) of every action of the grid in those states by rollouts that fix the
-   first order and follow pi_k for H days, with common random numbers across the actions
-   and sequential halving of the budget (policy/rollout_q.py);
-3. label each state with the action left after the halving, and fit the policy net to the
-   labels by cross-entropy (learn/imitate.clone, the warm start's supervised step).
-
-The greedy fitted net is pi_{k+1}. Why: PPO's advantages on lost-sales SKUs are mostly
-demand noise (its critic explains ~9% of the return variance there); the paired rollouts
-compare actions under the same future, so the label is right far more often than the
-sign of a single-path advantage. `skurl train --set train.algo=dcl` runs it in the loop
-(train/dcl_step.py); measurements and what they say: docs/dcl.md.
-"""
+More: docs/internals.md (learn/dcl.py)."""
 
 from __future__ import annotations
 

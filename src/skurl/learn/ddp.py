@@ -1,23 +1,10 @@
 """The PPO Learner on K ranks under torch DDP (torchrun; gloo on CPU, NCCL on GPU).
 
-Same math as `Learner` (DESIGN 4), split by SKU: rank r holds the contiguous SKU columns
+Same math as `Learner` (docs/architecture.md, Learning), split by SKU: rank r holds the contiguous SKU columns
 [start, stop) of the iteration's global rollout [T, N]. What must see the global batch is
 all-reduced, so that K ranks compute the update one rank would on the same data:
 
-- observation and reward statistics: batch moments as sums (x, x^2, count), all-reduced,
-  then merged into the running statistics (`GlobalRunningMeanStd`);
-- advantage mean and std over all ranks (`allreduce_mean_std`, as the Learner does);
-- minibatches: every rank draws the same global permutation of the T*N transitions that
-  one rank would (same seeded generator), and each takes its own transitions of every
-  global minibatch. Its loss is scaled by m_r * K / M (m_r of the minibatch's M rows are
-  local), so DDP's gradient mean over K ranks is exactly the mean over the M rows;
-- gradient-norm clipping after DDP's all-reduce (clip_grad_norm_ after backward).
-
-Every rank runs every minibatch, so collectives always match: a rank with no rows in a
-minibatch runs one masked row with weight 0, and a rank that would get no SKU at all
-(N < K) holds a masked copy of a column (`RankSlice.padded`) and contributes zeros to
-every statistic. Checkpoints and published weights are the unwrapped `self.model`.
-"""
+More: docs/internals.md (learn/ddp.py)."""
 
 from __future__ import annotations
 

@@ -7,13 +7,7 @@ pretraining on an expert's decisions before RL is the recipe of AlphaGo's policy
 own baselines, tuned by simulation on the training SKUs (policy/tuning.py), so the run
 starts at the baseline's cost and PPO spends its iterations on improving it.
 
-Steps (train/warm_start.py): tune the baseline; `record` episodes of it on the
-training env, each decision mapped to the nearest action of the grid (the env steps with
-that action's units, so the states are those the clone will meet); `clone` the policy
-net by cross-entropy on them (the observation normalizer first takes their moments).
-Then the first train.warm_start_critic PPO iterations train only the value net, so the
-policy is not pushed around by advantages from an untrained critic.
-"""
+More: docs/internals.md (learn/imitate.py)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,10 +23,11 @@ import numpy as np
 import torch
 
 from skurl.buffer.gae import gae
-from skurl.buffer.minibatch import seeded_generator
+from skurl.buffer.minibatch import BlockGather, seeded_generator
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
 from skurl.errors import UserError
+from skurl.learn.fused_step import fused_minibatch_grads, loss_grads
 from skurl.learn.normalize import (
     RewardScaler,
     SkuRewardScaler,
@@ -70,7 +72,7 @@ def resolve_device(name: str) -> torch.device:
 
 def allreduce_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and std of x over every rank's data: sums are all-reduced under
-    torch.distributed, so advantage normalization sees the global batch (DESIGN 4).
+    torch.distributed, so advantage normalization sees the global batch (docs/architecture.md, Learning).
     Without a process group this is the plain mean and std."""
     x64 = x.detach().to(torch.float64)
     sums = torch.stack([x64.sum(), x64.square().sum(), torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device)])
@@ -113,12 +115,16 @@ def _maybe(column: torch.Tensor | None, op: Callable[[torch.Tensor], torch.Tenso
 Forward = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def shuffled_minibatches(batch: PreparedBatch, perm: torch.Tensor, size: int) -> Iterator[PreparedBatch]:
+def shuffled_minibatches(batch: PreparedBatch, perm: torch.Tensor, size: int,
+                         gather: BlockGather | None = None) -> Iterator[PreparedBatch]:
     """Minibatches perm[0:size], perm[size:2 size], ... of `batch` (the last may be
-    smaller), gathered SHUFFLE_BLOCK_ROWS rows at a time so that each is a contiguous view."""
+    smaller), gathered SHUFFLE_BLOCK_ROWS rows at a time so that each is a contiguous view
+    (into `gather`'s reused buffers when given: each minibatch is valid until the next)."""
     per_block = max(1, SHUFFLE_BLOCK_ROWS // size) * size
+    columns = [getattr(batch, f.name) for f in fields(batch)]
     for start in range(0, perm.numel(), per_block):
-        block = batch.take(perm[start:start + per_block])
+        index = perm[start:start + per_block]
+        block = batch.take(index) if gather is None else PreparedBatch(*gather.gather(columns, index, per_block))  # type: ignore[arg-type]  # None where the column is None
         rows = block.actions.numel()
         for first in range(0, rows, size):
             yield block.rows(first, min(first + size, rows))
@@ -179,6 +185,16 @@ class Learner:
         self.iteration = 0  # updates done
         self.train_policy = True  # False during an update that fits the value net only
         self.version = 0  # version of the current weights (bumped by each update)
+        # the fused minibatch step (learn/fused_step.py): autograd's arithmetic without its
+        # graph; False runs the autograd graph (the reference it is tested against)
+        self.fused = True
+        self._gather = BlockGather()
+        # `skurl bench train` sets a dict here: wall seconds of the update by phase (mark())
+        self.phase_seconds: dict[str, float] | None = None
+        self._phase_start = 0.0
+        self._loss_grads = loss_grads
+        if cfg.train.compile:  # fused kernels, not bit-identical: off by default
+            self._loss_grads = torch.compile(loss_grads, dynamic=True)
 
     def lr_at(self, iteration: int) -> float:
         if self.ppo.lr_schedule == "constant":
@@ -236,9 +252,12 @@ class Learner:
         """One PPO iteration on `rollout`; bumps iteration and version. Returns stats.
         train_policy=False fits the value net only (the policy net is left unchanged)."""
         self.train_policy = bool(train_policy)
+        self.mark(None)
         rollout = self._sample_skus(rollout)
         data = self._to_device(rollout)
+        self.mark("sample and copy")
         batch, prep_stats = self._prepare(data, behaviour=rollout.policy_version == self.version)
+        self.mark("prepare (normalize, behaviour outputs, GAE)")
         lr = self.lr_at(self.iteration)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -433,16 +452,18 @@ class Learner:
             gen = seeded_generator(self.cfg.train.seed, self.iteration, MINIBATCH_KEY, epoch)
             perm = torch.randperm(total, generator=gen).to(self.device)
             epoch_sums: torch.Tensor | None = None
-            for mb in shuffled_minibatches(batch, perm, self.ppo.minibatch):
-                loss, stats = self._minibatch_loss(mb)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+            for mb in shuffled_minibatches(batch, perm, self.ppo.minibatch, self._gather):
+                self.mark("minibatch gather")
+                stats = self._minibatch_grads(mb)
                 stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
+                self.mark("grad-norm clip")
                 self.optimizer.step()
+                self.mark("Adam")
                 keys = list(stats)
                 # one tensor per minibatch, no host sync: read once per epoch
                 row = torch.stack([v.detach().float() for v in stats.values()])
                 epoch_sums = row if epoch_sums is None else epoch_sums + row
+                self.mark("stats")
             if epoch_sums is None:  # an empty batch: nothing to train on
                 break
             sums = epoch_sums if sums is None else sums + epoch_sums
@@ -458,6 +479,32 @@ class Learner:
 
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return twin_forward(self.model.policy, self.model.value, x, self.compute_dtype, self.side_by_side)
+
+    def mark(self, phase: str | None) -> None:
+        """With phase_seconds set: the wall time since the last mark goes to `phase`
+        (None: just start the clock)."""
+        if self.phase_seconds is None:
+            return
+        now = time.perf_counter()
+        if phase is not None:
+            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + now - self._phase_start
+        self._phase_start = now
+
+    def _minibatch_grads(self, mb: PreparedBatch) -> dict[str, torch.Tensor]:
+        """Set the parameters' gradients of the PPO loss on `mb`; its stats."""
+        ent_coef = self.ent_coef_at(self.iteration)
+        if not self.fused:
+            loss, stats = self._minibatch_loss(mb)
+            self.mark("forward and loss (autograd)")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.mark("backward (autograd)")
+            return stats
+        return fused_minibatch_grads(
+            self.model.policy, self.model.value, mb.obs, mb.actions, mb.old_logp, mb.advantages, mb.returns,
+            mb.weight, clip=self.ppo.clip, vf_coef=self.ppo.vf_coef, ent_coef=ent_coef,
+            train_policy=self.train_policy, dtype=self.compute_dtype, side_by_side=self.side_by_side,
+            grads_fn=self._loss_grads, mark=self.mark if self.phase_seconds is not None else None)
 
     def _minibatch_loss(self, mb: PreparedBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return ppo_minibatch_loss(self._forward, mb, self.ppo.clip, self.ppo.vf_coef, self.ent_coef_at(self.iteration),

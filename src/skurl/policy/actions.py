@@ -1,4 +1,4 @@
-"""Discrete action grids: action index -> order quantity in units (DESIGN section 3).
+"""Discrete action grids: action index -> order quantity in units (docs/architecture.md, Simulator semantics).
 
 `multiplier` and `units` need only today's forecast. `cover` is an order-up-to action:
 index k picks a safety factor z_k and the order is what ForecastBaseStock (baselines.py)
@@ -9,8 +9,7 @@ learns when to deviate, instead of learning inventory-position arithmetic itself
 on a tuned forecast-s-S (grid_center.py), each SKU has a lot Q too: an action that orders
 at all orders Q more, so batches that pay a fixed order cost once are on the grid. It
 needs per-SKU lead times and demand distributions (`bind(catalog)`) and the full raw
-state (on hand, pipeline, backlog, forecast window) in each observation.
-"""
+state (on hand, pipeline, backlog, forecast window) in each observation."""
 
 from __future__ import annotations
 
@@ -143,7 +142,7 @@ class ActionGrid:
     def to_orders_checked(self, index: np.ndarray, forecast_today: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Units (float64 [N]) and the mask of SKUs whose order was clipped into [0, MAX_ORDER]:
         a forecast that exploded (or is NaN) must not make the env reject the whole batch
-        (DESIGN 3: a failing SKU is isolated and reported). NaN orders become 0.
+        (docs/architecture.md, Simulator semantics: a failing SKU is isolated and reported). NaN orders become 0.
         multiplier/units only: a cover grid needs the whole state (orders_for)."""
         if self.kind == "cover":
             raise ValueError("actions: the cover grid needs the raw state: call orders_for(index, raw)")

@@ -2,20 +2,12 @@
 forecast-driven base-stock and forecast-driven (s, S). Vectorized over SKUs; every parameter
 is a per-SKU array.
 
-All of them work on the inventory position IP = on hand + pipeline - backlog (DESIGN 3:
+All of them work on the inventory position IP = on hand + pipeline - backlog (docs/architecture.md, Simulator semantics:
 the order placed on day t is sold from day t + L), so stock already ordered is never
 ordered twice, and backorders are covered before new demand. Orders are whole units
 (float64 holding integers), never negative.
 
-Review: with `sim.review_days = R > 1` the level-based policies order only on days
-t = 0, R, 2R, ... and their levels cover the protection period of L + R days (an order
-placed today must last until the next order arrives). The constant policy orders daily.
-
-Untuned defaults follow the newsvendor critical ratio cu / (cu + co) (underage cost cu =
-lost-sale penalty, plus the margin price - unit cost under sim.reward=profit; overage cost
-co = holding per unit-day), turned into a safety factor z with a normal approximation of
-the protection-period demand, so `skurl eval --policy NAME` works without --tune.
-"""
+More: docs/internals.md (policy/baselines.py)."""
 
 from __future__ import annotations
 
@@ -347,12 +339,16 @@ def check_policy_name(name: str) -> str:
 def applies(name: str, catalog: Catalog) -> bool:
     """Whether baseline `name` is a distinct heuristic on `catalog`: forecast-s-S is
     forecast-base-stock exactly (every lot 0) where no SKU pays a fixed cost per order."""
+    if name in ("echelon-base-stock", "installation-base-stock"):
+        return catalog.has_network
     return name != "forecast-s-S" or bool(np.any(catalog.order_cost > 0))
 
 
 def default_params(name: str, catalog: Catalog, sim_cfg: SimConfig) -> Params:
     """Untuned per-SKU parameters of baseline `name` (see the module docstring)."""
     check_policy_name(name)
+    if name in ("echelon-base-stock", "installation-base-stock"):
+        return make_policy(name, catalog, sim_cfg).params()
     z = default_z(catalog, sim_cfg)
     if name == "base-stock":
         return {"S": static_level(catalog, sim_cfg, z)}
@@ -381,6 +377,10 @@ def make_policy(name: str, catalog: Catalog, sim_cfg: SimConfig,
     """Baseline `name` for `catalog` with `params` (default_params when None). Scalars
     broadcast to every SKU."""
     check_policy_name(name)
+    if name in ("echelon-base-stock", "installation-base-stock"):  # supply networks (network_baselines.py)
+        from skurl.policy.network_baselines import make_network_policy
+
+        return make_network_policy(name, catalog, sim_cfg, params)
     n = len(catalog)
     raw = default_params(name, catalog, sim_cfg) if params is None else params
     p = {k: _as_array(v, n) for k, v in raw.items()}

@@ -9,13 +9,7 @@ planner's heuristic (the warm start clones it without loss) and learns where to 
 baseline's per-SKU levels from features first (a clone on a zero-centred grid lost 5-11% of
 the baseline's profit).
 
-The factors are tuned once per run on the training catalog, by the same tuner and seeds as
-the baseline and the warm start, and kept in RUN_DIR/grid_center.safetensors (SKU ids and
-factors), which a resumed run and `skurl eval --run` read back. A run continued on a changed
-catalog tunes the SKUs it adds and keeps the others' factors. Where a policy meets SKUs the
-file does not list (`skurl eval --run` on another catalog), they use their newsvendor factor,
-the untuned baseline's.
-"""
+More: docs/internals.md (policy/grid_center.py)."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ Controlled Learning work (Temizöz et al., EJOR 2025), where PPO's advantages ar
 noise. The budget (rollouts per state) is spent by sequential halving (Karnin, Koren &
 Somekh, "Almost optimal exploration in multi-armed bandits", ICML 2013): ceil(log2 A)
 rounds, each giving its surviving actions an equal share and keeping the better half.
-All rollouts of a round are one env: one policy call and one kernel step per day.
-"""
+All rollouts of a round are one env: one policy call and one kernel step per day."""
 
 from __future__ import annotations
 

@@ -6,24 +6,7 @@ Tuning seeds are `tuning_seed(eval_seed) + k`, far from the held-out evaluation 
 (eval_seed, eval_seed + 1, ...), so a tuned policy is never scored on the draws it was
 tuned on.
 
-Two searches:
-- uniform catalogs (every row equal but sku_id; `is_uniform`): exhaustive search of the
-  integer levels (S; (S, r); (s, S); constant c on a fine grid; z of forecast-base-stock on
-  a 0.1 grid), box widened until the best is inside it (a box too wide to simulate point
-  by point, at huge demand means, searched coarse to fine first), then more SKU-days for
-  the close contenders until the best beats each one by several paired standard errors
-  (tuning_uniform.py; the method keeps its name "uniform-exhaustive").
-- heterogeneous catalogs: per SKU and vectorized. Each policy has one or two scale-free
-  knobs (safety factor z, order-cap multiplier, EOQ multiplier, share of mean demand);
-  each grid value is simulated over the whole catalog, and each SKU keeps the value with
-  its lowest objective (cost, or minus profit under sim.reward=profit) from env.totals();
-  SKUs whose best is the highest (lowest) value tried so far then try one step further, for
-  as long as that improves some SKU (a fixed grid cut a quarter of the synthetic catalog's
-  SKUs short at its ends); then finer steps around each SKU's best. No Python loop over SKUs.
-  A small catalog is simulated as k replicas side by side (independent demand paths of each
-  SKU, k = per_sku_replicas: up to 16, 1 from 20,000 SKUs at 100 days); a SKU's objective
-  is the mean over its replicas.
-"""
+More: docs/internals.md (policy/tuning.py)."""
 
 from __future__ import annotations
 
@@ -285,6 +268,10 @@ def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed:
 
         progress = throttled_lines(5.0)
     seed = tuning_seed(eval_seed)
+    if name in ("echelon-base-stock", "installation-base-stock"):  # supply networks
+        from skurl.policy.network_baselines import tune_network
+
+        return tune_network(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup, progress=progress)
     if is_uniform(catalog):
         from skurl.policy.tuning_uniform import tune_uniform
 

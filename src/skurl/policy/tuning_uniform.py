@@ -9,12 +9,7 @@ budget is spent. The paired standard error of the difference between two candida
 std(per-SKU differences) / sqrt(SKUs): SKUs are independent copies, and CRN makes the
 differences far less noisy than the levels themselves.
 
-A box wider than COARSE_POINTS steps on an axis (its width grows with the demand's
-spread: thousands of levels at a mean of 1e5 a day) is first searched on a coarser
-lattice, every ZOOM^k-th point, then ZOOM times finer around the best, down to the integer
-lattice, where the search above finishes: the same kind of answer (a best integer point no
-edge of its box cut short) in tens of simulations instead of ~width.
-"""
+More: docs/internals.md (policy/tuning_uniform.py)."""
 
 from __future__ import annotations
 

@@ -9,12 +9,7 @@ weight and input gradients, a bias gradient summed in the compute dtype, ReLU ba
 by `threshold_backward` on the saved ReLU outputs), so results are bit-identical to
 the nn.Modules in fp32 and to autocast in bf16 (tests/unit/test_twin_mlp.py).
 
-Measured and rejected (1-core CPU time, 1024-row bf16 minibatch): fusing both nets'
-first layers into one GEMM (x @ [W_p; W_v]^T) is no faster. As [B, H_p + H_v] the
-column halves are strided and get copied before every GEMM that reads them; computed
-transposed ([H_p + H_v, B], each half a contiguous slab read as a transposed operand)
-the transposed-operand GEMMs ran 3-10% slower alone and the whole step slower still.
-"""
+More: docs/internals.md (policy/twin_mlp.py)."""
 
 from __future__ import annotations
 

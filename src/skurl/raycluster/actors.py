@@ -9,9 +9,7 @@
   through the weight-sync interface and returns rollouts through Ray's object store or
   writes them to the rollout store.
 - weights travel through sync/ray_weights.py (`WeightSlot` actor, `RayWeights`).
-
-Every ray.get has a timeout (ray.get_timeout_s).
-"""
+Every ray.get has a timeout (ray.get_timeout_s)."""
 
 from __future__ import annotations
 

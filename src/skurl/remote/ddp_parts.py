@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from skurl.train.seams import TrainerView
 from skurl.train.loop import Parts, in_process_weights, restore_checkpoint
 
-MODE = "decoupled"  # its collectors are decoupled ones; --resume continues there
+MODE = "ddp"  # recorded in mode.json: `skurl train --resume` names the DDP learner command
 
 
 class RankParts:
@@ -138,6 +138,10 @@ def check_ddp(cfg: Config) -> None:
     if cfg.train.collect_skus:
         raise ConfigError(f"train.collect_skus = {cfg.train.collect_skus}: the DDP learner trains on "
                           "every SKU of the collectors' shards; expected 0 (use ppo.sample_skus)")
+    if cfg.deploy.collector_addresses and cfg.sync.backend == "inproc":
+        raise ConfigError("sync.backend = 'inproc': the DDP learner's weights cannot reach the "
+                          "collectors of deploy.collector_addresses; expected redis (with "
+                          "sync.redis_url) or grpc (the learner hosts it on deploy.weights_port)")
     if cfg.deploy.collector_addresses:
         from skurl.remote.roles import check_decoupled
 

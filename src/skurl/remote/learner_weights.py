@@ -40,13 +40,17 @@ class HostedWeights:
 
         self._server = WeightSyncServer(cfg.rpc, host, cfg.deploy.weights_port)
         self._key = cfg.sync.key
+        self._expecting = False
         self.address: str | None = self._server.address
 
     def publish(self, version: int, tensors: dict[str, Any]) -> None:
         from skurl.rpc.weights_client import to_message
-        from skurl.sync.codec import encode_weights
+        from skurl.sync.codec import encode_checked, spec_of
 
-        self._server.servicer.put(to_message(encode_weights(tensors, version, self._key)))
+        if not self._expecting:  # SetWeights from anyone else must fit the learner's model
+            self._server.servicer.expect(self._key, spec_of(tensors))
+            self._expecting = True
+        self._server.servicer.put(to_message(encode_checked(tensors, version, self._key)))
 
     def published_version(self) -> int | None:
         held = self._server.servicer.held(self._key)

@@ -1,4 +1,4 @@
-"""The process mains of the decoupled deployment's roles (DESIGN 6): collector and learner.
+"""The process mains of the decoupled deployment's roles (docs/architecture.md, Modes): collector and learner.
 
 A collector process drives some sim servers' shards (remote/shard_envs.py) with the
 policy, serves CollectorService (rpc/collector_server.py) for the learner, follows the
@@ -70,7 +70,8 @@ class RoleCollectorServicer(CollectorServicer):
                  store: RolloutStore,
                  run_name: str, shard_envs: list[Any] | None = None) -> None:
         # One rollout kept for GetBuffer (debugging): the learner reads the store.
-        super().__init__(collector_id, collector, cfg.rpc, store=store, keep_iterations=1)
+        super().__init__(collector_id, collector, cfg.rpc, store=store, keep_iterations=1,
+                         model_key=cfg.sync.key)
         self._env = env  # CatalogSchemaEnv: business totals of the last episode
         self._backorders = cfg.sim.backorders
         self._shard_envs = list(shard_envs or [])  # ReplayingRemoteEnvs: recoveries
@@ -97,11 +98,12 @@ class RoleCollectorServicer(CollectorServicer):
         self._received.pop(int(version), None)
         return False
 
-    def _wait_for(self, version: int, timeout_s: float) -> tuple[int, dict[str, Any]]:
+    def _wait_for(self, version: int, timeout_s: float, *,
+                  alive: Callable[[], bool] | None = None) -> tuple[int, dict[str, Any]]:
         from skurl.telemetry.metrics import get_metrics
 
         start = time.perf_counter()
-        held = super()._wait_for(version, timeout_s)
+        held = super()._wait_for(version, timeout_s, alive=alive)
         self._barrier_wait = time.perf_counter() - start
         metrics = get_metrics()
         metrics.barrier_wait_seconds.observe(self._barrier_wait)

@@ -1,4 +1,4 @@
-"""The env a decoupled collector drives: some sim servers' shards as one Env (DESIGN 5, 6).
+"""The env a decoupled collector drives: some sim servers' shards as one Env (docs/architecture.md: Wire formats and services, Modes).
 
 - `assign_shards`: which sim servers (catalog shards) each collector drives; a
   collector's SKUs are the union of whole shards, so substitution groups stay together.

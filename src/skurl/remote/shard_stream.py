@@ -1,18 +1,10 @@
 """Decoupled bounded staleness through the run's Redis Stream (store/shard_queue.py).
 
-Collectors announce each stored shard on `rl:shards:{run}` (remote/roles.py). The
-learner reads the announcements as consumer "learner" of group "learner": each rollout the
-collection thread assembles (GrpcCollectors, collect/bounded.py) is matched with its
-entries, and the entries are acknowledged only once a checkpoint holds the update that
-trained them (or at once when the rollout is refused as too stale). Before each checkpoint
-the entries its updates trained since the last ack are written next to it
-(RUN_DIR/shard_queue/trained_{iteration}.json), so a learner killed anywhere and resumed:
-- acks, untrained, the pending entries that checkpoint holds (none is trained twice);
-- trains the other pending ones first, read back from the store when every collector's
-  shard of their episode is there and they are at most train.staleness versions old
-  (none is lost);
-and collection goes on with episode numbers above every one announced.
-"""
+Collectors announce each stored shard on the stream; the learner acknowledges an entry only
+once a checkpoint holds the update that trained it, so a learner killed anywhere and
+resumed trains every announced shard exactly once.
+
+More: docs/internals.md (remote/shard_stream.py)."""
 
 from __future__ import annotations
 

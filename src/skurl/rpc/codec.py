@@ -1,4 +1,4 @@
-"""Named numpy arrays <-> `Tensor`/`TensorBatch` messages (DESIGN section 5).
+"""Named numpy arrays <-> `Tensor`/`TensorBatch` messages (docs/architecture.md, Wire formats and services).
 
 Each tensor travels as raw little-endian bytes and is decoded with `np.frombuffer`:
 one copy on each side, no per-element protobuf fields. Decoding is strict because the

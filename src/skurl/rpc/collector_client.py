@@ -11,7 +11,7 @@ from skurl.config import RpcConfig
 from skurl.rpc.codec import decode_batch
 from skurl.rpc.collector_server import SKU_IDS
 from skurl.rpc.env_client import DEFAULT_CONNECT_TIMEOUT_S, connect
-from skurl.rpc.errors import WireError, from_rpc_error
+from skurl.rpc.errors import COLLECTOR, WireError, from_rpc_error
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.weights_client import VersionNotNewerError, to_message
@@ -23,7 +23,7 @@ class CollectorClient:
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         self.address = address
         self._cfg = cfg or RpcConfig()
-        self._channel = connect(address, self._cfg, connect_timeout_s)
+        self._channel = connect(address, self._cfg, connect_timeout_s, COLLECTOR)
         self._stub = pb_grpc.CollectorServiceStub(self._channel)
 
     def update_weights(self, version: int, tensors: dict[str, Any],
@@ -60,7 +60,7 @@ class CollectorClient:
         try:
             chunks = list(self._stub.GetBuffer(request, timeout=self._cfg.timeout_s))
         except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.address, what) from None
+            raise from_rpc_error(exc, self.address, what, server=COLLECTOR) from None
         return _assemble(chunks, what)
 
     def stats(self, timeout: float | None = None) -> dict[str, Any]:
@@ -77,7 +77,7 @@ class CollectorClient:
         try:
             return getattr(self._stub, method)(request, timeout=timeout or self._cfg.timeout_s)
         except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.address, method, rejected) from None
+            raise from_rpc_error(exc, self.address, method, rejected, server=COLLECTOR) from None
 
 
 def _assemble(chunks: list[pb.BufferChunk], what: str) -> tuple[int, dict[str, np.ndarray]]:

@@ -1,26 +1,20 @@
 """CollectorService: a collector process driven over gRPC (decoupled mode).
 
-- UpdateWeights: pushed weights (sync codec bytes, sha256-checked) wait in a slot and are
-  loaded at the start of the next Collect, never in the middle of an episode.
-- Collect: the sync barrier (wait up to timeout_s until the slot holds min_version), one
-  episode with the newest weights, the rollout kept for GetBuffer and, with a store,
-  written as this collector's shard of the iteration (its manifest comes back).
-- GetBuffer: the rollout as a stream of chunks under the message limit: first one message
-  with rows = 0 holding the per-SKU arrays [N, ...] whole (sku_ids, last_obs, bootstrap),
-  then [T*N] row slices of the per-step arrays [T, N, ...].
-- GetStats: counters of this process.
+Pushed weights are checked as every receiver checks them (sync/codec.py: INVALID_ARGUMENT
+and weights_rejected_total otherwise), wait in a slot and load at the start of the next
+Collect, never mid-episode; Collect is the sync barrier (a finite wait, at most MAX_WAIT_S,
+never past the caller's deadline), then one episode (stored as this collector's shard);
+GetBuffer streams the rollout in chunks under the message limit; GetStats returns counters.
 
-The collector itself is anything with `set_weights(version, tensors)` and
-`collect(seed, episode, version) -> Rollout` (skurl.collect.collector.Collector); without
-one, Collect and GetBuffer answer UNIMPLEMENTED and the rest still works.
-"""
+More: docs/internals.md (rpc/collector_server.py)."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -29,7 +23,7 @@ import numpy as np
 from skurl.config import RpcConfig
 from skurl.errors import UserError
 from skurl.rpc.codec import encode_into
-from skurl.rpc.errors import NotFoundError, WireError
+from skurl.rpc.errors import CapacityError, NotFoundError, WireError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.health import service_name
@@ -38,7 +32,14 @@ from skurl.rpc.servicer_base import GrpcServer, rpc_method
 from skurl.rpc.weights_client import from_message
 from skurl.rpc.weights_server import NotNewerError
 from skurl.sim.api import EnvStateError
-from skurl.sync.codec import WeightIntegrityError, decode_weights
+from skurl.sync.codec import (
+    Spec,
+    WeightIntegrityError,
+    check_weights,
+    decode_weights,
+    note_rejected,
+    spec_of,
+)
 from skurl.sync.slot import VersionedSlot
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from skurl.store.api import RolloutStore
 
 SKU_IDS = "sku_ids"
+MAX_WAIT_S = 86_400.0  # the longest sync-barrier wait a Collect may ask for (timeout_s)
+MAX_COLLECTS = 4  # Collect calls in flight at once, of the server's 8 handler threads
 
 
 class NotWiredError(UserError):
@@ -61,8 +64,14 @@ class CollectorBackend(Protocol):
 
 class CollectorServicer(pb_grpc.CollectorServiceServicer):
     def __init__(self, collector_id: str, collector: CollectorBackend | None, cfg: RpcConfig,
-                 store: RolloutStore | None = None, keep_iterations: int = 2) -> None:
+                 store: RolloutStore | None = None, keep_iterations: int = 2, *,
+                 model_key: str = "policy", like: Spec | None = None) -> None:
+        """Pushed weights must be for `model_key` and have `like`'s names, dtypes and
+        shapes; `like` defaults to the spec of the backend's `model` when it has one."""
         self.collector_id = collector_id
+        self.model_key = model_key
+        model = getattr(collector, "model", None)
+        self._like = like if like is not None or model is None else spec_of(model.state_dict())
         self._collector = collector
         self._cfg = cfg
         self._store = store
@@ -70,16 +79,26 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
         self._pending: VersionedSlot[dict[str, Any]] = VersionedSlot()  # newest pushed weights
         self._loaded = -1  # version loaded into the collector
         self._collect_lock = threading.Lock()  # one episode at a time
+        # Collects in flight (waiting or running): the rest of the pool stays free for the
+        # other RPCs however many Collects a client sends.
+        self._in_flight = threading.BoundedSemaphore(MAX_COLLECTS)
         self._rollouts: OrderedDict[int, Any] = OrderedDict()
         self._counts = {"iterations": 0, "transitions": 0, "seconds": 0.0, "last_rate": 0.0}
 
     # ---------------------------------------------------------------- RPCs
     @rpc_method
     def UpdateWeights(self, request: pb.Weights, context: grpc.ServicerContext) -> pb.WeightsAck:
+        blob = from_message(request)
+        if blob.version < 0:
+            raise WireError(f"collector {self.collector_id}: weights version {blob.version}, "
+                            "expected >= 0")
         try:
-            tensors = decode_weights(from_message(request))
+            tensors = decode_weights(blob)
+            check_weights(blob, tensors, self.model_key, self._like)
         except WeightIntegrityError as exc:
-            raise WireError(str(exc)) from None
+            note_rejected("push")
+            raise WireError(f"collector {self.collector_id}: refused, keeping version "
+                            f"{self._loaded}: {exc}") from None
         if not self._pending.offer(int(request.version), tensors):
             raise NotNewerError(f"collector {self.collector_id}: weights version "
                                 f"{request.version} is not newer than held version {self._pending.version}")
@@ -88,7 +107,23 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
     @rpc_method
     def Collect(self, request: pb.CollectRequest, context: grpc.ServicerContext) -> pb.CollectReply:
         collector = self._require_collector()
-        version, tensors = self._wait_for(request.min_version, request.timeout_s)
+        _check_collect(request)
+        wait_s = float(request.timeout_s)
+        left = context.time_remaining() if context is not None else None
+        if left is not None:
+            wait_s = min(wait_s, max(left, 0.0))  # never past the caller's deadline
+        if not self._in_flight.acquire(blocking=False):
+            raise CapacityError(f"collector {self.collector_id}: {MAX_COLLECTS} Collect calls "
+                                "are already in flight; retry when one has finished")
+        try:
+            return self._collect(collector, request, wait_s, context)
+        finally:
+            self._in_flight.release()
+
+    def _collect(self, collector: CollectorBackend, request: pb.CollectRequest, wait_s: float,
+                 context: grpc.ServicerContext | None) -> pb.CollectReply:
+        alive = None if context is None else context.is_active
+        version, tensors = self._wait_for(request.min_version, wait_s, alive=alive)
         with self._collect_lock:
             if version > self._loaded:
                 collector.set_weights(version, tensors)
@@ -151,9 +186,11 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
                                 "server (weights and stats only)")
         return self._collector
 
-    def _wait_for(self, version: int, timeout_s: float) -> tuple[int, dict[str, Any]]:
-        """The sync barrier: the newest weights once they are >= `version`."""
-        held = self._pending.wait_for(version, max(timeout_s, 0.0))
+    def _wait_for(self, version: int, timeout_s: float, *,
+                  alive: Callable[[], bool] | None = None) -> tuple[int, dict[str, Any]]:
+        """The sync barrier: the newest weights once they are >= `version` (given up when
+        `alive()` turns False: the caller left)."""
+        held = self._pending.wait_for(version, max(timeout_s, 0.0), alive=alive)
         if held is None:
             raise EnvStateError(f"collector {self.collector_id}: weights version {version} not "
                                 f"received within {timeout_s:g} s (holding {self._pending.version})")
@@ -166,6 +203,20 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
                 "rows": rollout.transitions, "seed": rollout.seed, "episode": rollout.episode}
         manifest = self._store.put_shard(iteration, self.collector_id, rollout.arrays(), meta)
         return manifest.to_json().decode()
+
+
+def _check_collect(request: pb.CollectRequest) -> None:
+    """INVALID_ARGUMENT for what no Collect may ask: a timeout that is not finite (NaN never
+    times out) or beyond MAX_WAIT_S, negative seeds, episodes, iterations or SKU ids."""
+    t = request.timeout_s
+    if not (math.isfinite(t) and 0.0 <= t <= MAX_WAIT_S):
+        raise WireError(f"Collect request: timeout_s = {t!r}, expected seconds in [0, {MAX_WAIT_S:g}]")
+    for name in ("iteration", "seed", "episode"):
+        value = getattr(request, name)
+        if value < 0:
+            raise WireError(f"Collect request: {name} = {value}, expected an integer >= 0")
+    if request.obs_sku_ids and min(request.obs_sku_ids) < 0:
+        raise WireError("Collect request: obs_sku_ids holds a negative SKU id, expected ids >= 0")
 
 
 def buffer_chunks(arrays: dict[str, np.ndarray], iteration: int, version: int, max_rows: int,
@@ -198,3 +249,7 @@ class CollectorServer(GrpcServer):
         super().__init__(lambda s: pb_grpc.add_CollectorServiceServicer_to_server(servicer, s),
                          cfg, host, port, max_workers=8,
                          services=[service_name("CollectorService")])
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        self.servicer._pending.close()  # Collects waiting at the barrier end now
+        super().stop(grace_s)

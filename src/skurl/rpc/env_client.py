@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -22,7 +23,13 @@ import numpy as np
 from skurl.config import RpcConfig
 from skurl.rpc.codec import decode_batch, encode_into
 from skurl.rpc.env_wire import ORDER_DTYPES, LeanReplyDecoder, ReplyDecoder, schema_from_wire
-from skurl.rpc.errors import RequestRejectedError, RpcError, ServerUnavailableError, from_rpc_error
+from skurl.rpc.errors import (
+    SIM_SERVER,
+    RequestRejectedError,
+    RpcError,
+    ServerUnavailableError,
+    from_rpc_error,
+)
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.options import channel_options
@@ -50,8 +57,9 @@ _REJECTED: dict[str, dict[grpc.StatusCode, type[RpcError]]] = {
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 
 
-def connect(address: str, cfg: RpcConfig, timeout_s: float) -> grpc.Channel:
-    """A channel to `address` that is ready, or ServerUnavailableError naming it."""
+def connect(address: str, cfg: RpcConfig, timeout_s: float, server: str = SIM_SERVER) -> grpc.Channel:
+    """A channel to `address` that is ready, or ServerUnavailableError naming it and
+    `server`, what should be serving there."""
     channel = grpc.insecure_channel(address, options=channel_options(cfg))
     try:
         grpc.channel_ready_future(channel).result(timeout=timeout_s)
@@ -59,7 +67,7 @@ def connect(address: str, cfg: RpcConfig, timeout_s: float) -> grpc.Channel:
         channel.close()
         raise ServerUnavailableError(
             f"no skurl server answers at {address} within {timeout_s:g} s; "
-            "is it running there (skurl serve-sim)?", address, grpc.StatusCode.UNAVAILABLE,
+            f"is {server} running there?", address, grpc.StatusCode.UNAVAILABLE,
         ) from None
     return channel
 
@@ -102,6 +110,24 @@ class RemoteEnv:
             self._schema = self._decoder.schema
         else:
             self._decoder = ReplyDecoder(self._num_skus, self._schema)
+        # An Attach stream tells the server this client is alive: when the process dies
+        # and its channel closes, the server frees the session (env_server.py).
+        self._attach_stop = threading.Event()
+        self._attach_call: Any = None
+        threading.Thread(target=self._hold, name=f"attach-{self.env_id}", daemon=True).start()
+
+    def _hold(self) -> None:
+        while not self._attach_stop.is_set():
+            try:
+                self._attach_call = self._stub.Attach(pb.AttachRequest(env_id=self.env_id))
+                for _ in self._attach_call:
+                    pass
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    return  # an older server: its sessions expire on idleness only
+            except ValueError:
+                return  # the channel was closed under us
+            self._attach_stop.wait(1.0)  # closed by age, or the session lapsed: re-attach
 
     # ---------------------------------------------------------------- Env protocol
     @property
@@ -145,6 +171,9 @@ class RemoteEnv:
         """Free the session on the server (best effort) and the channel; idempotent."""
         if self._channel is None:
             return
+        self._attach_stop.set()
+        if self._attach_call is not None:
+            self._attach_call.cancel()
         # The server may be gone or busy; its sessions die with it.
         with contextlib.suppress(grpc.RpcError):
             self._stub.Close(pb.CloseRequest(env_id=self.env_id),

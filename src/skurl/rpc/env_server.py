@@ -1,25 +1,19 @@
 """EnvService: one server simulates one shard of the catalog for several sessions.
 
-Each session (env id, e.g. one per collector) owns an env over the shard: Reset opens
-a session if it is new, Step needs a Reset first (FAILED_PRECONDITION) and a known id
-(INVALID_ARGUMENT), Close frees it. GetInfo with `open` is the client's handshake: it
-opens the session and returns the shard's size, observation schema and row ids.
-
-Reset with lean=true makes the session's replies lean until the next Reset (env_wire.py:
-what a collector reads, the features as a delta against the previous reply); a Step
-whose lean flag differs from its Reset's is FAILED_PRECONDITION.
-
-Requests are validated before they reach the simulator (codec.py, env_wire.py): wrong
-names/dtypes/shapes and NaN or negative orders are INVALID_ARGUMENT; a malformed request
-never changes a session's state and never stops the server.
-"""
+Each session (env id, e.g. one per collector) owns an env over the shard: Reset opens it,
+Step needs a Reset first (FAILED_PRECONDITION) and a known id (INVALID_ARGUMENT), Close
+frees it; GetInfo with `open` is the client's handshake (size, schema, row ids). Reset with
+lean=true makes replies lean until the next Reset (env_wire.py: features as a delta).
+A session without a call for rpc.session_idle_s is closed, and so is one whose Attach
+streams (its client's channel) ended; malformed requests are INVALID_ARGUMENT and never
+change a session. More: docs/internals.md (rpc/env_server.py)."""
 
 from __future__ import annotations
 
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -54,6 +48,11 @@ if TYPE_CHECKING:
     from skurl.catalog.schema import Catalog
 
 _ENV_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
+# A session whose client's Attach streams all ended is closed after this long without a
+# call or a new Attach (a live client re-attaches within about a second).
+DETACH_GRACE_S = 5.0
+_ATTACH_POLL_S = 0.5
+MAX_ATTACH = 2  # Attach streams per session (each holds a handler thread)
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,22 @@ class _Session:
     lean: bool = False  # the episode's replies are lean (its Reset asked)
     raw: bool = False  # lean replies also carry the raw state (its Reset asked)
     delta: FeatureDeltaEncoder | None = None  # lean: the features last sent
+    used: float = field(default_factory=time.monotonic)  # last call (monotonic seconds)
+    attached: int = 0  # Attach streams open
+    detached: float | None = None  # when the last Attach stream ended (None: never attached)
+    closed: bool = False
+
+    def touch(self) -> None:
+        self.used = time.monotonic()
+
+    def expired(self, now: float, idle_s: float) -> bool:
+        """Idle too long, or its client's channel gone (no Attach since DETACH_GRACE_S)."""
+        if self.lock.locked():
+            return False  # a call is running on it
+        if idle_s > 0 and now - self.used > idle_s:
+            return True
+        return (self.attached == 0 and self.detached is not None
+                and now - max(self.detached, self.used) > DETACH_GRACE_S)
 
     def reset_delta(self, rows: int, dim: int) -> FeatureDeltaEncoder:
         if self.delta is None or self.delta.shape != (rows, dim):
@@ -96,6 +111,7 @@ def _step_histogram() -> Histogram | None:
 class EnvServicer(pb_grpc.EnvServiceServicer):
     def __init__(self, make_env: Callable[[], Env], shard: ShardInfo, cfg: RpcConfig,
                  max_sessions: int = 8) -> None:
+        self._stopping = False
         self._make_env = make_env
         self._shard = shard
         self._cfg = cfg
@@ -119,9 +135,11 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
     # ---------------------------------------------------------------- sessions
     def _open(self, env_id: str) -> _Session:
         _check_env_id(env_id)
+        self._expire()
         with self._lock:
             session = self._sessions.get(env_id)
             if session is not None:
+                session.touch()
                 return session
             if len(self._sessions) >= self._max_sessions:
                 raise CapacityError(f"shard {self._where()} already holds {self._max_sessions} "
@@ -141,7 +159,23 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             raise WireError(f"unknown env id '{env_id}' on shard {self._where()} "
                             f"(open sessions: {', '.join(sorted(self._sessions)) or 'none'}); "
                             "call Reset or GetInfo(open=true) first")
+        session.touch()
         return session
+
+    def _expire(self) -> None:
+        """Close the sessions of clients that left (idle, or their channel closed)."""
+        now, idle_s = time.monotonic(), self._cfg.session_idle_s
+        with self._lock:
+            gone = [k for k, s in self._sessions.items() if s.expired(now, idle_s)]
+            sessions = [self._sessions.pop(k) for k in gone]
+        for s in sessions:
+            self._release(s)
+
+    @staticmethod
+    def _release(session: _Session) -> None:
+        with session.lock:
+            session.closed = True
+            session.env.close()
 
     def _where(self) -> str:
         return f"{self._shard.index}/{self._shard.count}"
@@ -150,8 +184,9 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
             spare, self._spare = self._spare, None
+        self._stopping = True
         for s in sessions:
-            s.env.close()
+            self._release(s)
         if spare is not None:
             spare.close()
 
@@ -164,6 +199,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             with session.lock:
                 info_json = to_json(session.env.info())
         shard = self._shard
+        self._expire()
         with self._lock:
             env_ids = sorted(self._sessions)
         reply = pb.InfoReply(num_skus=self.num_skus, schema=schema_to_wire(self.schema),
@@ -181,6 +217,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
                             "expected integers >= 0")
         session = self._open(request.env_id)
         with session.lock:
+            _check_open(session, request.env_id)
             session.state = "new"  # stays so if reset fails
             with self._sim_lock:
                 obs = session.env.reset(int(request.seed), int(request.episode))
@@ -199,6 +236,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
         orders = decode_batch(request.orders, self._orders_spec, what="Step request")["orders"]
         check_orders(orders, self.num_skus)
         with session.lock:
+            _check_open(session, request.env_id)
             if session.state != "running":
                 why = "has not been reset" if session.state == "new" else (
                     f"has finished its episode ({session.day} days)")
@@ -238,9 +276,40 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             session = self._sessions.pop(request.env_id, None)
         if session is None:
             return pb.CloseReply(closed=False)
-        with session.lock:
-            session.env.close()
+        self._release(session)
         return pb.CloseReply(closed=True)
+
+    def Attach(self, request: pb.AttachRequest, context: grpc.ServicerContext) -> Iterator[pb.AttachReply]:
+        """Hold the session while the stream lasts (its end marks the client gone)."""
+        try:
+            session = self._get(request.env_id)
+        except WireError as exc:
+            context.abort(exc.grpc_code, str(exc))
+        with self._lock:
+            if session.attached >= MAX_ATTACH:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"env '{request.env_id}' already has {MAX_ATTACH} Attach streams")
+            session.attached += 1
+
+        def detach() -> None:
+            with self._lock:
+                session.attached -= 1
+                session.detached = time.monotonic()
+
+        if not context.add_callback(detach):
+            detach()
+        return self._held(session, context)
+
+    def _held(self, session: _Session, context: grpc.ServicerContext) -> Iterator[pb.AttachReply]:
+        while context.is_active() and not session.closed and not self._stopping:
+            time.sleep(_ATTACH_POLL_S)
+        return
+        yield  # a stream that sends nothing
+
+
+def _check_open(session: _Session, env_id: str) -> None:
+    if session.closed:  # closed (expired) while this call waited for it
+        raise WireError(f"env '{env_id}' was closed; open it again (Reset or GetInfo(open=true))")
 
 
 def _check_env_id(env_id: str) -> None:
@@ -266,6 +335,9 @@ def env_service_handler(servicer: EnvServicer) -> grpc.GenericRpcHandler:
                       response_serializer=_raw),
         "Close": unary(servicer.Close, request_deserializer=pb.CloseRequest.FromString,
                        response_serializer=pb.CloseReply.SerializeToString),
+        "Attach": grpc.unary_stream_rpc_method_handler(
+            servicer.Attach, request_deserializer=pb.AttachRequest.FromString,
+            response_serializer=pb.AttachReply.SerializeToString),
     })
 
 
@@ -276,7 +348,8 @@ class EnvServer(GrpcServer):
                  port: int = 0) -> None:
         self.servicer = servicer
         super().__init__(lambda s: s.add_generic_rpc_handlers((env_service_handler(servicer),)),
-                         cfg, host, port, max_workers=servicer._max_sessions + 4,
+                         # a call and MAX_ATTACH streams per session, and room to refuse more
+                         cfg, host, port, max_workers=(1 + MAX_ATTACH) * servicer._max_sessions + 4,
                          services=[service_name("EnvService")])
 
     def stop(self, grace_s: float = 2.0) -> None:

@@ -4,19 +4,7 @@ Names (one place, like RLlib's Columns): observation tensors `OBS_NAMES`, step t
 `reward`, `failed` and one tensor per DayMetrics field. Dtypes are the env's own, so a
 remote trajectory is bit-identical to the in-process one.
 
-Lean replies (Reset/Step with lean=true; what a collector reads, ~1/13 of the bytes):
-observation `LEAN_OBS_NAMES` (the features as a lossless delta, feature_delta.py, and
-today's forecast only, [N, 1]); step `reward`, `failed` and `metric_sums` float64 [M],
-each DayMetrics field summed over the shard's SKUs (in `METRIC_NAMES` order). The rest of
-the raw state and the per-SKU metrics are not sent: the decoded Obs/StepResult show them
-as read-only zeros (raw state) and NaN (metrics), and `LeanReplyDecoder.sums` holds the sums.
-Lean with raw (a Reset with raw=true; collectors on the cover action grid): the observation
-also carries `RAW_NAMES` and the whole forecast window, the raw state bit for bit.
-
-The client decodes into arrays allocated once and overwritten by every call, the same
-contract as VectorEnv's views (sim/api.py: "copy what you keep"), which also makes them
-writable (np.frombuffer views of protobuf bytes are read-only).
-"""
+More: docs/internals.md (rpc/env_wire.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +19,8 @@ from skurl.rpc.feature_delta import FeatureDeltaDecoder
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.wire_fast import decode_reply, encode_reply
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
+
+MAX_ORDER = 1e9  # units per SKU per day, as sim/env.py's MAX_ORDER (test_rpc_hardening checks)
 
 OBS_NAMES = ("features", "on_hand", "pipeline", "backlog", "forecast")
 METRIC_NAMES = tuple(f.name for f in fields(DayMetrics))
@@ -291,13 +281,12 @@ def schema_from_wire(fields_: list[pb.SchemaField]) -> ObsSchema:
 
 
 def check_orders(orders: np.ndarray, num_skus: int) -> np.ndarray:
-    """Order quantities as the env expects them: finite, >= 0, [N]; else WireError."""
+    """Order quantities as the env expects them: finite, in [0, MAX_ORDER], [N]; else
+    WireError (plain numbers in the message, as skurl.proto documents the cap)."""
     check_spec("orders", orders, orders_spec(num_skus)["orders"], "Step request")
-    bad = orders < 0
-    if orders.dtype.kind == "f":
-        bad |= ~np.isfinite(orders)
+    bad = ~((orders >= 0) & (orders <= MAX_ORDER))  # NaN fails both
     if bad.any():
         i = int(np.argmax(bad))
         raise WireError(f"Step request: orders[{i}] = {orders[i].item()!r}, expected a finite number "
-                        f">= 0 ({int(bad.sum())} of {num_skus} orders are bad)")
+                        f"in [0, {MAX_ORDER:g}] ({int(bad.sum())} of {num_skus} orders are bad)")
     return orders

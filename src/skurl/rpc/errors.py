@@ -54,8 +54,11 @@ class RequestRejectedError(RpcError):
     """The server refused the request (bad arguments, wrong state, too large)."""
 
 
+# What should be serving each service, for the UNAVAILABLE hint.
+SIM_SERVER = "skurl serve-sim"
+COLLECTOR = "skurl collector"
+WEIGHTS = "the learner's weights service (sync.backend=grpc, deploy.weights_address)"
 _HINTS = {
-    grpc.StatusCode.UNAVAILABLE: "is the server running there (skurl serve-sim)?",
     grpc.StatusCode.DEADLINE_EXCEEDED: "raise rpc.timeout_s if the server is just slow",
 }
 # gRPC core's own words for a message over the size limit (sent or received).
@@ -63,14 +66,18 @@ _TOO_LARGE = "message larger than max"
 
 
 def from_rpc_error(exc: grpc.RpcError, address: str, what: str,
-                   rejected: dict[grpc.StatusCode, type[RpcError]] | None = None) -> RpcError:
+                   rejected: dict[grpc.StatusCode, type[RpcError]] | None = None,
+                   server: str = SIM_SERVER) -> RpcError:
     """The skurl error for a failed call `what` (e.g. 'Step') to the server at `address`;
-    `rejected` picks more specific classes for some status codes."""
+    `rejected` picks more specific classes for some status codes; `server` names what
+    should be serving there."""
     code = exc.code() if isinstance(exc, grpc.Call) else None
     details = (exc.details() if isinstance(exc, grpc.Call) else str(exc)) or ""
     details = " ".join(details.split())  # one line, whatever the server or core wrote
     name = code.name if code is not None else "UNKNOWN"
     hint = _HINTS.get(code, "") if code is not None else ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        hint = f"is {server} running there?"
     if _TOO_LARGE in details.lower():
         hint = "raise rpc.max_message_mb on both sides, or use more shards"
     message = f"{what} on {address} failed ({name}): {details}" + (f"; {hint}" if hint else "")

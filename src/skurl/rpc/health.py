@@ -2,16 +2,19 @@
 
 Every GrpcServer serves `grpc.health.v1.Health` next to its own service: SERVING for the
 whole server ("") and for each service it hosts while it is up, NOT_SERVING from the
-moment it starts to shut down. The Check handler runs on the server's own thread pool,
-so a server whose handlers are all stuck does not answer it: `probe` then times out and
-says False, the same as for a server that is gone. Standard tools (grpc_health_probe,
+moment it starts to shut down. Check and Watch run on thread pools of their own (gRPC's
+per-handler `experimental_thread_pool`), so a flood of calls or streams that holds every
+handler thread of the server does not stop it from answering; a process that is gone
+or frozen does not, and `probe` then says False. Standard tools (grpc_health_probe,
 Kubernetes' grpc liveness probes) read the same service.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -28,12 +31,40 @@ def service_name(short: str) -> str:
     return pb.DESCRIPTOR.services_by_name[short].full_name
 
 
+HEALTH_SERVICE = "grpc.health.v1.Health"
+CHECK_THREADS = 4  # Check calls answered at once (each returns at once)
+WATCH_THREADS = 4  # Watch streams open at once (each holds a thread while it lasts)
+
+
+def _on_pool(handler: Callable[..., Any], pool: futures.ThreadPoolExecutor) -> Callable[..., Any]:
+    """`handler`, run by gRPC on `pool` instead of the server's pool."""
+
+    def run(request: Any, context: grpc.ServicerContext) -> Any:
+        return handler(request, context)
+
+    run.experimental_thread_pool = pool  # type: ignore[attr-defined]
+    return run
+
+
 def add_health(server: grpc.Server, services: Iterable[str] = ()) -> health.HealthServicer:
-    """Add the health service to `server` (before it starts); SERVING for "" and `services`."""
+    """Add the health service to `server` (before it starts), on its own thread pools;
+    SERVING for "" and `services`."""
     servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    check_pool = futures.ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="health-check")
+    watch_pool = futures.ThreadPoolExecutor(WATCH_THREADS, thread_name_prefix="health-watch")
+    request = health_pb2.HealthCheckRequest.FromString
+    reply = health_pb2.HealthCheckResponse.SerializeToString
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(HEALTH_SERVICE, {
+        "Check": grpc.unary_unary_rpc_method_handler(
+            _on_pool(servicer.Check, check_pool), request_deserializer=request,
+            response_serializer=reply),
+        "Watch": grpc.unary_stream_rpc_method_handler(
+            _on_pool(servicer.Watch, watch_pool), request_deserializer=request,
+            response_serializer=reply),
+    }),))
     for name in (OVERALL, *services):
         servicer.set(name, SERVING)
+    servicer.pools = (check_pool, watch_pool)  # type: ignore[attr-defined]  # shut down on stop
     return servicer
 
 

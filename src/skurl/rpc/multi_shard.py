@@ -4,17 +4,7 @@ Orders are scattered to the shards by row index, the shards step concurrently (t
 gRPC and the numba kernels release the GIL), and observations, rewards and metrics are
 gathered back in the catalog's row order, so a collector sees one Env of N SKUs.
 
-Shard envs size some observation fields from their own rows (sim/layout.py: expiring
-days, pipeline days, forecast days). The merged schema takes each field's widest shard;
-a narrower shard's extra columns are zero, which is exactly what the whole-catalog env
-shows there for expiring and pipeline (no stock or order reaches that far for its SKUs).
-One shard holding every row in order (a collector driving one sim server) is passed
-through: its own Obs/StepResult come back, without a gathering copy.
-
-`raw.forecast` is the exception: columns past a shard's own horizon are 0, not the
-forecast for those days (no policy reads them: a SKU's horizon is its lead time, longest
-delay and review days, all inside its shard's horizon).
-"""
+More: docs/internals.md (rpc/multi_shard.py)."""
 
 from __future__ import annotations
 

@@ -3,23 +3,7 @@
 Message-size limits: `rpc.max_message_mb` sets the send and receive limit of clients and
 servers alike (gRPC's own default receive limit, 4 MiB, is far below one 100k-SKU step).
 
-Keepalive: option names and semantics from the gRPC core keepalive guide,
-https://github.com/grpc/grpc/blob/master/doc/keepalive.md :
-- grpc.keepalive_time_ms: ping period on an idle transport (both sides);
-- grpc.keepalive_timeout_ms: how long to wait for the ping's ack before closing;
-- grpc.keepalive_permit_without_calls: ping even with no call in flight, so a collector
-  between iterations still notices a dead sim server;
-- grpc.http2.max_pings_without_data: 0 lifts the cap on pings without data frames;
-- grpc.http2.min_ping_interval_without_data_ms (server): the shortest ping interval the
-  server tolerates; it must not exceed the client's period, or the server answers
-  GOAWAY "too_many_pings" and drops the connection.
-
-Connection age (server options, same guide and grpc_types.h): after
-grpc.max_connection_age_ms (+-10% jitter) the server sends GOAWAY; the client's channel
-opens a new connection for its next call, which a load balancer may place on another
-server, so collectors that live for days rebalance. Calls in flight get
-grpc.max_connection_age_grace_ms to finish before the connection is closed.
-"""
+More: docs/internals.md (rpc/options.py)."""
 
 from __future__ import annotations
 

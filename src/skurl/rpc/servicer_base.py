@@ -119,6 +119,8 @@ class GrpcServer:
             self._stopped = True
             self.health.enter_graceful_shutdown()  # NOT_SERVING while calls drain
             self._server.stop(grace_s).wait()
+            for pool in getattr(self.health, "pools", ()):
+                pool.shutdown(wait=False)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until the server stops (True) or `timeout_s` passes (False)."""

@@ -17,16 +17,17 @@ import grpc
 
 from skurl.config import RpcConfig
 from skurl.rpc.env_client import DEFAULT_CONNECT_TIMEOUT_S, connect
-from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError, from_rpc_error
+from skurl.rpc.errors import WEIGHTS, RequestRejectedError, ServerUnavailableError, from_rpc_error
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.sync.api import Tensors, WeightSyncTimeout
 from skurl.sync.codec import (
     WeightBlob,
     WeightIntegrityError,
+    check_weights,
     decode_weights,
-    encode_weights,
-    spec_mismatch,
+    encode_checked,
+    note_rejected,
     spec_of,
 )
 from skurl.sync.slot import VersionedSlot
@@ -56,11 +57,11 @@ class GrpcWeightPublisher:
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         self.address, self.model_key = address, model_key
         self._cfg = cfg or RpcConfig()
-        self._channel = connect(address, self._cfg, connect_timeout_s)
+        self._channel = connect(address, self._cfg, connect_timeout_s, WEIGHTS)
         self._stub = pb_grpc.WeightSyncServiceStub(self._channel)
 
     def publish(self, version: int, tensors: Tensors) -> None:
-        self.publish_blob(encode_weights(tensors, version, self.model_key))
+        self.publish_blob(encode_checked(tensors, version, self.model_key))
 
     def publish_blob(self, blob: WeightBlob) -> None:
         try:
@@ -68,7 +69,7 @@ class GrpcWeightPublisher:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, self.address, f"SetWeights '{blob.model_key}' "
                                  f"v{blob.version}", {grpc.StatusCode.FAILED_PRECONDITION:
-                                                     VersionNotNewerError}) from None
+                                                     VersionNotNewerError}, server=WEIGHTS) from None
 
     def close(self) -> None:
         self._channel.close()
@@ -85,7 +86,7 @@ class GrpcWeightSubscriber:
         self.address, self.model_key = address, model_key
         self._cfg = cfg or RpcConfig()
         self._like = None if like is None else spec_of(like)
-        self._channel = connect(address, self._cfg, connect_timeout_s)
+        self._channel = connect(address, self._cfg, connect_timeout_s, WEIGHTS)
         self._stub = pb_grpc.WeightSyncServiceStub(self._channel)
         self._slot: VersionedSlot[Tensors] = VersionedSlot()  # the newest accepted weights
         self._lock = threading.Lock()  # guards _call against close()
@@ -106,7 +107,7 @@ class GrpcWeightSubscriber:
             reply = self._stub.GetVersion(pb.VersionRequest(key=self.model_key),
                                           timeout=self._cfg.timeout_s)
         except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.address, f"GetVersion '{self.model_key}'") from None
+            raise from_rpc_error(exc, self.address, f"GetVersion '{self.model_key}'", server=WEIGHTS) from None
         return None if reply.version < 0 else int(reply.version)
 
     def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, Tensors]:
@@ -158,21 +159,17 @@ class GrpcWeightSubscriber:
                 elif exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                     failures += 1
                     if failures == 1:
-                        log.warning("%s", from_rpc_error(exc, self.address, "Subscribe"))
+                        log.warning("%s", from_rpc_error(exc, self.address, "Subscribe", server=WEIGHTS))
                     time.sleep(_BACKOFF_S[min(failures, len(_BACKOFF_S)) - 1])
 
     def _accept(self, msg: pb.Weights) -> None:
         blob = from_message(msg)
         try:
-            if blob.model_key != self.model_key:
-                raise WeightIntegrityError(f"weights for key '{blob.model_key}', expected "
-                                           f"'{self.model_key}'")
             tensors = decode_weights(blob)
-            wrong = None if self._like is None else spec_mismatch(spec_of(tensors), self._like)
-            if wrong is not None:
-                raise WeightIntegrityError(wrong)
+            check_weights(blob, tensors, self.model_key, self._like)
         except WeightIntegrityError as exc:
             self.rejected += 1
+            note_rejected("subscribe")
             log.error("dropping weights v%d from %s: %s", blob.version, self.address, exc)
             return
         self._slot.offer(blob.version, tensors)

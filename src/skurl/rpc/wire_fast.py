@@ -7,11 +7,9 @@ and read with np.frombuffer views into the received bytes. The bytes are ordinar
 protobuf (skurl.proto's ResetReply / StepReply): any protobuf client parses them, and
 tests/integration/test_rpc_wire_fast.py checks both directions against the runtime.
 
-Wire format (https://protobuf.dev/programming-guides/encoding/): a field is a varint key
-(field_number << 3 | wire_type) then its value; wire type 0 = varint, 2 = length-
-delimited (varint length, then bytes), 1 = 64-bit, 5 = 32-bit; proto3 packs repeated
-scalars (Tensor.shape) into one length-delimited field and omits default values.
-"""
+Wire format (https://protobuf.dev/programming-guides/encoding/): a field is a varint key (field_number
+<< 3 | wire_type) then its value; wire type 0 = varint, 2 = length-delimited (varint length, then
+bytes), 1 = 64-bit, 5 = 32-bit; proto3 packs repeated scalars (Tensor.shape) into one field."""
 
 from __future__ import annotations
 

@@ -8,13 +8,7 @@ same way), and the B SKUs are those with the smallest hash of (seed, sku_id). Th
 pure function of (catalog, strata, share, seed): the same SKU lands in the same group
 whatever the catalog's row order.
 
-Strata are catalog columns with integer values (category, group, lead_time, shelf_life,
-promo_period, ...) and `velocity`: the tercile of the base demand rate (demand_mean) over
-the catalog, low (at most the 1/3 quantile), mid (at most the 2/3 quantile) or high.
-
-The groups file (Parquet), shared with `skurl recommend --ab`: sku_id int64, group string
-('A' or 'B'), stratum string (`category=3|velocity=high`; `all` without strata).
-"""
+More: docs/internals.md (serve/ab.py)."""
 
 from __future__ import annotations
 

@@ -9,17 +9,7 @@ inventory cost, profit) is replaced by
 
     y' = y - theta_y (x - mean_s(x)),    x = the same column's pre-period total per day,
 
-mean_s over the SKU's stratum (both groups), theta_y the within-cell least-squares slope of
-y on x pooled over the compared (stratum, group) cells. Because the split is random within
-strata, E[mean_gs(x)] = mean_s(x) in either group, so the stratified estimate on y' has the
-same expectation as on y, with variance reduced by about the squared correlation of y and x.
-theta is fitted once on all SKUs and held fixed in the bootstrap (its own error is of a
-lower order). sku_days, the denominator of the per-day KPIs, is not adjusted.
-
-Pre-period columns in OUTCOMES.parquet (what `skurl ab simulate` writes; from a real test,
-the SKUs' figures for the weeks before it): pre_sku_days, and pre_ + each of demand, lost,
-waste, inventory_cost, profit.
-"""
+More: docs/internals.md (serve/ab_cuped.py)."""
 
 from __future__ import annotations
 

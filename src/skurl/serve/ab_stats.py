@@ -5,18 +5,7 @@ figures): sku_id, sku_days (days observed), demand, lost, waste (units), invento
 profit (money), totals over the test; optionally the same totals for a pre-period before
 it (pre_sku_days, pre_demand, ...), which add a CUPED estimate (ab_cuped.py).
 
-Each KPI is a ratio of per-SKU totals: fill rate = (demand - lost) / demand; lost units,
-waste units, inventory cost and profit per SKU-day = total / sku_days. A group's value is
-the stratified ratio estimate sum_s W_s mean_gs(numerator) / sum_s W_s mean_gs(denominator),
-W_s the stratum's share of all SKUs (so both groups are weighted to the whole catalog, as
-`skurl eval` weights it), and the effect is B - A. Strata with fewer than MIN_CELL SKUs in a
-group are pooled into one (pool_small_strata); a stratum still lacking one of the groups
-carries no comparison and is left out (counted in the result). The interval is the percentile
-bootstrap: SKUs are resampled with replacement within each (stratum, group) cell, all KPIs
-from the same resample, in blocks of replicates so memory stays bounded. On fat-tailed
-catalogs it under-covers: over 100 splits of the embedded catalog, 95% intervals held eval's
-difference 83-96 times (CUPED: 88-95; docs/ab_acceptance.md).
-"""
+More: docs/internals.md (serve/ab_stats.py)."""
 
 from __future__ import annotations
 

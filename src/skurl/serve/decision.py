@@ -70,8 +70,11 @@ class Decision(nn.Module):
         else:
             same = (table.unsqueeze(-1) == table.unsqueeze(-2)).to(torch.float64)  # [B, A, A]
             mass = (same * probs.unsqueeze(-2)).sum(-1)
-            action = mass.argmax(dim=-1)
-            units = table.gather(1, action.unsqueeze(-1)).squeeze(-1)
+            units = table.gather(1, mass.argmax(dim=-1).unsqueeze(-1)).squeeze(-1)
+            # The first action ordering those units, as policy.nets.most_likely_quantity picks:
+            # members of one quantity share a mass, but runtimes may sum their rows in other
+            # orders (last-bit ties), so argmax over mass alone could name another member.
+            action = (table == units.unsqueeze(-1)).to(torch.float32).argmax(dim=-1)
         units = _clip(units)
         probability = probs.gather(1, action.unsqueeze(-1)).squeeze(-1).to(torch.float32)
         out = (units, action, probability)

@@ -18,6 +18,7 @@ import torch
 from skurl.config import Config, load_config
 from skurl.errors import UserError
 from skurl.policy.grid_center import GridCenter, center_from_bytes, load_center
+from skurl.policy.nets import input_tensor
 from skurl.serve.snapshot import Widths
 
 BATCH = 16_384  # rows per call: LearnedPolicy's chunk, so torch sees the simulator's shapes
@@ -102,7 +103,7 @@ class TorchModel:
     def run(self, inputs: dict[str, np.ndarray], batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = inputs["obs"].shape[0]
         units, action, prob = np.empty(n, np.float64), np.empty(n, np.int64), np.empty(n, np.float32)
-        tensors = [torch.from_numpy(np.ascontiguousarray(inputs[k])) for k in self.input_names]
+        tensors = [input_tensor(np.ascontiguousarray(inputs[k])) for k in self.input_names]  # read-only snapshot columns
         for s in range(0, n, batch):
             u, a, p = self.decision(*(t[s:s + batch] for t in tensors))[:3]
             units[s:s + batch], action[s:s + batch], prob[s:s + batch] = u.numpy(), a.numpy(), p.numpy()

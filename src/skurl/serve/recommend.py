@@ -182,15 +182,20 @@ def read_validated(state: Path, info: ModelInfo, timings: Timings) -> Snapshot:
 
 
 def recommend(model: Model, state: Path, catalog: Catalog, *, ab: Path | None = None,
-              model_b: Model | None = None, policy_b: str | None = None,
+              model_b: Model | None = None, policy_b: str | None = None, policy_a: str | None = None,
               timings: Timings | None = None) -> Orders:
-    """Orders for every SKU of snapshot `state` (A/B: each SKU its own group's)."""
+    """Orders for every SKU of snapshot `state` (A/B: each SKU its own group's). Under A/B,
+    `model` serves group A and `model_b` or `policy_b` group B; or, with `policy_a` (the
+    tuned baseline as control), `policy_a` serves A and `model` serves B."""
     timings = timings or Timings()
     snap = read_validated(state, model.info, timings)
     if ab is None:
         return model_orders(model, snap, catalog, timings)
     groups = read_groups(ab, snap)
     rows_a, rows_b = np.flatnonzero(groups == "A"), np.flatnonzero(groups == "B")
+    if policy_a is not None:
+        control = baseline_orders(policy_a, snap.take(rows_a), catalog, model.info)
+        return merge(groups, control, model_orders(model, snap.take(rows_b), catalog, timings), rows_a, rows_b)
     orders_a = model_orders(model, snap.take(rows_a), catalog, timings)
     other: Callable[[Snapshot], Orders]
     if model_b is not None:

@@ -1,4 +1,4 @@
-"""The vectorized inventory simulator (DESIGN section 3): `VectorEnv` over a Catalog shard,
+"""The vectorized inventory simulator (docs/architecture.md, Simulator semantics): `VectorEnv` over a Catalog shard,
 its counter-based random numbers (rng), demand samplers (demand), and a slow scalar
 reference (reference) that the tests step side by side with it."""
 

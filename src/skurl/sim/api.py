@@ -73,6 +73,7 @@ class RawState:
     backlog: np.ndarray  # int64, backordered units (0 under lost sales)
     forecast: np.ndarray  # float32 [N, H] mean-demand forecast for days t..t+H-1
     day: int  # today's day index within the episode
+    owed: np.ndarray | None = None  # int64, units the upstream owes each row (supply networks only)
 
 
 @dataclass

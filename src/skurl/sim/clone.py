@@ -8,10 +8,8 @@ trajectory bit for bit, clones of one row under different orders see the same de
 (common random numbers), and a clone given another (seed, episode) key sees an
 independent future of the same SKU from the same state (a replication). The clone's row,
 not its sku_id, is what makes it a separate SKU of the new env; nothing here depends on
-the shard or the other rows, so clones are shard-invariant like the env itself.
-
-Clones are simulated alone: a member of a substitution group is cloned without its group.
-"""
+the shard or the other rows, so clones are shard-invariant like the env itself. Clones are
+simulated alone: a member of a substitution group is cloned without its group."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One SKU's day (DESIGN section 3), as numba functions inlined into the kernels' loops.
+"""One SKU's day (docs/architecture.md, Simulator semantics), as numba functions inlined into the kernels' loops.
 
 own_demand: the order is placed, demand drawn and served (backlog first) from own stock.
 serve_group: a substitution group's spilled demand is served by members with stock left.

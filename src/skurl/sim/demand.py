@@ -4,38 +4,7 @@ Every sampler takes the SKU key, the day, the stream and the first draw index k,
 returns (value, next k), so samplers can be chained within one (sku, day, stream) without
 any carried generator state (see rng.py).
 
-Sources of the methods:
-- Poisson, small means: sequential search inversion (Devroye, "Non-Uniform Random Variate
-  Generation", 1986, ch. X.3): one uniform per variate, p(x + 1) = p(x) * m / (x + 1).
-- Poisson, large means: PTRS, transformed rejection with squeeze (W. Hörmann, "The
-  transformed rejection method for generating Poisson random variables", Insurance:
-  Mathematics and Economics 12, 1993), exact for mean >= 10.
-- Gamma: G. Marsaglia & W. W. Tsang, "A simple method for generating gamma variables",
-  ACM TOMS 26(3), 2000, with their boost Gamma(a) = Gamma(a + 1) * U^(1/a) for a < 1.
-- Normal: the ziggurat method (ziggurat.py; Marsaglia & Tsang 2000).
-- Geometric on {0, 1, ..}: inversion, X = floor(log U / log(1 - p)).
-- Negative binomial (mean m, size r), small means (m < 20 and m <= 20 r): sequential search
-  inversion as for the Poisson (Devroye 1986, ch. X.3) over the pmf
-  p(x) = Gamma(r + x) / (Gamma(r) x!) (1 - q)^r q^x, q = m / (r + m), by its recursion
-  P(X = 0) = (r / (r + m))^r, p(x + 1) = p(x) * (r + x) / (x + 1) * q; one uniform per
-  variate. m <= 20 r keeps q <= 20/21, so the tail beyond the search's cap is far below the
-  uniforms' resolution (for r <= 1 the pmf is at most q^x, so P(X > 1000) < 21 (20/21)^1001
-  < 2e-20; a test checks P(X > 1000) < 1e-19 over all r).
-- Negative binomial, other means: Poisson(Gamma(r, m / r)) (the Gamma-Poisson mixture).
-- Both searches are squeezed (cheap bounds decide most comparisons, like the squeezes of
-  rejection methods): the search returns the least x with u <= P(X = 0) * S(x), S(x) = the
-  sum of p(j) / P(X = 0) over j <= x (rational in m and r); while a lower bound lo and an
-  upper bound hi of P(X = 0), computed without transcendental functions, decide each
-  comparison (u <= lo S: yes; u > hi S: no), P(X = 0) itself is never computed. Rounding is
-  monotone and lo, hi lie outside the computed P(X = 0) by far more than its rounding
-  (relative slack 2^-40), so the bounds change no result. At x = 0 the lower bound is the
-  zero shortcut: most SKUs sell nothing on most days. Bounds: P(X = 0) = exp(-y) with y = m
-  (Poisson) or y = r log(1 + m / r) (negative binomial); Taylor's remainder gives P5(z) <=
-  exp(-z) <= P6(z) (Pk: the series of exp(-z) to z^k, z >= 0), raised to the 8th power at z
-  = y / 8; for y, with s = m / (2 r + m), y = 2 r atanh(s) = m (1 - s) (1 + s^2/3 + s^4/5 +
-  ...), all terms positive, those after s^4/5 at most s^6 / (7 (1 - s^2)); and y <= m (log(1
-  + t) <= t), a bound without a divide.
-"""
+More: docs/internals.md (sim/demand.py)."""
 
 from __future__ import annotations
 

@@ -7,14 +7,7 @@ Usage:
         res = env.step(orders_in_units)   # float or int [N], >= 0
         if res.done: break
 
-All returned arrays (features, raw state, reward, metrics, failed mask) are views of
-buffers allocated once and overwritten by the next reset/step: copy what you keep. The
-features and raw state views are read-only: the raw state is the simulator's own state, and
-a step rewrites only the feature columns that can change (sku_ops.write_features).
-
-A shard must be group-closed: all members of a substitution group in the same env (the
-env cannot see the rest of the catalog; catalog.partition guarantees it).
-"""
+More: docs/internals.md (sim/env.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +31,8 @@ from skurl.sim.api import (
 )
 from skurl.sim.clone import clone_keys, copy_rows
 from skurl.sim.kernel import first_bad_order, reset_kernel, step_kernel
-from skurl.sim.layout import Layout, layout_for
+from skurl.sim.layout import NETWORK_FIELDS, Layout, layout_for
+from skurl.sim.network import RULES, network_features_kernel, network_for, network_step_kernel
 from skurl.sim.rng import MAX_DAY, run_key
 from skurl.sim.state import (
     FAIL_REASONS,
@@ -89,6 +83,8 @@ def check_structure(catalog: Catalog) -> None:
         if arr.shape[0] != n:
             raise CatalogError(f"catalog field '{name}': {arr.shape[0]} rows, expected {n}")
         bad = (arr < lo) | (arr > hi)
+        if name == "lead_time":  # a link from an upstream location may take 0 days
+            bad &= ~((arr == 0) & (catalog.upstream >= 0))
         if bad.any():
             i = int(np.argmax(bad))
             raise CatalogError(f"catalog SKU {int(catalog.sku_id[i])}: field '{name}' = {arr[i]!r}, "
@@ -112,8 +108,14 @@ class VectorEnv:
         # min_widths: (A, P) of the whole catalog when `catalog` is a subset (layout_for)
         self.layout: Layout = layout_for(catalog, self.cfg.review_days, min_widths)
         self._params = make_params(catalog, self.cfg.substitution)
+        self._net = network_for(catalog, self.cfg)
         self._state = make_state(catalog, self.layout)
         self._out = make_outputs(len(catalog), self.layout)
+        self._kout = self._out  # what the kernels write: without the network columns
+        if self._net is not None:
+            self._owed_view = _read_only(self._net.owed)
+            self._net_base = self.layout.dim - len(NETWORK_FIELDS)
+            self._kout = self._out._replace(features=self._out.features[:, :self._net_base])
         self.threads = self._thread_count(self.cfg.threads)
         st = self._state.st
         npipe = self.layout.pipeline
@@ -157,7 +159,8 @@ class VectorEnv:
 
     def _obs(self) -> Obs:
         on_hand, pipeline, backlog, forecast = self._raw_views
-        raw = RawState(on_hand, pipeline, backlog, forecast, self._day)
+        owed = None if self._net is None else self._owed_view
+        raw = RawState(on_hand, pipeline, backlog, forecast, self._day, owed)
         return Obs(self._features_view, raw, self.layout.schema)
 
     def observe(self) -> Obs:
@@ -176,8 +179,12 @@ class VectorEnv:
         self._seed, self._episode = int(seed), int(episode)
         numba.set_num_threads(self.threads)
         init_days = float(self.cfg.initial_stock_days)
-        _run_kernel(reset_kernel, self._params, self._state, self._out,
+        _run_kernel(reset_kernel, self._params, self._state, self._kout,
                     run_key(self._seed, self._episode), init_days, np.int64(self.layout.pipeline))
+        if self._net is not None:
+            self._net.owed[:] = 0
+            _run_kernel(network_features_kernel, self._params, self._state, self._net, self._out.features,
+                        np.int64(self._net_base))
         self._day = 0
         return self._obs()
 
@@ -206,9 +213,16 @@ class VectorEnv:
         arr = self._check_orders(orders)
         numba.set_num_threads(self.threads)
         cfg = self.cfg
-        _run_kernel(step_kernel, self._params, self._state, self._out, arr,
-                    np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
-                    cfg.issuing == "lifo", cfg.reward == "cost")
+        if self._net is None:
+            _run_kernel(step_kernel, self._params, self._state, self._out, arr,
+                        np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
+                        cfg.issuing == "lifo", cfg.reward == "cost")
+        else:
+            _run_kernel(network_step_kernel, self._params, self._state, self._kout, self._out.features,
+                        np.int64(self._net_base), self._net, arr,
+                        np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
+                        cfg.issuing == "lifo", cfg.reward == "cost", np.int64(RULES[cfg.allocation]),
+                        cfg.upstream_shortage == "cancel")
         self._day += 1
         return StepResult(self._obs(), self._out.reward, self.done, self._metrics, self._failed_view)
 
@@ -220,6 +234,8 @@ class VectorEnv:
         sim.days); its totals start at zero; clones are simulated without substitution."""
         if self._day < 0 or self._seed is None:
             raise EnvStateError("clone: call reset() first")
+        if self._net is not None:
+            raise EnvStateError("clone: not supported on a catalog with supply networks (docs/networks.md)")
         idx = np.ascontiguousarray(rows, dtype=np.int64)
         if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= self.num_skus:
             raise ValueError(f"clone: rows must be a non-empty 1-d array of rows in [0, {self.num_skus})")

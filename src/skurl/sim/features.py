@@ -1,6 +1,6 @@
 """The one feature function: an inventory snapshot row (+ catalog parameters) -> observation.
 
-`feature_row` is the observation of DESIGN 3 (column order of layout.schema_for), written
+`feature_row` is the observation of docs/architecture.md, Simulator semantics (column order of layout.schema_for), written
 from the quantities an inventory snapshot holds (serve/snapshot.py documents them). The
 simulator's kernel calls it with its own state (sku_ops.write_features: stock slots, shift
 register, ring of sales) and serving calls it through `snapshot_features` with a snapshot's

@@ -1,4 +1,4 @@
-"""The vectorized step: numba kernels over all SKUs of a shard (DESIGN section 3).
+"""The vectorized step: numba kernels over all SKUs of a shard (docs/architecture.md, Simulator semantics).
 
 Work is split into chunks of consecutive rows (chunks.py), run in parallel (prange); a
 chunk's rows are simulated serially by one `sku_jit` function with all per-SKU code
@@ -9,8 +9,7 @@ chunk's rows are simulated serially by one `sku_jit` function with all per-SKU c
   then, in parallel, the global groups (rows spread over chunks) do the same.
 Every SKU (and every group) is processed by one thread from its own rows and counter-based
 random numbers, so results do not depend on thread count, shard or row order.
-`npipe` is the pipeline width P (columns S_PIPE.. of the state rows).
-"""
+`npipe` is the pipeline width P (columns S_PIPE.. of the state rows)."""
 
 from __future__ import annotations
 

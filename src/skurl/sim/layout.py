@@ -3,7 +3,7 @@
 A = longest shelf life (expiring-by-day columns; 0 without perishables),
 P = longest lead time + longest supplier delay (pipeline slots),
 H = P + review days (forecast days in the raw state).
-The feature order is the contract of sim/api.ObsSchema (DESIGN section 3).
+The feature order is the contract of sim/api.ObsSchema (docs/architecture.md, Simulator semantics).
 """
 
 from __future__ import annotations
@@ -36,7 +36,13 @@ class Layout:
         return self.schema.dim
 
 
-def schema_for(expiring: int, pipeline: int) -> ObsSchema:
+# Appended only for catalogs with supply networks (docs/networks.md), in days of the row's demand.
+NETWORK_FIELDS = (("upstream_on_hand", 1), ("upstream_pipeline", 1), ("upstream_backlog", 1),
+                  ("echelon_position", 1), ("echelon", 1))
+
+
+def schema_for(expiring: int, pipeline: int, network: bool = False) -> ObsSchema:
+    extra = NETWORK_FIELDS if network else ()
     return ObsSchema(fields=(
         ("on_hand", 1),
         ("expiring", expiring),
@@ -55,6 +61,7 @@ def schema_for(expiring: int, pipeline: int) -> ObsSchema:
         ("log_demand", 1),
         ("economics", N_ECONOMICS),
         ("demand_dispersion", 1),
+        *extra,
     ))
 
 
@@ -71,7 +78,8 @@ def layout_for(catalog: Catalog, review_days: int, min_widths: tuple[int, int] =
     the extra columns stay zero, exactly what the whole-catalog env shows there."""
     own_a, own_p = catalog_widths(catalog)
     expiring, pipeline = max(own_a, int(min_widths[0])), max(own_p, int(min_widths[1]))
-    return Layout(expiring, pipeline, pipeline + review_days, schema_for(expiring, pipeline))
+    return Layout(expiring, pipeline, pipeline + review_days,
+                  schema_for(expiring, pipeline, catalog.has_network))
 
 
 def feature_scale(demand_mean: np.ndarray) -> np.ndarray:

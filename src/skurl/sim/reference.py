@@ -1,4 +1,4 @@
-"""A slow scalar reference simulator, written from DESIGN section 3 independently of the
+"""A slow scalar reference simulator, written from docs/architecture.md (Simulator semantics) independently of the
 kernels: plain Python loops over SKUs and days, stock as a list of (arrival day, units)
 batches, the pipeline as a dict {due day: units}. It shares only the random numbers
 (rng.py, demand.py samplers) with VectorEnv, and exists to be stepped side by side with it
@@ -9,8 +9,7 @@ Formulas, in the order both implementations evaluate them (float64, cast at the 
   mean(t)     = demand_mean * season[t % 7] * exp(trend * t) * (1 + uplift if promo day)
   forecast(d) = demand_mean * season[d % 7] * exp(trend * d + (s z - 0.5 (s s)))
                 * (1 + uplift if promo day), s = forecast_noise, z ~ N(0,1) at (sku, d)
-  features    = quantity * (1 / max(demand_mean, 0.1)), stored as float32
-"""
+  features    = quantity * (1 / max(demand_mean, 0.1)), stored as float32"""
 
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ from skurl.sim.api import (
 )
 from skurl.sim.demand import DIST_GEOMETRIC, DIST_NEGBIN, normal, sample_demand
 from skurl.sim.layout import layout_for
+from skurl.sim.reference_network import network_costs, network_day, network_features, topology
 from skurl.sim.rng import run_key, sku_key, uniform
 from skurl.sim.state import METRIC_FIELDS
 
@@ -116,7 +116,11 @@ class ReferenceSim:
                 p[k] = float(np.float32(p[k]))
             self.skus.append(_Sku(p))
         self.groups: dict[int, list[int]] = {}
-        if cfg.substitution:
+        self.network = catalog.has_network
+        if self.network:
+            self.topology = topology(self.skus)
+            self.owed = [0] * len(self.skus)
+        if cfg.substitution and not self.network:
             for i in sorted(range(len(catalog)), key=lambda i: self.skus[i].p["sku_id"]):
                 if self.skus[i].p["group"] >= 0:
                     self.groups.setdefault(self.skus[i].p["group"], []).append(i)
@@ -135,6 +139,8 @@ class ReferenceSim:
             sku.batches = [[0, init]] if init > 0 else []
             sku.pipeline, sku.backlog, sku.sales = {}, 0, []
             sku.lost_yday = sku.arrived_today = 0
+        if self.network:
+            self.owed = [0] * len(self.skus)
         self.day = 0
         return self._obs()
 
@@ -158,6 +164,8 @@ class ReferenceSim:
 
     def step(self, orders: np.ndarray) -> tuple[Obs, np.ndarray, bool, dict[str, np.ndarray]]:
         t, cfg = self.day, self.cfg
+        if self.network:
+            return self._network_step(orders)
         lifo = cfg.issuing == "lifo"
         day_vals = [self._own_demand(sku, t, float(o), lifo) for sku, o in zip(self.skus, orders, strict=True)]
         for members in self.groups.values():
@@ -166,6 +174,38 @@ class ReferenceSim:
         reward = np.zeros(len(self.skus), np.float32)
         for i, sku in enumerate(self.skus):
             reward[i] = self._settle(sku, t, day_vals[i], metrics, i)
+        self.day = t + 1
+        return self._obs(), reward, self.day >= cfg.days, metrics
+
+    def _network_step(self, orders: np.ndarray) -> tuple[Obs, np.ndarray, bool, dict[str, np.ndarray]]:
+        """A day of a catalog with supply networks (reference_network.py, docs/networks.md)."""
+        t, cfg = self.day, self.cfg
+        vals = network_day(self, orders, _take, _mean)
+        metrics = {name: np.zeros(len(self.skus)) for name in METRIC_FIELDS}
+        reward = np.zeros(len(self.skus), np.float32)
+        for i, sku in enumerate(self.skus):
+            v, p = vals[i], sku.p
+            waste = 0
+            if p["shelf_life"] > 0:
+                waste = sum(u for a, u in sku.batches if a + p["shelf_life"] - 1 <= t)
+                sku.batches = [b for b in sku.batches if b[0] + p["shelf_life"] - 1 > t]
+            costs = network_costs(self, i, v, waste)
+            store = not self.topology[1][i]
+            revenue = p["price"] * v["sales"] if store else 0.0
+            cost = (costs["holding_cost"] + costs["penalty_cost"] + costs["purchase_cost"]
+                    + costs["order_cost"] + costs["waste_cost"])
+            values = {"demand": v["demand"], "sales": v["sales"], "lost": v["lost"], "substituted": 0,
+                      "waste": waste, "ordered": v["q"], "arrived": sku.arrived_today,
+                      "on_hand_end": sku.on_hand(), "revenue": revenue, **costs}
+            for name, value in values.items():
+                metrics[name][i] = value
+            sku.sales.append(v["sales"])
+            sku.lost_yday = v["lost"]
+            arrival = sku.pipeline.pop(t + 1, 0)
+            if arrival > 0:
+                sku.batches.append([t + 1, arrival])
+            sku.arrived_today = arrival
+            reward[i] = np.float32(-cost if cfg.reward == "cost" else revenue - cost)
         self.day = t + 1
         return self._obs(), reward, self.day >= cfg.days, metrics
 
@@ -248,7 +288,8 @@ class ReferenceSim:
         n, t = len(self.skus), self.day
         feats = np.zeros((n, lay.dim), np.float32)
         raw = RawState(np.zeros(n, np.int64), np.zeros((n, lay.pipeline), np.int64),
-                       np.zeros(n, np.int64), np.zeros((n, lay.horizon), np.float32), t)
+                       np.zeros(n, np.int64), np.zeros((n, lay.horizon), np.float32), t,
+                       np.array(self.owed, np.int64) if self.network else None)
         for i, sku in enumerate(self.skus):
             raw.on_hand[i] = sku.on_hand()
             raw.backlog[i] = sku.backlog
@@ -256,7 +297,8 @@ class ReferenceSim:
                 raw.pipeline[i, k - 1] = sku.pipeline.get(t + k, 0)
             for d in range(lay.horizon):
                 raw.forecast[i, d] = sku.forecast(t + d)
-            feats[i] = self._features(sku, raw, i, t)
+        for i, sku in enumerate(self.skus):
+            feats[i] = self._features(sku, raw, i, t) + (network_features(self, i) if self.network else [])
         return Obs(feats, raw, lay.schema)
 
     def _features(self, sku: _Sku, raw: RawState, i: int, t: int) -> list[float]:

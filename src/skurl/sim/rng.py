@@ -6,13 +6,7 @@ from one draw to the next, so a SKU sees the same numbers whichever shard, threa
 or process simulates it, and skipping a draw (e.g. no order placed, no delay drawn) never
 shifts any other draw.
 
-Mixing: the 64-bit finalizer of SplitMix64 (constants 0xbf58476d1ce4e5b9, 0x94d049bb133111eb,
-shifts 30/27/31: Vigna's splitmix64.c, after Stafford's "Better bit mixing" variant 13, and
-Steele, Lea & Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014), applied
-twice per step when combining counters. The golden-ratio increment 0x9e3779b97f4a7c15 is
-SplitMix64's gamma. Uniform doubles take the top 53 bits and are centred in their cell, so
-they lie strictly inside (0, 1) (no log(0) in the samplers).
-"""
+More: docs/internals.md (sim/rng.py)."""
 
 from __future__ import annotations
 

@@ -5,17 +5,7 @@ row per SKU (row i = SKU i of the shard): a day of SKU i then reads and writes a
 of contiguous rows instead of dozens of separate arrays (the hardware prefetcher tracks
 only ~16 streams; measured 2-4x slower beyond that).
 
-- par   float32 [N, NPAR]: catalog rates, costs, season, static features and the small
-        integer parameters (lead time, shelf life, ... exact in float32).
-- st    int64 [N, NS]: counts carried from day to day, the day's scratch values, and the
-        pipeline as a shift register, st[i, S_PIPE + k-1] = units due on day t+k.
-- stock int64 [sum of slots]: on-hand stock by arrival day; SKU i owns slots_i slots from
-        st[i, S_SLOT_OFF], one per day of shelf life (one for non-perishables); units
-        arriving on day a sit in slot a % slots_i until sold or expired (no data moves).
-- forecast float32 [N, H]: forecasts of days t..t+H-1 (shifted by one each day).
-- acc   float64 [N, 2 x 14 + 1]: the day's metrics and their running totals.
-Raw-state views handed to policies are read-only views of these blocks (no copies).
-"""
+More: docs/internals.md (sim/state.py)."""
 
 from __future__ import annotations
 

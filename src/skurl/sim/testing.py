@@ -59,6 +59,52 @@ def random_catalog(n: int, seed: int, *, max_lead: int = 5, max_life: int = 6,
     ).validate()
 
 
+def random_network_catalog(n: int, seed: int) -> Catalog:
+    """random_catalog(n, seed) without groups, its rows linked into random supply networks
+    (docs/networks.md): depth 1-3, links of 0-3 days, some locations with no upstream."""
+    import dataclasses
+
+    cat = random_catalog(n, seed, group_share=0.0)
+    rng = np.random.default_rng([seed, 41])
+    depth = np.ones(n, np.int64)
+    parent = np.full(n, -1)
+    for i in rng.permutation(n)[1:]:  # a test helper: n is small
+        candidates = np.array([j for j in np.flatnonzero(depth <= 2) if not _below(parent, j, i)], np.int64)
+        candidates = candidates[depth[candidates] + _subtree_height(parent, i) <= 3]
+        if candidates.size and rng.random() < 0.75:
+            parent[i] = rng.choice(candidates)
+            depth[i] = depth[parent[i]] + 1
+            depth[:] = _depths(parent)
+    lead = np.where(parent >= 0, rng.integers(0, 4, n), cat.lead_time)
+    upstream = np.where(parent >= 0, cat.sku_id[np.maximum(parent, 0)], -1)
+    return dataclasses.replace(cat, lead_time=lead, upstream=upstream).validate()
+
+
+def _below(parent: np.ndarray, j: int | np.integer, i: int | np.integer) -> bool:
+    """j is i or one of the locations i supplies, directly or not."""
+    while j >= 0:
+        if j == i:
+            return True
+        j = parent[j]
+    return False
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    depth = np.ones(parent.shape[0], np.int64)
+    for i in range(parent.shape[0]):
+        j = i
+        while parent[j] >= 0:
+            j = parent[j]
+            depth[i] += 1
+    return depth
+
+
+def _subtree_height(parent: np.ndarray, i: int) -> int:
+    """Locations on the longest path from i down to a store (1 for a store)."""
+    kids = np.flatnonzero(parent == i)
+    return 1 + max((_subtree_height(parent, int(k)) for k in kids), default=0)
+
+
 @njit(cache=True, parallel=True)
 def order_up_to(on_hand: np.ndarray, pipeline: np.ndarray, backlog: np.ndarray,
                 forecast: np.ndarray, lead_time: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -8,12 +8,7 @@ f(x) = exp(-x^2 / 2) is covered by 128 layers of equal area V: layer 0 is the ba
 plus the tail beyond R, layers 1..127 are rectangles [0, X[i]] x [f(X[i]), f(X[i+1])].
 R and V are the paper's 128-layer constants.
 
-Per variate one 64-bit draw decides ~98.8% of the time (a table lookup and a multiply),
-against a logarithm, a square root and a cosine for Box-Muller: this draw is the largest
-single cost of a simulated day (forecast errors, Gamma demand), so the speed matters.
-The result is exact: the rectangles' fast accepts, the wedge test and the tail method
-together sample the normal density, not an approximation of it.
-"""
+More: docs/internals.md (sim/ziggurat.py)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from skurl.errors import missing_extra
 from skurl.store.api import StoreError
 from skurl.store.objects import ShardStore
 
@@ -141,9 +142,7 @@ def _make_client(url: str, endpoint_url: str | None, timeout_s: float) -> Any:
         import boto3
         from botocore.config import Config
     except ImportError:
-        raise StoreError(
-            f"store.url '{url}': S3 needs boto3; install with pip install 'skurl[s3]'"
-        ) from None
+        raise missing_extra("boto3", f"store.url '{url}' (S3)") from None
     config = Config(
         connect_timeout=timeout_s,
         read_timeout=timeout_s,

@@ -23,7 +23,8 @@ from skurl.sync.codec import (
     WeightIntegrityError,
     check_sha256,
     decode_weights,
-    encode_weights,
+    encode_checked,
+    note_rejected,
     spec_mismatch,
     spec_of,
 )
@@ -83,7 +84,7 @@ class RayWeights:
         self._rejected: set[int] = set()
 
     def publish(self, version: int, tensors: Tensors) -> None:
-        blob = encode_weights(tensors, version, self.model_key)
+        blob = encode_checked(tensors, version, self.model_key)
         self.publish_blob(blob)
 
     def publish_blob(self, blob: WeightBlob) -> None:
@@ -128,6 +129,7 @@ class RayWeights:
             if wrong is not None:
                 raise WeightIntegrityError(f"weights '{self.model_key}' version {blob.version}: tensors {wrong}")
         except WeightIntegrityError as exc:
+            note_rejected("subscribe")
             self._rejected.add(blob.version)
             log.error("weights '%s': rejected version %s, keeping version %s: %s", self.model_key, blob.version,
                       None if self._good is None else self._good[0], exc)

@@ -1,6 +1,6 @@
 """Weight sync through Redis: one publisher (the learner), many subscribers (collectors).
 
-Keys for model key K (DESIGN section 5):
+Keys for model key K (docs/architecture.md, Wire formats and services):
     rl:weights:K   hash {version, model_key, sha256, payload | blob}
     rl:version:K   the newest version, as a decimal string
     rl:updates:K   pub/sub channel; each message is a new version number
@@ -8,13 +8,7 @@ All three are written in one MULTI/EXEC, so a reader never pairs a version with
 another version's bytes. `payload` is the codec's safetensors bytes; with an object
 store the hash names a `blob` in the store instead and Redis carries only the signal.
 
-A subscriber runs a background thread that listens on the channel and also polls the
-version key every `poll_s` (a missed message or a Redis restart cannot stall it). It
-fetches and verifies a newer version while the collector works (double buffer), so
-`latest()` never blocks; `wait_for(v)` is the sync barrier. Damaged weights (bad sha256,
-not safetensors, names/shapes unlike the model) are logged and skipped; the previous
-version stays. Lost connections are retried with capped exponential backoff.
-"""
+More: docs/internals.md (sync/redis_sync.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +32,8 @@ from skurl.sync.codec import (
     WeightBlob,
     WeightIntegrityError,
     decode_weights,
-    encode_weights,
+    encode_checked,
+    note_rejected,
     spec_mismatch,
     spec_of,
 )
@@ -149,7 +144,7 @@ class RedisWeightPublisher:
         self.server_restarts()
 
     def _publish(self, version: int, tensors: Tensors) -> None:
-        blob = encode_weights(tensors, version, self.model_key)
+        blob = encode_checked(tensors, version, self.model_key)
         fields: dict[str, Any] = {"version": blob.version, "model_key": blob.model_key,
                                   "sha256": blob.sha256}
         if self.store is None:
@@ -369,6 +364,7 @@ class RedisWeightSubscriber:
         except ValueError:
             version = -1
         self._rejected.add(version)
+        note_rejected("subscribe")
         log.error("weights '%s': rejected version %s from %s, keeping version %s: %s",
                   self.model_key, version, self.url, self.latest_version(), exc)
 

@@ -6,6 +6,7 @@ and "wait until version V" are written and tested once.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -43,14 +44,19 @@ class VersionedSlot(Generic[T]):
                  alive: Callable[[], bool] | None = None, poll_s: float = 0.25) -> tuple[int, T] | None:
         """The held (version, value) once its version is >= `version`; None when `timeout`
         seconds pass (None: no limit), the slot is closed, or `alive()` (asked every
-        `poll_s` seconds) turns False."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        `poll_s` seconds) turns False. A NaN timeout is a ValueError: `max(nan, 0)` is NaN
+        and a NaN deadline never passes (issue 42, defect 1)."""
+        if timeout is not None and math.isnan(timeout):
+            raise ValueError("wait_for: timeout is NaN, expected seconds >= 0 or None")
+        deadline = None if timeout is None or math.isinf(timeout) else time.monotonic() + timeout
         with self._cond:
             while self._held is None or self._held[0] < version:
                 left = None if deadline is None else deadline - time.monotonic()
                 if self._closed or (left is not None and left <= 0) or (alive is not None and not alive()):
                     return None
-                self._cond.wait(poll_s if left is None else (min(left, poll_s) if alive else left))
+                # Never a single wait beyond poll_s: a huge `left` overflows the lock's timeout
+                # (OverflowError: timestamp out of range), and a closed slot is noticed anyway.
+                self._cond.wait(poll_s if left is None else min(left, poll_s))
             return self._held
 
     def close(self) -> None:

@@ -8,10 +8,8 @@ for libraries and tests) exports everything. Prometheus adds the `instance` labe
 metrics carry labels only where one process holds several values (the stage of a timer;
 the run and policy of a business result).
 
-Use `get_metrics()` at the point of recording, e.g.
-`get_metrics().collector_episodes_total.inc()`; tests swap in a fresh registry with
-`with use_registry(CollectorRegistry()) as m: ...` and assert on `m`.
-"""
+Use `get_metrics()` at the point of recording, e.g. `get_metrics().collector_episodes_total.inc()`;
+tests swap in a fresh registry with `with use_registry(CollectorRegistry()) as m: ...`."""
 
 from __future__ import annotations
 
@@ -68,7 +66,11 @@ ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
                 "learner_gpu_memory_allocated_bytes", "barrier_wait_seconds",
                 "collector_shares_lost_total", "collector_lost_skus_total", "process_restarts_total",
                 *_BUSINESS),
-    "colocated": ("stage_seconds", *_UPDATE, "collector_reward_out_of_range_total"),
+    # one process that learns and collects: the learner's and the collectors' families
+    "colocated": ("stage_seconds", *_UPDATE, "learner_training_step_duration_seconds",
+                  "collector_reward_out_of_range_total", "collector_episodes_total",
+                  "collector_steps_per_second", "collector_episode_duration_seconds",
+                  "collector_buffer_size", *_BUSINESS),
 }
 # Near-on-policy training (train.staleness): the learner's lag figures, and the collection
 # thread's idle time and breaker trips (it runs in the learner's process: collect/bounded.py,
@@ -80,6 +82,10 @@ ROLE_FAMILIES["learner"] += _STALENESS
 ROLE_FAMILIES["collector"] += ("collector_idle_seconds_total", "collector_breaker_trips_total")
 # The shard queue (store/shard_queue.py) is read by the learner.
 ROLE_FAMILIES["learner"] += ("shard_queue_refused_total", "shard_queue_resets_total")
+# Weights refused as malformed (rpc/, sync/): a collector's pushes and subscriptions, the
+# learner's hosted WeightSyncService.
+ROLE_FAMILIES["collector"] += ("weights_rejected_total",)
+ROLE_FAMILIES["learner"] += ("weights_rejected_total",)
 
 
 class SkurlMetrics:
@@ -126,6 +132,11 @@ class SkurlMetrics:
             "process_restarts_total",
             "Sim servers and collectors the decoupled launcher's supervisor restarted (they "
             "died, or stopped answering their health checks)", ["child"], registry=r)
+        self.weights_rejected_total = Counter(
+            "weights_rejected_total",
+            "Weight sets refused (bad sha256 or header, not finite, another model key, or names/"
+            "shapes/dtypes unlike the model); path = publish | subscribe | push", ["path"],
+            registry=r)
         # learner
         self.learner_training_step_duration_seconds = Histogram(
             "learner_training_step_duration_seconds",

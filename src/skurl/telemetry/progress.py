@@ -7,12 +7,7 @@ otherwise (stdout not a TTY, or CI=true), so captured logs stay readable.
             progress.update(it, transitions_per_s=tps, reward_mean=r,
                             eval_cost=c, baseline_cost=b)
 
-`iteration` is the 0-based index of the iteration just finished (as in metrics.jsonl),
-so the bar shows iteration + 1 of total; `initial` is the number finished before
-(a resumed run). Known fields are shown with labels (transitions/s, reward, cost vs
-baseline); any other field is shown as key=value. Cost and baseline are carried over
-from the last iteration that reported them (evaluations are not every iteration).
-"""
+More: docs/internals.md (telemetry/progress.py)."""
 
 from __future__ import annotations
 

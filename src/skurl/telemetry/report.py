@@ -1,8 +1,7 @@
 """The run report: run_dir/report.md with PNG plots under run_dir/plots/.
 
-Inputs, both optional (a missing piece makes the report say so, never crash):
-- run_dir/metrics.jsonl, written by RunLogger (one record per training iteration);
-- run_dir/eval.json, written by `write_eval` after each evaluation, in this format:
+Inputs, both optional (a missing piece makes the report say so, never crash): run_dir/metrics.jsonl
+(RunLogger, one record per iteration) and run_dir/eval.json (`write_eval`, after each evaluation):
 
     {"iteration": 40,                      # training iteration of the latest evaluation
      "trained": "ppo",                     # which policy is the trained one (optional)
@@ -10,8 +9,7 @@ Inputs, both optional (a missing piece makes the report say so, never crash):
      "history": [{"iteration": 5, "ppo": 3.1, "base_stock": 2.9}, ...]}   # cost/SKU-day
 
 The trained policy is `eval["trained"]`, else a policy named "ppo"; every other policy
-is a baseline. All money figures are averages per SKU-day of evaluation.
-"""
+is a baseline. All money figures are averages per SKU-day of evaluation."""
 
 from __future__ import annotations
 

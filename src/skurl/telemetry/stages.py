@@ -9,8 +9,7 @@ reported under its own name; `totals()` is *inclusive* (an outer stage's seconds
 its inner stages', so the values of nested stages do not add up to wall time), and
 `totals(exclusive=True)` subtracts the time spent in directly nested stages, so the
 exclusive totals of all stages add up to the wall time covered by the outermost ones.
-A stage nested in itself (recursion) is counted once per level.
-"""
+A stage nested in itself (recursion) is counted once per level."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MLflow tracking of training runs (config `tracking.*`, DESIGN 8).
+"""MLflow tracking of training runs (config `tracking.*`; docs/architecture.md, Serving).
 
 One MLflow run per run directory: the resolved config as params (flattened: `ppo.lr`), the
 per-iteration scalars under their TensorBoard tags (RunLogger sends them through
@@ -9,8 +9,7 @@ both values of an iteration that is redone after a crash). `skurl train --repeat
 parent run whose children are the K seeds.
 
 MLflow is imported only when tracking is on. A local directory URI uses MLflow's file
-store, which MLflow 3 keeps in maintenance mode behind MLFLOW_ALLOW_FILE_STORE (set here).
-"""
+store, which MLflow 3 keeps in maintenance mode behind MLFLOW_ALLOW_FILE_STORE (set here)."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ from typing import Any
 
 from skurl import atomic
 from skurl.config_tracking import TrackingConfig
-from skurl.errors import UserError
+from skurl.errors import missing_extra
 
 TRACKING_FILE = "mlflow.json"
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag: the UI nests children under it
@@ -50,8 +49,7 @@ def client(cfg: TrackingConfig) -> Any:
         import mlflow
         from mlflow.tracking import MlflowClient
     except ModuleNotFoundError:
-        raise UserError("tracking.mlflow: the mlflow package is not installed; expected "
-                        "`pip install -c constraints.txt -e '.[mlflow]'`") from None
+        raise missing_extra("mlflow", "tracking.mlflow") from None
     uri = tracking_uri(cfg)
     if uri.startswith("file:"):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")

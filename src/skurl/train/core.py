@@ -90,7 +90,7 @@ class RunCore:
 
     @property
     def schema(self) -> ObsSchema:
-        return schema_for(*self.widths)
+        return schema_for(*self.widths, self.catalog.has_network)
 
     def shard_catalog(self, shard: int) -> Catalog:
         rows = self.shards[shard]

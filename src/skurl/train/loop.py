@@ -1,7 +1,7 @@
 """The one training loop: announce a version, collect, learn, publish; evaluation,
 keep-best, warm start and checkpoints around it. Every mode runs it: a mode is a choice
 of Parts (where the collectors run, how weights reach them, which learner), not a
-subclass (DESIGN 6; docs/modes.md)."""
+subclass (docs/architecture.md, Modes; docs/modes.md)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from skurl.sim.env import VectorEnv
 
 MODE_FILE = "mode.json"  # the --mode a run was started in: --resume continues in it
-MODES = ("colocated", "decoupled", "ray")
+MODES = ("colocated", "decoupled", "ray", "ddp")
 Wrap = Callable[[Collectors], Collectors]  # a wrapper around the collectors (figures, fault injection)
 
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bskurl.proto\x12\x08skurl.v1\"B\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"0\n\x0bTensorBatch\x12!\n\x07tensors\x18\x01 \x03(\x0b\x32\x10.skurl.v1.Tensor\"*\n\x0bSchemaField\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05width\x18\x02 \x01(\x05\"+\n\x0bInfoRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x0c\n\x04open\x18\x02 \x01(\x08\"\xc5\x01\n\tInfoReply\x12\x10\n\x08num_skus\x18\x01 \x01(\x03\x12%\n\x06schema\x18\x02 \x03(\x0b\x32\x15.skurl.v1.SchemaField\x12\x13\n\x0bshard_index\x18\x03 \x01(\x05\x12\x13\n\x0bshard_count\x18\x04 \x01(\x05\x12#\n\x04rows\x18\x05 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12\x11\n\tinfo_json\x18\x06 \x01(\t\x12\x0f\n\x07\x65nv_ids\x18\x07 \x03(\t\x12\x0c\n\x04\x64\x61ys\x18\x08 \x01(\x05\"X\n\x0cResetRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x0c\n\x04seed\x18\x02 \x01(\x03\x12\x0f\n\x07\x65pisode\x18\x03 \x01(\x03\x12\x0c\n\x04lean\x18\x04 \x01(\x08\x12\x0b\n\x03raw\x18\x05 \x01(\x08\"=\n\nResetReply\x12\"\n\x03obs\x18\x01 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12\x0b\n\x03\x64\x61y\x18\x02 \x01(\x05\"R\n\x0bStepRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12%\n\x06orders\x18\x02 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12\x0c\n\x04lean\x18\x03 \x01(\x08\"q\n\tStepReply\x12\"\n\x03obs\x18\x01 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12%\n\x06result\x18\x02 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x0b\n\x03\x64\x61y\x18\x04 \x01(\x05\"\x1e\n\x0c\x43loseRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\"\x1c\n\nCloseReply\x12\x0e\n\x06\x63losed\x18\x01 \x01(\x08\"H\n\x07Weights\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"M\n\nWeightsAck\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0f\n\x07message\x18\x04 \x01(\t\"5\n\x11GetWeightsRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0bmin_version\x18\x02 \x01(\x03\"6\n\x10SubscribeRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x15\n\rafter_version\x18\x02 \x01(\x03\"\x1d\n\x0eVersionRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\",\n\x0cVersionReply\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\xb5\x01\n\x0e\x43ollectRequest\x12\x11\n\titeration\x18\x01 \x01(\x03\x12\x0c\n\x04seed\x18\x02 \x01(\x03\x12\x0f\n\x07\x65pisode\x18\x03 \x01(\x03\x12\x13\n\x0bmin_version\x18\x04 \x01(\x03\x12\x11\n\ttimeout_s\x18\x05 \x01(\x01\x12\x13\n\x0bobs_sku_ids\x18\x06 \x03(\x03\x12\x18\n\x10grid_center_blob\x18\x07 \x01(\t\x12\x1a\n\x12grid_center_sha256\x18\x08 \x01(\t\"\x8c\x01\n\x0c\x43ollectReply\x12\x14\n\x0c\x63ollector_id\x18\x01 \x01(\t\x12\x11\n\titeration\x18\x02 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x13\n\x0btransitions\x18\x04 \x01(\x03\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x15\n\rmanifest_json\x18\x06 \x01(\t\"L\n\x10GetBufferRequest\x12\x11\n\titeration\x18\x01 \x01(\x03\x12\r\n\x05names\x18\x02 \x03(\t\x12\x16\n\x0emax_chunk_rows\x18\x03 \x01(\x03\"\x95\x01\n\x0b\x42ufferChunk\x12\x11\n\titeration\x18\x01 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x11\n\trow_start\x18\x03 \x01(\x03\x12\x0c\n\x04rows\x18\x04 \x01(\x03\x12\x12\n\ntotal_rows\x18\x05 \x01(\x03\x12&\n\x07tensors\x18\x06 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\"\x0e\n\x0cStatsRequest\"\xde\x01\n\nStatsReply\x12\x14\n\x0c\x63ollector_id\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x12\n\niterations\x18\x03 \x01(\x03\x12\x13\n\x0btransitions\x18\x04 \x01(\x03\x12\x18\n\x10steps_per_second\x18\x05 \x01(\x01\x12\x30\n\x06values\x18\x06 \x03(\x0b\x32 .skurl.v1.StatsReply.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32\xe5\x01\n\nEnvService\x12\x35\n\x07GetInfo\x12\x15.skurl.v1.InfoRequest\x1a\x13.skurl.v1.InfoReply\x12\x35\n\x05Reset\x12\x16.skurl.v1.ResetRequest\x1a\x14.skurl.v1.ResetReply\x12\x32\n\x04Step\x12\x15.skurl.v1.StepRequest\x1a\x13.skurl.v1.StepReply\x12\x35\n\x05\x43lose\x12\x16.skurl.v1.CloseRequest\x1a\x14.skurl.v1.CloseReply2\x86\x02\n\x11WeightSyncService\x12\x35\n\nSetWeights\x12\x11.skurl.v1.Weights\x1a\x14.skurl.v1.WeightsAck\x12<\n\nGetWeights\x12\x1b.skurl.v1.GetWeightsRequest\x1a\x11.skurl.v1.Weights\x12<\n\tSubscribe\x12\x1a.skurl.v1.SubscribeRequest\x1a\x11.skurl.v1.Weights0\x01\x12>\n\nGetVersion\x12\x18.skurl.v1.VersionRequest\x1a\x16.skurl.v1.VersionReply2\x85\x02\n\x10\x43ollectorService\x12;\n\x07\x43ollect\x12\x18.skurl.v1.CollectRequest\x1a\x16.skurl.v1.CollectReply\x12@\n\tGetBuffer\x12\x1a.skurl.v1.GetBufferRequest\x1a\x15.skurl.v1.BufferChunk0\x01\x12\x38\n\rUpdateWeights\x12\x11.skurl.v1.Weights\x1a\x14.skurl.v1.WeightsAck\x12\x38\n\x08GetStats\x12\x16.skurl.v1.StatsRequest\x1a\x14.skurl.v1.StatsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bskurl.proto\x12\x08skurl.v1\"B\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"0\n\x0bTensorBatch\x12!\n\x07tensors\x18\x01 \x03(\x0b\x32\x10.skurl.v1.Tensor\"*\n\x0bSchemaField\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05width\x18\x02 \x01(\x05\"+\n\x0bInfoRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x0c\n\x04open\x18\x02 \x01(\x08\"\xc5\x01\n\tInfoReply\x12\x10\n\x08num_skus\x18\x01 \x01(\x03\x12%\n\x06schema\x18\x02 \x03(\x0b\x32\x15.skurl.v1.SchemaField\x12\x13\n\x0bshard_index\x18\x03 \x01(\x05\x12\x13\n\x0bshard_count\x18\x04 \x01(\x05\x12#\n\x04rows\x18\x05 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12\x11\n\tinfo_json\x18\x06 \x01(\t\x12\x0f\n\x07\x65nv_ids\x18\x07 \x03(\t\x12\x0c\n\x04\x64\x61ys\x18\x08 \x01(\x05\"X\n\x0cResetRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x0c\n\x04seed\x18\x02 \x01(\x03\x12\x0f\n\x07\x65pisode\x18\x03 \x01(\x03\x12\x0c\n\x04lean\x18\x04 \x01(\x08\x12\x0b\n\x03raw\x18\x05 \x01(\x08\"=\n\nResetReply\x12\"\n\x03obs\x18\x01 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12\x0b\n\x03\x64\x61y\x18\x02 \x01(\x05\"R\n\x0bStepRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12%\n\x06orders\x18\x02 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12\x0c\n\x04lean\x18\x03 \x01(\x08\"q\n\tStepReply\x12\"\n\x03obs\x18\x01 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12%\n\x06result\x18\x02 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x0b\n\x03\x64\x61y\x18\x04 \x01(\x05\"\x1e\n\x0c\x43loseRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\"\x1c\n\nCloseReply\x12\x0e\n\x06\x63losed\x18\x01 \x01(\x08\"\x1f\n\rAttachRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\"\r\n\x0b\x41ttachReply\"H\n\x07Weights\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"M\n\nWeightsAck\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0f\n\x07message\x18\x04 \x01(\t\"5\n\x11GetWeightsRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0bmin_version\x18\x02 \x01(\x03\"6\n\x10SubscribeRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x15\n\rafter_version\x18\x02 \x01(\x03\"\x1d\n\x0eVersionRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\",\n\x0cVersionReply\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\xb5\x01\n\x0e\x43ollectRequest\x12\x11\n\titeration\x18\x01 \x01(\x03\x12\x0c\n\x04seed\x18\x02 \x01(\x03\x12\x0f\n\x07\x65pisode\x18\x03 \x01(\x03\x12\x13\n\x0bmin_version\x18\x04 \x01(\x03\x12\x11\n\ttimeout_s\x18\x05 \x01(\x01\x12\x13\n\x0bobs_sku_ids\x18\x06 \x03(\x03\x12\x18\n\x10grid_center_blob\x18\x07 \x01(\t\x12\x1a\n\x12grid_center_sha256\x18\x08 \x01(\t\"\x8c\x01\n\x0c\x43ollectReply\x12\x14\n\x0c\x63ollector_id\x18\x01 \x01(\t\x12\x11\n\titeration\x18\x02 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x13\n\x0btransitions\x18\x04 \x01(\x03\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x15\n\rmanifest_json\x18\x06 \x01(\t\"L\n\x10GetBufferRequest\x12\x11\n\titeration\x18\x01 \x01(\x03\x12\r\n\x05names\x18\x02 \x03(\t\x12\x16\n\x0emax_chunk_rows\x18\x03 \x01(\x03\"\x95\x01\n\x0b\x42ufferChunk\x12\x11\n\titeration\x18\x01 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x11\n\trow_start\x18\x03 \x01(\x03\x12\x0c\n\x04rows\x18\x04 \x01(\x03\x12\x12\n\ntotal_rows\x18\x05 \x01(\x03\x12&\n\x07tensors\x18\x06 \x01(\x0b\x32\x15.skurl.v1.TensorBatch\"\x0e\n\x0cStatsRequest\"\xde\x01\n\nStatsReply\x12\x14\n\x0c\x63ollector_id\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x12\n\niterations\x18\x03 \x01(\x03\x12\x13\n\x0btransitions\x18\x04 \x01(\x03\x12\x18\n\x10steps_per_second\x18\x05 \x01(\x01\x12\x30\n\x06values\x18\x06 \x03(\x0b\x32 .skurl.v1.StatsReply.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32\xa1\x02\n\nEnvService\x12\x35\n\x07GetInfo\x12\x15.skurl.v1.InfoRequest\x1a\x13.skurl.v1.InfoReply\x12\x35\n\x05Reset\x12\x16.skurl.v1.ResetRequest\x1a\x14.skurl.v1.ResetReply\x12\x32\n\x04Step\x12\x15.skurl.v1.StepRequest\x1a\x13.skurl.v1.StepReply\x12\x35\n\x05\x43lose\x12\x16.skurl.v1.CloseRequest\x1a\x14.skurl.v1.CloseReply\x12:\n\x06\x41ttach\x12\x17.skurl.v1.AttachRequest\x1a\x15.skurl.v1.AttachReply0\x01\x32\x86\x02\n\x11WeightSyncService\x12\x35\n\nSetWeights\x12\x11.skurl.v1.Weights\x1a\x14.skurl.v1.WeightsAck\x12<\n\nGetWeights\x12\x1b.skurl.v1.GetWeightsRequest\x1a\x11.skurl.v1.Weights\x12<\n\tSubscribe\x12\x1a.skurl.v1.SubscribeRequest\x1a\x11.skurl.v1.Weights0\x01\x12>\n\nGetVersion\x12\x18.skurl.v1.VersionRequest\x1a\x16.skurl.v1.VersionReply2\x85\x02\n\x10\x43ollectorService\x12;\n\x07\x43ollect\x12\x18.skurl.v1.CollectRequest\x1a\x16.skurl.v1.CollectReply\x12@\n\tGetBuffer\x12\x1a.skurl.v1.GetBufferRequest\x1a\x15.skurl.v1.BufferChunk0\x01\x12\x38\n\rUpdateWeights\x12\x11.skurl.v1.Weights\x1a\x14.skurl.v1.WeightsAck\x12\x38\n\x08GetStats\x12\x16.skurl.v1.StatsRequest\x1a\x14.skurl.v1.StatsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -55,36 +55,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLOSEREQUEST']._serialized_end=814
   _globals['_CLOSEREPLY']._serialized_start=816
   _globals['_CLOSEREPLY']._serialized_end=844
-  _globals['_WEIGHTS']._serialized_start=846
-  _globals['_WEIGHTS']._serialized_end=918
-  _globals['_WEIGHTSACK']._serialized_start=920
-  _globals['_WEIGHTSACK']._serialized_end=997
-  _globals['_GETWEIGHTSREQUEST']._serialized_start=999
-  _globals['_GETWEIGHTSREQUEST']._serialized_end=1052
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=1054
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=1108
-  _globals['_VERSIONREQUEST']._serialized_start=1110
-  _globals['_VERSIONREQUEST']._serialized_end=1139
-  _globals['_VERSIONREPLY']._serialized_start=1141
-  _globals['_VERSIONREPLY']._serialized_end=1185
-  _globals['_COLLECTREQUEST']._serialized_start=1188
-  _globals['_COLLECTREQUEST']._serialized_end=1369
-  _globals['_COLLECTREPLY']._serialized_start=1372
-  _globals['_COLLECTREPLY']._serialized_end=1512
-  _globals['_GETBUFFERREQUEST']._serialized_start=1514
-  _globals['_GETBUFFERREQUEST']._serialized_end=1590
-  _globals['_BUFFERCHUNK']._serialized_start=1593
-  _globals['_BUFFERCHUNK']._serialized_end=1742
-  _globals['_STATSREQUEST']._serialized_start=1744
-  _globals['_STATSREQUEST']._serialized_end=1758
-  _globals['_STATSREPLY']._serialized_start=1761
-  _globals['_STATSREPLY']._serialized_end=1983
-  _globals['_STATSREPLY_VALUESENTRY']._serialized_start=1938
-  _globals['_STATSREPLY_VALUESENTRY']._serialized_end=1983
-  _globals['_ENVSERVICE']._serialized_start=1986
-  _globals['_ENVSERVICE']._serialized_end=2215
-  _globals['_WEIGHTSYNCSERVICE']._serialized_start=2218
-  _globals['_WEIGHTSYNCSERVICE']._serialized_end=2480
-  _globals['_COLLECTORSERVICE']._serialized_start=2483
-  _globals['_COLLECTORSERVICE']._serialized_end=2744
+  _globals['_ATTACHREQUEST']._serialized_start=846
+  _globals['_ATTACHREQUEST']._serialized_end=877
+  _globals['_ATTACHREPLY']._serialized_start=879
+  _globals['_ATTACHREPLY']._serialized_end=892
+  _globals['_WEIGHTS']._serialized_start=894
+  _globals['_WEIGHTS']._serialized_end=966
+  _globals['_WEIGHTSACK']._serialized_start=968
+  _globals['_WEIGHTSACK']._serialized_end=1045
+  _globals['_GETWEIGHTSREQUEST']._serialized_start=1047
+  _globals['_GETWEIGHTSREQUEST']._serialized_end=1100
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1102
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1156
+  _globals['_VERSIONREQUEST']._serialized_start=1158
+  _globals['_VERSIONREQUEST']._serialized_end=1187
+  _globals['_VERSIONREPLY']._serialized_start=1189
+  _globals['_VERSIONREPLY']._serialized_end=1233
+  _globals['_COLLECTREQUEST']._serialized_start=1236
+  _globals['_COLLECTREQUEST']._serialized_end=1417
+  _globals['_COLLECTREPLY']._serialized_start=1420
+  _globals['_COLLECTREPLY']._serialized_end=1560
+  _globals['_GETBUFFERREQUEST']._serialized_start=1562
+  _globals['_GETBUFFERREQUEST']._serialized_end=1638
+  _globals['_BUFFERCHUNK']._serialized_start=1641
+  _globals['_BUFFERCHUNK']._serialized_end=1790
+  _globals['_STATSREQUEST']._serialized_start=1792
+  _globals['_STATSREQUEST']._serialized_end=1806
+  _globals['_STATSREPLY']._serialized_start=1809
+  _globals['_STATSREPLY']._serialized_end=2031
+  _globals['_STATSREPLY_VALUESENTRY']._serialized_start=1986
+  _globals['_STATSREPLY_VALUESENTRY']._serialized_end=2031
+  _globals['_ENVSERVICE']._serialized_start=2034
+  _globals['_ENVSERVICE']._serialized_end=2323
+  _globals['_WEIGHTSYNCSERVICE']._serialized_start=2326
+  _globals['_WEIGHTSYNCSERVICE']._serialized_end=2588
+  _globals['_COLLECTORSERVICE']._serialized_start=2591
+  _globals['_COLLECTORSERVICE']._serialized_end=2852
 # @@protoc_insertion_point(module_scope)

@@ -116,6 +116,16 @@ class CloseReply(_message.Message):
     closed: bool
     def __init__(self, closed: _Optional[bool] = ...) -> None: ...
 
+class AttachRequest(_message.Message):
+    __slots__ = ("env_id",)
+    ENV_ID_FIELD_NUMBER: _ClassVar[int]
+    env_id: str
+    def __init__(self, env_id: _Optional[str] = ...) -> None: ...
+
+class AttachReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class Weights(_message.Message):
     __slots__ = ("key", "version", "sha256", "payload")
     KEY_FIELD_NUMBER: _ClassVar[int]

@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class EnvServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Limits (each refusal a status, the server keeps serving): at most max_sessions (8 by
+    default) sessions per server, RESOURCE_EXHAUSTED beyond; a session without calls for
+    rpc.session_idle_s seconds is closed; env ids 1-128 characters [A-Za-z0-9_.:@-].
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -54,10 +57,18 @@ class EnvServiceStub:
                 request_serializer=skurl__pb2.CloseRequest.SerializeToString,
                 response_deserializer=skurl__pb2.CloseReply.FromString,
                 _registered_method=True)
+        self.Attach = channel.unary_stream(
+                '/skurl.v1.EnvService/Attach',
+                request_serializer=skurl__pb2.AttachRequest.SerializeToString,
+                response_deserializer=skurl__pb2.AttachReply.FromString,
+                _registered_method=True)
 
 
 class EnvServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Limits (each refusal a status, the server keeps serving): at most max_sessions (8 by
+    default) sessions per server, RESOURCE_EXHAUSTED beyond; a session without calls for
+    rpc.session_idle_s seconds is closed; env ids 1-128 characters [A-Za-z0-9_.:@-].
+    """
 
     def GetInfo(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -78,6 +89,12 @@ class EnvServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Close(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Attach(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -106,6 +123,11 @@ def add_EnvServiceServicer_to_server(servicer, server):
                     request_deserializer=skurl__pb2.CloseRequest.FromString,
                     response_serializer=skurl__pb2.CloseReply.SerializeToString,
             ),
+            'Attach': grpc.unary_stream_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=skurl__pb2.AttachRequest.FromString,
+                    response_serializer=skurl__pb2.AttachReply.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'skurl.v1.EnvService', rpc_method_handlers)
@@ -115,7 +137,10 @@ def add_EnvServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class EnvService:
-    """Missing associated documentation comment in .proto file."""
+    """Limits (each refusal a status, the server keeps serving): at most max_sessions (8 by
+    default) sessions per server, RESOURCE_EXHAUSTED beyond; a session without calls for
+    rpc.session_idle_s seconds is closed; env ids 1-128 characters [A-Za-z0-9_.:@-].
+    """
 
     @staticmethod
     def GetInfo(request,
@@ -225,9 +250,39 @@ class EnvService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def Attach(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/skurl.v1.EnvService/Attach',
+            skurl__pb2.AttachRequest.SerializeToString,
+            skurl__pb2.AttachReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class WeightSyncServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Limits: at most 64 Subscribe streams at once (WeightSyncServer's max_subscribers),
+    RESOURCE_EXHAUSTED beyond; at most 1024 model keys; GetWeights/GetVersion of a key never
+    published keep no state (NOT_FOUND / version -1).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -258,7 +313,10 @@ class WeightSyncServiceStub:
 
 
 class WeightSyncServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Limits: at most 64 Subscribe streams at once (WeightSyncServer's max_subscribers),
+    RESOURCE_EXHAUSTED beyond; at most 1024 model keys; GetWeights/GetVersion of a key never
+    published keep no state (NOT_FOUND / version -1).
+    """
 
     def SetWeights(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -317,7 +375,10 @@ def add_WeightSyncServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WeightSyncService:
-    """Missing associated documentation comment in .proto file."""
+    """Limits: at most 64 Subscribe streams at once (WeightSyncServer's max_subscribers),
+    RESOURCE_EXHAUSTED beyond; at most 1024 model keys; GetWeights/GetVersion of a key never
+    published keep no state (NOT_FOUND / version -1).
+    """
 
     @staticmethod
     def SetWeights(request,
@@ -429,7 +490,9 @@ class WeightSyncService:
 
 
 class CollectorServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Limits: at most 4 Collect calls in flight (RESOURCE_EXHAUSTED beyond); the other RPCs
+    and grpc.health.v1 keep threads of their own.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -460,7 +523,9 @@ class CollectorServiceStub:
 
 
 class CollectorServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Limits: at most 4 Collect calls in flight (RESOURCE_EXHAUSTED beyond); the other RPCs
+    and grpc.health.v1 keep threads of their own.
+    """
 
     def Collect(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -518,7 +583,9 @@ def add_CollectorServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class CollectorService:
-    """Missing associated documentation comment in .proto file."""
+    """Limits: at most 4 Collect calls in flight (RESOURCE_EXHAUSTED beyond); the other RPCs
+    and grpc.health.v1 keep threads of their own.
+    """
 
     @staticmethod
     def Collect(request,

@@ -1,0 +1,187 @@
+"""Baselines for supply networks (docs/networks.md): echelon and installation base-stock.
+
+- echelon-base-stock: each row orders up to S on its echelon inventory position: on hand
+  and in transit at and below it, plus what its upstream owes it, less the stores'
+  backlog (Clark & Scarf 1960; optimal for serial systems with the right S).
+- installation-base-stock: each row orders up to S on its own position: on hand, in
+  transit, owed to it, less what it owes its own locations or customers.
+Untuned levels: mean + z x sd of the demand over the protection days (cover), z from the
+store's critical ratio; the echelon cover is the longest chain of lead times from the row
+down to a store, + 1 day; the installation cover the row's own lead time + 1.
+Tuning (tune_network): one z per echelon index, by coordinate search with common random
+numbers on the whole catalog (every network the same knobs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from skurl.catalog.network import MAX_DEPTH, echelons
+from skurl.catalog.schema import Catalog
+from skurl.config import SimConfig
+from skurl.sim.api import Obs
+
+if TYPE_CHECKING:
+    from skurl.policy.api import Policy
+
+NETWORK_POLICIES = ("echelon-base-stock", "installation-base-stock")
+
+
+@dataclass
+class Topology:
+    parent: np.ndarray
+    echelon: np.ndarray
+    store: np.ndarray  # rows nobody orders from
+
+    @staticmethod
+    def of(catalog: Catalog) -> Topology:
+        parent, _, echelon = echelons(catalog)
+        store = np.ones(len(catalog), bool)
+        store[parent[parent >= 0]] = False
+        return Topology(parent, echelon, store)
+
+    def echelon_sum(self, local: np.ndarray) -> np.ndarray:
+        """Per row, the sum of `local` over the row and every row below it."""
+        out = local.astype(np.float64).copy()
+        for level in range(1, MAX_DEPTH):  # rows of a level are complete once lower levels are added
+            rows = np.flatnonzero((self.echelon == level) & (self.parent >= 0))
+            np.add.at(out, self.parent[rows], out[rows])
+        return out
+
+
+def _owed(obs: Obs) -> np.ndarray:
+    owed = obs.raw.owed
+    return np.zeros(obs.raw.on_hand.shape[0]) if owed is None else owed.astype(np.float64)
+
+
+@dataclass
+class EchelonBaseStock:
+    """order = max(0, S - echelon inventory position)."""
+
+    S: np.ndarray
+    topo: Topology
+    name: str = "echelon-base-stock"
+
+    def position(self, obs: Obs) -> np.ndarray:
+        raw = obs.raw
+        local = raw.on_hand + raw.pipeline.sum(axis=1) - np.where(self.topo.store, raw.backlog, 0)
+        return self.topo.echelon_sum(local) + _owed(obs)
+
+    def orders(self, obs: Obs) -> np.ndarray:
+        return np.maximum(0.0, self.S - self.position(obs))
+
+    def params(self) -> dict[str, Any]:
+        return {"S": self.S}
+
+
+@dataclass
+class InstallationBaseStock:
+    """order = max(0, S - (on hand + in transit + owed to it - what it owes))."""
+
+    S: np.ndarray
+    name: str = "installation-base-stock"
+
+    def orders(self, obs: Obs) -> np.ndarray:
+        raw = obs.raw
+        position = raw.on_hand + raw.pipeline.sum(axis=1) + _owed(obs) - raw.backlog
+        return np.maximum(0.0, self.S - position)
+
+    def params(self) -> dict[str, Any]:
+        return {"S": self.S}
+
+
+def cover_days(name: str, catalog: Catalog, topo: Topology) -> np.ndarray:
+    """Protection days of each row (module docstring)."""
+    lead = catalog.lead_time.astype(np.float64)
+    if name == "installation-base-stock":
+        return lead + 1.0
+    chain = lead.copy()  # longest chain of lead times from the row down to a store
+    for level in range(1, MAX_DEPTH):
+        rows = np.flatnonzero((topo.echelon == level) & (topo.parent >= 0))
+        np.maximum.at(chain, topo.parent[rows], lead[topo.parent[rows]] + chain[rows])
+    return chain + 1.0
+
+
+def levels(name: str, catalog: Catalog, topo: Topology, z_by_echelon: np.ndarray) -> np.ndarray:
+    """S = round(mean x cover + z_e sqrt(var x cover)), Poisson-like variance (var = mean)."""
+    cover = cover_days(name, catalog, topo)
+    mean = catalog.demand_mean.astype(np.float64) * cover
+    z = np.asarray(z_by_echelon, np.float64)[topo.echelon - 1]
+    return np.maximum(np.round(mean + z * np.sqrt(mean)), 0.0)
+
+
+def default_z(catalog: Catalog, sim_cfg: SimConfig, topo: Topology) -> np.ndarray:
+    """z per echelon index: the stores' newsvendor factor at every echelon."""
+    from skurl.policy.baselines import default_z as store_z
+
+    z = store_z(catalog, sim_cfg)
+    zs = float(np.median(z[topo.store])) if topo.store.any() else 0.0
+    return np.full(int(topo.echelon.max()), zs)
+
+
+def make_network_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params: dict | None) -> Policy:
+    topo = Topology.of(catalog)
+    S = (levels(name, catalog, topo, default_z(catalog, sim_cfg, topo)) if params is None
+         else np.broadcast_to(np.asarray(params["S"], np.float64), (len(catalog),)).copy())
+    return EchelonBaseStock(S, topo) if name == "echelon-base-stock" else InstallationBaseStock(S)
+
+
+Z_STEPS = (0.5, 0.1, 0.02)  # coordinate search: each step until no knob improves, then finer
+MAX_PASSES = 12
+
+
+def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int, warmup: int,
+                 progress: Any = None) -> Any:
+    """One z per echelon index by coordinate search (module docstring), every candidate
+    simulated over the whole catalog on tuning seed `seed` (common random numbers)."""
+    from skurl.collect.evaluate import evaluate
+    from skurl.policy.tuning_scorer import TuneResult, objective_is
+    from skurl.sim.episode import make_env
+
+    topo = Topology.of(catalog)
+    nets = int((topo.parent < 0).sum())
+    env = make_env(catalog, _with_days(sim_cfg, warmup + days))
+    seen: dict[bytes, float] = {}
+
+    def score(z: np.ndarray) -> float:
+        S = levels(name, catalog, topo, z)
+        key = S.tobytes()
+        if key not in seen:
+            res = evaluate(catalog, sim_cfg, make_network_policy(name, catalog, sim_cfg, {"S": S}), days=days,
+                           warmup=warmup, seed=seed, env=env)
+            per_row = res.avg_cost_per_sku_day if sim_cfg.reward == "cost" else -res.avg_profit_per_sku_day
+            seen[key] = per_row * len(catalog) / nets
+            if progress is not None:
+                progress(f"tune {name}: z={np.round(z, 3).tolist()} objective/network-day {seen[key]:.4f}")
+        return seen[key]
+
+    z = default_z(catalog, sim_cfg, topo)
+    best = score(z)
+    for step in Z_STEPS:
+        for _ in range(MAX_PASSES):
+            improved = False
+            for e in range(z.shape[0]):
+                for sign in (1.0, -1.0):
+                    while True:  # keep walking this knob while it pays
+                        trial = z.copy()
+                        trial[e] += sign * step
+                        value = score(trial)
+                        if value >= best:
+                            break
+                        z, best, improved = trial, value, True
+            if not improved:
+                break
+    return TuneResult(name=name, params={"S": levels(name, catalog, topo, z)}, method="network-echelon-z",
+                      seed=seed, days=days, warmup=warmup, runs=len(seen),
+                      sku_days=len(seen) * len(catalog) * (days + warmup), objective=best,
+                      details={"z_by_echelon": [float(x) for x in z], "objective_per": "network-day"},
+                      objective_is=objective_is(sim_cfg))
+
+
+def _with_days(sim_cfg: SimConfig, days: int) -> SimConfig:
+    import dataclasses
+
+    return dataclasses.replace(sim_cfg, days=days)

@@ -1,0 +1,97 @@
+"""Benchmarks that print their bound: `bench learn` against the GEMM bound of its shapes,
+`bench sim` against the memory floor of its layout; `bench sim`/`bench shards` simulate the
+catalog.skus their --config or --set gives."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from skurl.cli import main
+from skurl.learn.gemm_bound import gemm_bound, gemm_operands
+from skurl.policy.nets import ActorCritic
+
+
+def test_gemm_operands_are_the_layers_products() -> None:
+    model = ActorCritic(7, 5, [16, 8])
+    names = [name for name, _ in gemm_operands(model, 32)]
+    # per net: 3 layers x (forward, weight grad) + 2 input grads (none for the observation)
+    assert len(names) == 2 * (3 * 2 + 2)
+    shapes = {name: (a.shape, b.shape) for name, (a, b) in gemm_operands(model, 32)}
+    assert shapes["policy.0 7->16 forward"] == (torch.Size([32, 7]), torch.Size([7, 16]))
+    assert shapes["value.2 8->1 weight grad"] == (torch.Size([1, 32]), torch.Size([32, 8]))
+    assert shapes["policy.1 16->8 input grad"] == (torch.Size([32, 8]), torch.Size([8, 16]))
+    bound = gemm_bound(model, 32, min_seconds=0.001)
+    assert bound["ceiling_transition_epochs_per_s"] == pytest.approx(32 / (bound["gemm_ms_per_minibatch"] / 1e3))
+
+
+@pytest.mark.parametrize("update", ["fused", "autograd"])
+def test_bench_learn_prints_its_bound_ratio(update: str, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--autograd"] if update == "autograd" else []
+    assert main(["bench", "learn", "--transitions", "1000", "--repeat", "1", "--bound-seconds", "0.002", *flags,
+                 "--set", "policy.hidden=[16]", "--set", "ppo.epochs=2", "--set", "train.torch_threads=1",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["update"] == update and len(out["gemm_bound_runs"]) == 2
+    ceiling = sum(out["gemm_bound_runs"]) / 2
+    assert out["gemm_bound_transition_epochs_per_s"] == pytest.approx(ceiling, rel=1e-3)
+    assert out["bound_ratio"] == pytest.approx(out["transition_epochs_per_s"] / ceiling, rel=1e-2)
+    assert out["gemm_ms_per_minibatch"] > 0 and out["ms_per_minibatch"] > 0
+
+
+def test_bench_learn_bad_bound_seconds_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "learn", "--bound-seconds", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "--bound-seconds" in err and err.count("\n") == 1
+
+
+def test_bench_sim_prints_its_memory_floor(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "sim", "--skus", "2000", "--steps", "3", "--threads", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["floor_sku_steps_per_s"] > 0 and out["floor_bytes_per_sku_step"] > 0
+    assert out["bound_ratio"] == pytest.approx(out["sku_steps_per_s"] / out["floor_sku_steps_per_s"])
+    assert out["median_bound_ratio"] == pytest.approx(
+        out["median_sku_steps_per_s"] / out["median_floor_sku_steps_per_s"])
+
+
+@pytest.mark.parametrize("how", ["config", "set", "flag"])
+def test_bench_sim_and_shards_simulate_the_configured_catalog(how: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("catalog:\n  skus: 700\n")
+    flags = {"config": ["--config", str(config)], "set": ["--set", "catalog.skus=700"],
+             "flag": ["--config", str(config), "--skus", "300"]}[how]
+    expected = 300 if how == "flag" else 700
+    assert main(["bench", "sim", "--steps", "2", "--threads", "1", "--json", *flags]) == 0
+    assert json.loads(capsys.readouterr().out)["skus"] == expected
+    assert main(["bench", "shards", "--workers", "2", "--steps", "1", "--methods", "equal", "--json", *flags]) == 0
+    assert json.loads(capsys.readouterr().out)["skus"] == expected
+
+
+def test_bench_rollouts_prints_its_bound_against_bench_sim(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "rollouts", "--states", "30", "--budget", "8", "--horizon", "3", "--json",
+                 "--set", "catalog.kind=uniform", "--set", "sim.threads=1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rounds = max(1, math.ceil(math.log2(out["actions"])))
+    assert out["sim_skus"] == max(30, out["rollout_sku_days"] // (3 * rounds)) and out["sim_days"] == 3
+    assert out["bound_ratio"] == pytest.approx(out["rollout_sku_days_per_s"] / out["sim_sku_steps_per_s"])
+
+
+@pytest.mark.parametrize("update", ["fused", "autograd"])
+def test_bench_train_breaks_an_iteration_into_stages(update: str, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--autograd"] if update == "autograd" else []
+    assert main(["bench", "train", "--json", *flags, "--set", "catalog.skus=120", "--set", "ppo.sample_skus=40",
+                 "--set", "sim.days=10", "--set", "policy.hidden=[16]", "--set", "ppo.epochs=2",
+                 "--set", "train.torch_threads=1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["update"] == update and out["transitions_trained"] == 40 * 10 and out["epochs"] == 2
+    stages, phases = out["stages_s"], out["learn_phases_s"]
+    assert all(stages[k] > 0 for k in ("collect", "simulate", "infer", "learn"))
+    assert ("forward (nets)" in phases) == (update == "fused")
+    assert sum(phases.values()) + out["learn_outside_gemm_s"]["unmarked"] == pytest.approx(stages["learn"])
+    outside = sum(out["learn_outside_gemm_s"].values())
+    assert outside == pytest.approx(stages["learn"] - out["learn_gemm_total_s"])
