@@ -1,18 +1,15 @@
-"""Headroom, measured: the exact optimum of the embedded catalog's DP-solvable SKUs against
-the tuned heuristics and a trained policy, on the same held-out demand (docs/headroom.md).
+"""Headroom, measured: the exact optimum of the embedded catalog's DP-solvable SKUs against the
+tuned heuristics and a trained policy, on the same held-out demand (docs/headroom.md).
 
-For each catalog seed, the embedded catalog of a bare `skurl train` (or --config) is built;
-its SKUs with a state small enough for exact DP are selected (no substitution group, no
-supplier delay, lead time <= --max-lead, shelf life 0 or <= --max-life, at most
---max-states states); each gets its own finite-horizon DP over the episode's days plus
---tail days (embedded_dp.py), the calendar known. forecast-base-stock and forecast-s-S
-are tuned on the whole catalog as a run tunes them (policy/tuning.py). Every policy is
-simulated by skurl's VectorEnv on the same held-out seeds (eval.seed, ...), warm-up
-excluded; the table gives each one's profit gap to the optimum, per segment, with the
-paired standard error over SKUs. --grid adds the best policy on today's cover grid.
+Per catalog seed: the SKUs without substitution group or supplier delay, lead time <=
+--max-lead, shelf life 0 or <= --max-life and a small enough state each get a finite-horizon
+DP (embedded_dp.py, calendar known); forecast-base-stock and forecast-s-S are tuned on the
+whole catalog as a run tunes them; all are simulated by VectorEnv on eval.seed, eval.seed +
+1, ...; the tables give each policy's profit gap to the optimum per segment, with the paired
+SE over SKUs. --grid adds the best policy on today's cover grid.
 
     PYTHONPATH=src .venv/bin/python benchmarks/embedded_optimum.py [--catalog-seeds 0 1 2] [--grid]
-        [--run RUN_DIR ...] [--episodes 2] [--json out.json]
+        [--run RUN_DIR ...] [--episodes 8] [--tune-cache DIR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ from skurl.config import Config, load_config
 from skurl.errors import UserError
 from skurl.policy.baselines import make_policy
 from skurl.policy.tuning import tune
-from skurl.sim.episode import make_env, run_episode, sku_cost
+from skurl.sim.episode import make_env, sku_cost, totals_dict
 from skurl.sim.layout import catalog_widths
 from skurl.sim.state import make_params
 
@@ -123,17 +120,38 @@ def profit_of(totals: dict[str, np.ndarray], days: int) -> np.ndarray:
     return (totals["revenue"] - sku_cost(totals)) / days
 
 
-def score(env, policy, cfg: Config, episodes: int) -> tuple[np.ndarray, dict[str, int]]:
-    """Per-SKU profit per SKU-day, mean over the held-out episodes."""
-    total = np.zeros(env.num_skus)
+def position(obs) -> np.ndarray:
+    return obs.raw.on_hand + obs.raw.pipeline.sum(axis=1)
+
+
+def score(env, policy, cfg: Config, episodes: int, unit_cost: np.ndarray,
+          ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Per-SKU profit per SKU-day over the counted days, mean over the held-out episodes (as
+    sim/episode.run_episode counts it), and the same plus the unit cost of the change in
+    stock position over those days: purchases are paid when ordered, so a lot bought just
+    before the window ends (or just before it starts) swings the window's profit by the lot's
+    cost; valuing the stock change removes most of that noise (docs/headroom.md)."""
+    days, warmup = cfg.eval.days, cfg.eval.warmup
+    profit = np.zeros(env.num_skus)
+    adjusted = np.zeros(env.num_skus)
     for k in range(episodes):
-        totals, failed = run_episode(env, policy, seed=cfg.eval.seed + k, episode=0, days=cfg.eval.days,
-                                     warmup=cfg.eval.warmup)
-        if failed.any():
-            raise RuntimeError(f"{int(failed.sum())} SKUs failed in the simulator")
-        total += profit_of(totals, cfg.eval.days)
+        if callable(getattr(policy, "reset", None)):
+            policy.reset()
+        obs = env.reset(cfg.eval.seed + k, 0)
+        start = position(obs)
+        for t in range(warmup + days):
+            if t == warmup:
+                env.reset_totals()
+                start = position(obs)
+            res = env.step(policy.orders(obs))
+            if res.failed.size and res.failed.any():
+                raise RuntimeError(f"{int(res.failed.sum())} SKUs failed in the simulator")
+            obs = res.obs
+        p = profit_of(totals_dict(env.totals()), days)
+        profit += p
+        adjusted += p + unit_cost * (position(obs) - start) / days
     info = {k: getattr(policy, k) for k in ("outside", "at_bound") if hasattr(policy, k)}
-    return total / episodes, info
+    return profit / episodes, adjusted / episodes, info
 
 
 def segment_masks(catalog: Catalog) -> dict[str, np.ndarray]:
@@ -190,21 +208,25 @@ def run_seed(args: argparse.Namespace, seed: int, runs: dict[int, str]) -> dict:
         from skurl.learn.run_policy import policy_of_run
 
         policies["trained"] = policy_of_run(runs[seed], catalog=sub)
-    profits, info = {}, {}
+    profits, adjusted, info = {}, {}, {}
+    unit_cost = sub.unit_cost.astype(np.float64)
     for name, pol in policies.items():
-        profits[name], info[name] = score(env, pol, cfg, args.episodes)
-        print(f"  simulated {name}: {profits[name].mean():.4f} per SKU-day", flush=True)
+        profits[name], adjusted[name], info[name] = score(env, pol, cfg, args.episodes, unit_cost)
+        print(f"  simulated {name}: {profits[name].mean():.4f} per SKU-day, stock-adjusted "
+              f"{adjusted[name].mean():.4f}", flush=True)
     masks = segment_masks(sub)
     result = {"catalog_seed": seed, "skus": len(full), "dp_skus": int(rows.size), "left_out": dropped,
               "states": summary([m.states.shape[0] for m in sol["models"]]), "bound": summary(bounds),
               "dp_v0_per_day": float(np.mean(sol["v0"]) / keep), "policy_info": info,
               "seconds": {"tune": round(t_tune, 1), "dp": round(t_dp, 1),
                           "simulate": round(time.perf_counter() - start - t_tune - t_dp, 1)},
-              "segments": gaps(profits, masks), "per_sku": {k: v.tolist() for k, v in profits.items()},
+              "segments": gaps(profits, masks), "segments_adjusted": gaps(adjusted, masks),
+              "per_sku": {k: v.tolist() for k, v in profits.items()},
+              "per_sku_adjusted": {k: v.tolist() for k, v in adjusted.items()},
               "sku_id": sub.sku_id.tolist()}
     if "trained" in profits:
-        closed = profits["trained"] - profits["forecast-s-S"]
-        room = profits["optimal"] - profits["forecast-s-S"]
+        closed = adjusted["trained"] - adjusted["forecast-s-S"]
+        room = adjusted["optimal"] - adjusted["forecast-s-S"]
         result["trained_gap_closed_pct"] = 100 * float(closed.sum() / room.sum()) if room.sum() > 0 else None
     return result
 
@@ -242,11 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-lead", type=int, default=3, help="longest lead time solved")
     ap.add_argument("--max-life", type=int, default=4, help="longest shelf life solved (perishables)")
     ap.add_argument("--max-states", type=int, default=20_000, help="most DP states per SKU")
-    ap.add_argument("--max-work", type=float, default=1e6,
+    ap.add_argument("--max-work", type=float, default=3e5,
                     help="most state x order x demand outcomes per day of a SKU (DP time)")
     ap.add_argument("--max-dense", type=float, default=4e6, help="most entries of a SKU's state lookup")
     ap.add_argument("--tail", type=int, default=60, help="days solved beyond the episode (end effects)")
-    ap.add_argument("--episodes", type=int, default=2, help="held-out episodes (seeds eval.seed, ...)")
+    ap.add_argument("--episodes", type=int, default=8, help="held-out episodes (seeds eval.seed, ...)")
     ap.add_argument("--grid", action="store_true", help="also the best policy on the cover grid (exact means)")
     ap.add_argument("--run", action="append", default=[], metavar="RUN_DIR", help="a trained run to score")
     ap.add_argument("--json", help="write the results to this JSON file")
@@ -254,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for name in ("max_lead", "max_life", "max_states", "tail", "episodes"):
         if getattr(args, name) < (1 if name in ("max_lead", "max_states", "episodes") else 0):
-            raise SystemExit(f"embedded_optimum: --{name.replace('_', '-')} {getattr(args, name)}, expected >= 1")
+            ap.error(f"--{name.replace('_', '-')} {getattr(args, name)}: expected an integer >= "
+                     f"{1 if name in ('max_lead', 'max_states', 'episodes') else 0}")
     runs = parse_runs(args.run)
     results = []
     for seed in args.catalog_seeds:
@@ -262,24 +285,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {r['dp_skus']} SKUs, states {r['states']}, seconds {r['seconds']}, policy info {r['policy_info']}")
         if "trained_gap_closed_pct" in r:
             print(f"  trained policy closes {r['trained_gap_closed_pct']:.1f}% of forecast-s-S's gap")
-        print_table(f"catalog seed {seed}", r["segments"])
+        print_table(f"catalog seed {seed}, profit as skurl eval counts it", r["segments"])
+        print_table(f"catalog seed {seed}, stock-adjusted profit", r["segments_adjusted"])
         results.append(r)
         if args.json:  # after each seed: a long run leaves what it has
             Path(args.json).write_text(json.dumps({"args": vars(args), "seeds": results}, indent=1))
+    pool = None
     if len(results) > 1:
-        pool = pooled_results(results, args)
-        print_table(f"catalog seeds {' '.join(map(str, args.catalog_seeds))} pooled", pool)
-    else:
-        pool = None
+        seeds = " ".join(map(str, args.catalog_seeds))
+        pool = {key: pooled_results(results, args, key) for key in ("per_sku", "per_sku_adjusted")}
+        print_table(f"catalog seeds {seeds} pooled, profit as skurl eval counts it", pool["per_sku"])
+        print_table(f"catalog seeds {seeds} pooled, stock-adjusted profit", pool["per_sku_adjusted"])
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "seeds": results, "pooled": pool}, indent=1))
     return 0
 
 
-def pooled_results(results: list[dict], args: argparse.Namespace) -> dict:
-    """All seeds' SKUs together, segments by the same rules."""
-    names = [k for k in results[0]["per_sku"] if all(k in r["per_sku"] for r in results)]
-    profits = {k: np.concatenate([np.asarray(r["per_sku"][k]) for r in results]) for k in names}
+def pooled_results(results: list[dict], args: argparse.Namespace, key: str) -> dict:
+    """All seeds' SKUs together (figures results[*][key]), segments by the same rules."""
+    names = [k for k in results[0][key] if all(k in r[key] for r in results)]
+    profits = {k: np.concatenate([np.asarray(r[key][k]) for r in results]) for k in names}
     per_seed = []
     for r in results:
         full = load_catalog(config_for(args, r["catalog_seed"]).catalog)
@@ -291,4 +316,8 @@ def pooled_results(results: list[dict], args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except UserError as exc:  # a config or run-directory mistake: one line, exit code 2
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

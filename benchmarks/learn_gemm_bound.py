@@ -2,23 +2,7 @@
 matrix multiplies? An upper bound for the transitions x epochs/s figure (issue 3 asks for
 150k on CPU).
 
-A PPO minibatch of B transitions through the policy and value MLPs (the learner's nets,
-built from the config as `bench learn` builds them: obs_dim 70, the config's actions and
-hidden sizes) costs, per Linear layer (in -> out), with W [out, in] and g = dLoss/dy [B, out]:
-  forward        x [B, in] @ W^T            (the transposed view F.linear multiplies by)
-  weight grad    g^T @ x [B, in]            (autograd's mm of a transposed view)
-  input grad     g @ W                      (not for the first layer: the observation
-                                             needs no gradient)
-skurl.learn.gemm_bound times each of those GEMMs alone with torch (warm, the same thread
-count as the learner), at the exact shapes and memory layouts, and sums them: the time of
-one minibatch with zero time for everything else (activations, softmax, loss, autograd
-bookkeeping, Adam, clipping). B / that time bounds transitions x epochs/s from above.
-`skurl bench learn` measures the same bound in its own run and prints bound_ratio; this
-script prints the bound alone, per GEMM, with the machine's best sgemm rate for scale.
-
-    .venv/bin/python benchmarks/learn_gemm_bound.py
-    .venv/bin/python benchmarks/learn_gemm_bound.py --threads 2 --json
-"""
+More: docs/benchmarks.md (benchmarks/learn_gemm_bound.py)."""
 
 from __future__ import annotations
 

@@ -8,10 +8,8 @@ Echelon rates h_j = h'_j - h'_{j+1} >= 0 turn the daily cost into sum_j h_j IN_j
 The recursion (Chen & Zheng 1994; Gallego & Zipkin 1999), D_k ~ Poisson(k m):
   G_1(y) = E[h_1 (y - D_{L1+1}) + (p + h'_1) (D_{L1+1} - y)^+],   S_1 = argmin G_1
   G_j(y) = h_j (y - (L_j + 1) m) + E[G_{j-1}(min(S_{j-1}, y - D_{L_j}))],  S_j = argmin G_j
-The optimal echelon base-stock levels are S_1..S_N and the optimal cost per day G_N(S_N).
-
-    .venv/bin/python benchmarks/serial_optimal.py --lead 1 1 --holding 2 1 --penalty 9 [--mean 5]
-        [--simulate] [--tune]   (skurl's simulator at the optimum; tuned echelon/installation)
+Optimal echelon base-stock levels S_1..S_N, optimal cost per day G_N(S_N). Usage:
+    .venv/bin/python benchmarks/serial_optimal.py --lead 1 1 --holding 2 1 --penalty 9 [--simulate] [--tune]
 """
 
 from __future__ import annotations

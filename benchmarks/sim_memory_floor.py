@@ -9,9 +9,7 @@ runs the same traffic on blocks of half the width (int32 state, float32 metrics)
 for a layout redesign that keeps the observation contract. `skurl bench sim` measures the
 same floor in its own run and prints bound_ratio.
 
-    .venv/bin/python benchmarks/sim_memory_floor.py --skus 1000000 --steps 20 --threads 1
-    .venv/bin/python benchmarks/sim_memory_floor.py --skus 1000000 --steps 20 --threads 2 --half
-"""
+More: docs/benchmarks.md (benchmarks/sim_memory_floor.py)."""
 
 from __future__ import annotations
 

@@ -61,9 +61,9 @@ def local(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
 
 
 def grpc(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
-    from skurl.remote.grpc_collectors import GrpcCollectors, WirePublisher
-    from skurl.remote.learner_weights import HostedWeights
-    from skurl.remote.supervisor import InProcessRoles
+    from skurl.modes.decoupled.grpc_collectors import GrpcCollectors, WirePublisher
+    from skurl.modes.decoupled.learner_weights import HostedWeights
+    from skurl.modes.decoupled.supervisor import InProcessRoles
 
     catalog = load_catalog(cfg.catalog)
     hosted = HostedWeights(cfg)
@@ -85,7 +85,7 @@ def grpc(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
 
 def on_ray(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
     pytest.importorskip("ray")
-    from skurl.raycluster.cluster import RayCluster
+    from skurl.modes.ray.cluster import RayCluster
     from skurl.train.core import build_core
 
     cfg = load_config(None, [*SETTINGS, f"store.url={cfg.store.url}", "sync.backend=inproc", "ray.num_cpus=2",

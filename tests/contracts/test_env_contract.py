@@ -23,7 +23,7 @@ from skurl.catalog import load_catalog
 from skurl.catalog.partition import partition
 from skurl.catalog.schema import Catalog
 from skurl.config import RpcConfig, SimConfig, load_config
-from skurl.remote.shard_envs import replaying_remote_env
+from skurl.modes.decoupled.shard_envs import replaying_remote_env
 from skurl.rpc.env_client import RemoteEnv
 from skurl.rpc.env_server import serve_env, serve_shards
 from skurl.rpc.multi_shard import MultiShardEnv

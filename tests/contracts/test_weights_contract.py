@@ -152,8 +152,8 @@ def grpc_backend(key: str) -> Backend:
 
 
 def ray_backend(key: str) -> Backend:
+    from skurl.modes.ray.weights import RayWeights, start_weight_slot
     from skurl.sync.codec import WeightBlob
-    from skurl.sync.ray_weights import RayWeights, start_weight_slot
 
     slot = start_weight_slot()
     publisher = RayWeights(slot, key, timeout_s=30)
@@ -184,7 +184,7 @@ def ray_module() -> Any:
 def local_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray")
     from skurl.config import RayConfig
-    from skurl.raycluster.cluster import start_ray
+    from skurl.modes.ray.cluster import start_ray
 
     started = start_ray(RayConfig(num_cpus=1))
     yield

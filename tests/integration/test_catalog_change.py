@@ -19,8 +19,8 @@ from skurl.catalog.io import write_catalog
 from skurl.catalog.schema import Catalog
 from skurl.cli import main
 from skurl.config import load_config
-from skurl.deploy import colocated
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
+from skurl.modes import colocated
 from skurl.policy.learned import CONFIG_FILE
 from skurl.sim.layout import catalog_widths
 from skurl.telemetry.logger import read_metrics

@@ -1,4 +1,4 @@
-"""The circuit breaker with remote collectors (remote/lag_watch.py): decoupled bounded
+"""The circuit breaker with remote collectors (modes/decoupled/lag_watch.py): decoupled bounded
 staleness, weights from the learner's WeightSyncService through a TCP proxy that stops
 carrying bytes for a few seconds (a partition between the collectors and the learner's
 weights). The collectors keep collecting with what they hold until asked for newer
@@ -18,9 +18,9 @@ from tcp_proxy import PausableProxy
 from test_decoupled import tiny
 from test_staleness_modes import assert_bounded
 
-from skurl.deploy.decoupled import run_with_collectors
-from skurl.remote.learner_weights import HostedWeights
-from skurl.remote.supervisor import InProcessRoles
+from skurl.modes.decoupled.learner_weights import HostedWeights
+from skurl.modes.decoupled.supervisor import InProcessRoles
+from skurl.modes.decoupled.wiring import run_with_collectors
 from skurl.telemetry.logger import read_metrics
 
 pytestmark = pytest.mark.integration

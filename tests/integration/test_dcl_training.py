@@ -13,8 +13,9 @@ import torch
 from test_decoupled import final_weights
 
 from skurl.config import load_config
-from skurl.deploy import colocated, decoupled
 from skurl.errors import ConfigError
+from skurl.modes import colocated
+from skurl.modes.decoupled import wiring as decoupled
 from skurl.telemetry.logger import read_metrics
 
 DCL = [

@@ -23,9 +23,9 @@ from safetensors.torch import load_file, save_file
 
 from skurl.buffer.rollout import Rollout
 from skurl.config import Config, load_config
-from skurl.deploy.ddp_learner import ENTRY, main
 from skurl.learn.ddp import DDPLearner, rank_slice
 from skurl.learn.learner import Learner
+from skurl.modes.ddp.learner import ENTRY, main
 
 OBS, ACTIONS, DAYS = 6, 5, 12
 TIMEOUT_S = 120
@@ -185,7 +185,7 @@ def stored_rollouts(config: Config, root: Path, iterations: int) -> tuple[list[R
 
 @pytest.mark.slow
 def test_torchrun_learner_reads_the_store_and_matches_one_rank(tmp_path: Path) -> None:
-    """`python -m skurl.deploy.ddp_learner --nproc 2` (torchrun, gloo): 2 iterations from a
+    """`python -m skurl.modes.ddp.learner --nproc 2` (torchrun, gloo): 2 iterations from a
     local rollout store of 2 collector shards; the checkpointed model equals one rank's."""
     import subprocess
     import sys
@@ -297,4 +297,4 @@ def test_train_resume_of_a_ddp_run_names_the_ddp_learner(
     (tmp_path / "mode.json").write_text('{"mode": "ddp"}\n')
     code = skurl_main(["train", "--resume", str(tmp_path)])
     errors = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(errors) == 1 and "skurl.deploy.ddp_learner" in errors[0], errors
+    assert code == 2 and len(errors) == 1 and "skurl.modes.ddp.learner" in errors[0], errors

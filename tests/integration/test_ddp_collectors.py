@@ -1,6 +1,6 @@
 """The torchrun DDP learner on real collectors: `skurl serve-sim` and `skurl collector`
 processes on loopback, weights through a real Redis, shards through an S3-compatible
-store (moto_server), `python -m skurl.deploy.ddp_learner` (gloo). With warm start,
+store (moto_server), `python -m skurl.modes.ddp.learner` (gloo). With warm start,
 keep-best and an evaluation every iteration, one rank is `--mode colocated` bit for bit
 (weights and records); two ranks equal it within float tolerance (they sum their
 gradients in another order than one), and rank 0's warm start is colocated's exactly."""
@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from skurl.config import load_config
-from skurl.deploy import colocated
-from skurl.deploy.ddp_learner import ENTRY
 from skurl.learn.checkpoint import best_checkpoint, latest_checkpoint, model_state
-from skurl.remote.supervisor import LocalCluster
+from skurl.modes import colocated
+from skurl.modes.ddp.learner import ENTRY
+from skurl.modes.decoupled.supervisor import LocalCluster
 
 SETTINGS = [
     "catalog.skus=240", "sim.days=8", "policy.hidden=[16,16]", "ppo.epochs=2", "ppo.minibatch=256",

@@ -15,11 +15,12 @@ import torch
 
 from skurl.cli import main
 from skurl.config import Config, load_config
-from skurl.deploy import colocated, decoupled
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint
+from skurl.modes import colocated
+from skurl.modes.decoupled import wiring as decoupled
+from skurl.modes.decoupled.shard_envs import CatalogSchemaEnv, assign_shards
 from skurl.policy.grid_center import load_center
-from skurl.remote.shard_envs import CatalogSchemaEnv, assign_shards
 from skurl.sim.api import ObsSchema
 from skurl.telemetry.logger import read_metrics
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from test_decoupled import Delegating, assert_same_training, tiny
 
-from skurl.deploy import colocated, decoupled
-from skurl.remote.supervisor import InProcessRoles
+from skurl.modes import colocated
+from skurl.modes.decoupled import wiring as decoupled
+from skurl.modes.decoupled.supervisor import InProcessRoles
 from skurl.store import open_store
 from skurl.telemetry.logger import read_metrics
 from skurl.train.loop import recorded_mode

@@ -16,8 +16,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from test_decoupled import Delegating, assert_same_training, tiny
 
-from skurl.deploy import colocated, decoupled
-from skurl.rpc.collector_client import CollectorClient
+from skurl.modes import colocated
+from skurl.modes.decoupled import wiring as decoupled
+from skurl.modes.decoupled.collector_client import CollectorClient
 from skurl.telemetry.logger import read_metrics
 from skurl.telemetry.metrics import use_registry
 
@@ -106,8 +107,8 @@ def test_a_lost_share_within_max_lost_share_is_trained_without_and_counted(tmp_p
 def test_a_hung_sim_server_is_killed_and_restarted_by_its_health_checks(tmp_path: Path) -> None:
     """SIGSTOP leaves the process alive but deaf: the supervisor's grpc.health.v1 probes
     miss deploy.health_failures times, it kills the process and starts it on its port."""
-    from skurl.remote.learner_weights import HostedWeights
-    from skurl.remote.supervisor import LocalCluster
+    from skurl.modes.decoupled.learner_weights import HostedWeights
+    from skurl.modes.decoupled.supervisor import LocalCluster
     from skurl.rpc.health import probe
 
     cfg = tiny("sync.backend=grpc", "deploy.collectors=1", "deploy.health_interval_s=0.5",

@@ -16,11 +16,11 @@ import torch
 from test_decoupled import assert_same_training, tiny
 
 from skurl.config import Config
-from skurl.deploy import colocated
-from skurl.deploy.decoupled import run_with_collectors
-from skurl.remote.learner_weights import RedisWeights
-from skurl.remote.supervisor import InProcessRoles
-from skurl.rpc.collector_client import CollectorClient
+from skurl.modes import colocated
+from skurl.modes.decoupled.collector_client import CollectorClient
+from skurl.modes.decoupled.learner_weights import RedisWeights
+from skurl.modes.decoupled.supervisor import InProcessRoles
+from skurl.modes.decoupled.wiring import run_with_collectors
 from skurl.rpc.errors import RequestRejectedError
 from skurl.sync.codec import encode_weights
 from skurl.sync.redis_sync import updates_channel, version_key, weights_key

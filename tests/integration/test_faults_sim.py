@@ -14,8 +14,8 @@ import pytest
 
 from skurl.catalog import load_catalog
 from skurl.config import Config, load_config
-from skurl.remote.shard_envs import collector_env
-from skurl.remote.supervisor import LocalCluster
+from skurl.modes.decoupled.shard_envs import collector_env
+from skurl.modes.decoupled.supervisor import LocalCluster
 from skurl.rpc.bench import order_up_to
 from skurl.rpc.errors import ServerUnavailableError
 from skurl.sim.env import VectorEnv

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from test_decoupled import Delegating, assert_same_training, tiny
 
-from skurl.deploy import colocated, decoupled
+from skurl.modes import colocated
+from skurl.modes.decoupled import wiring as decoupled
 from skurl.store.objects import payload_key
 from skurl.telemetry.logger import read_metrics
 

@@ -66,7 +66,7 @@ def file_store(tmp_path: Path) -> str:
 
 
 def client(uri: str) -> mlflow.MlflowClient:
-    from skurl.config_tracking import TrackingConfig
+    from skurl.config.tracking import TrackingConfig
     from skurl.telemetry.tracking import client as make_client
 
     return make_client(TrackingConfig(mlflow=True, uri=uri))

@@ -29,7 +29,7 @@ import json, sys
 from pathlib import Path
 from safetensors.torch import save_file
 from skurl.config import load_config
-from skurl.deploy import colocated
+from skurl.modes import colocated
 from skurl.learn.checkpoint import latest_checkpoint, model_state
 out, runs = Path(sys.argv[1]), json.loads(sys.argv[2])
 for i, settings in enumerate(runs):

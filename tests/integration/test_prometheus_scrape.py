@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from skurl.config import load_config
-from skurl.deploy import decoupled
+from skurl.modes.decoupled import wiring as decoupled
 from skurl.telemetry.metrics import process_role
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,8 +18,8 @@ from test_ray_mode import local_ray  # noqa: E402, F401 (the module's Ray instan
 from skurl.catalog.io import write_catalog  # noqa: E402
 from skurl.cli import main  # noqa: E402
 from skurl.config import load_config  # noqa: E402
-from skurl.deploy import ray_mode  # noqa: E402
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
+from skurl.modes.ray import wiring as ray_mode  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
 
 

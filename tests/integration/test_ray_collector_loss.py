@@ -21,9 +21,9 @@ ray = pytest.importorskip("ray")
 from test_ray_mode import ITERATIONS, config, final_weights, local_ray  # noqa: E402, F401
 
 from skurl.config import Config  # noqa: E402
-from skurl.deploy import ray_mode  # noqa: E402
-from skurl.raycluster.cluster import RayCluster  # noqa: E402
-from skurl.raycluster.collectors import RayCollectors, Share  # noqa: E402
+from skurl.modes.ray import wiring as ray_mode  # noqa: E402
+from skurl.modes.ray.cluster import RayCluster  # noqa: E402
+from skurl.modes.ray.collectors import RayCollectors, Share  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
 from skurl.telemetry.metrics import use_registry  # noqa: E402
 from skurl.train.loop import Trainer  # noqa: E402

@@ -16,10 +16,11 @@ ray = pytest.importorskip("ray")
 
 from skurl.cli import main  # noqa: E402
 from skurl.config import Config, RayConfig, load_config  # noqa: E402
-from skurl.deploy import colocated, ray_mode  # noqa: E402
 from skurl.errors import ConfigError  # noqa: E402
 from skurl.learn.checkpoint import latest_checkpoint, model_state  # noqa: E402
-from skurl.raycluster.cluster import start_ray  # noqa: E402
+from skurl.modes import colocated  # noqa: E402
+from skurl.modes.ray import wiring as ray_mode  # noqa: E402
+from skurl.modes.ray.cluster import start_ray  # noqa: E402
 
 ITERATIONS = 3
 SETTINGS = ["catalog.skus=300", "catalog.seed=3", "sim.days=10", "policy.hidden=[16,16]", "ppo.epochs=2",

@@ -16,8 +16,9 @@ ray = pytest.importorskip("ray")
 from test_ray_mode import ITERATIONS, config, final_weights, local_ray  # noqa: E402, F401
 
 from skurl.cli import main  # noqa: E402
-from skurl.deploy import colocated, ray_mode  # noqa: E402
-from skurl.raycluster.collectors import RayCollectors  # noqa: E402
+from skurl.modes import colocated  # noqa: E402
+from skurl.modes.ray import wiring as ray_mode  # noqa: E402
+from skurl.modes.ray.collectors import RayCollectors  # noqa: E402
 from skurl.store.local import LocalRolloutStore  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
 

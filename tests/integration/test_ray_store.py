@@ -14,8 +14,9 @@ ray = pytest.importorskip("ray")
 from test_ray_mode import ITERATIONS, config, final_weights  # noqa: E402
 
 from skurl.config import RayConfig  # noqa: E402
-from skurl.deploy import colocated, ray_mode  # noqa: E402
-from skurl.raycluster.cluster import start_ray  # noqa: E402
+from skurl.modes import colocated  # noqa: E402
+from skurl.modes.ray import wiring as ray_mode  # noqa: E402
+from skurl.modes.ray.cluster import start_ray  # noqa: E402
 from skurl.store.local import LocalRolloutStore  # noqa: E402
 
 

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from skurl.config import Config, load_config
-from skurl.deploy.colocated import resume, train
 from skurl.errors import UserError
 from skurl.learn.checkpoint import (
     CheckpointError,
@@ -24,6 +23,7 @@ from skurl.learn.checkpoint import (
     save_checkpoint,
 )
 from skurl.learn.learner import Learner
+from skurl.modes.colocated import resume, train
 from skurl.train.evaluation import Evaluator
 
 TINY = [

@@ -13,8 +13,8 @@ import torch
 
 from skurl.buffer.rollout import Rollout
 from skurl.config import RpcConfig
-from skurl.rpc.collector_client import CollectorClient
-from skurl.rpc.collector_server import CollectorServer, CollectorServicer
+from skurl.modes.decoupled.collector_client import CollectorClient
+from skurl.modes.decoupled.collector_server import CollectorServer, CollectorServicer
 from skurl.rpc.errors import RequestRejectedError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc

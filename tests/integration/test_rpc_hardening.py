@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from skurl.buffer.rollout import Rollout
 from skurl.config import RpcConfig
-from skurl.rpc.collector_server import CollectorServer, CollectorServicer
+from skurl.modes.decoupled.collector_server import CollectorServer, CollectorServicer
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.health import probe

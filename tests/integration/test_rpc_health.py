@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from skurl.catalog import load_catalog
 from skurl.config import RpcConfig, load_config
 from skurl.errors import ConfigError
-from skurl.rpc.collector_server import CollectorServer, CollectorServicer
+from skurl.modes.decoupled.collector_server import CollectorServer, CollectorServicer
 from skurl.rpc.env_server import serve_env
 from skurl.rpc.health import NOT_SERVING, SERVING, Liveness, probe, service_name
 from skurl.rpc.servicer_base import GrpcServer

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from skurl.config import RpcConfig
-from skurl.rpc.collector_client import CollectorClient
+from skurl.modes.decoupled.collector_client import CollectorClient
 from skurl.rpc.env_client import RemoteEnv
 from skurl.rpc.errors import ServerUnavailableError
 from skurl.rpc.weights_client import GrpcWeightPublisher, GrpcWeightSubscriber

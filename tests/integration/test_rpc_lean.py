@@ -78,7 +78,7 @@ def test_lean_episode_is_bit_identical_to_in_process(setup, server) -> None:
 
 
 def test_lean_replies_with_raw_carry_the_raw_state_bit_for_bit(setup, server) -> None:
-    """What the cover grid reads (remote/remote_grid.py): on hand, pipeline, backlog and the
+    """What the cover grid reads (modes/decoupled/remote_grid.py): on hand, pipeline, backlog and the
     whole forecast window, equal to the in-process env's every day; features as lean."""
     catalog, sim = setup
     local = VectorEnv(catalog, sim)

@@ -1,4 +1,4 @@
-"""Decoupled bounded staleness through the run's Redis Stream (remote/shard_stream.py), with
+"""Decoupled bounded staleness through the run's Redis Stream (modes/decoupled/shard_stream.py), with
 a real redis-server and collectors as servers in this process (InProcessRoles): a learner
 killed mid-stream and resumed trains every announced episode at most once and loses none;
 Redis restarted mid-run: collectors keep their last weights, everyone reconnects."""
@@ -17,9 +17,9 @@ from test_decoupled import tiny
 from test_staleness_modes import assert_bounded
 
 from skurl.config import Config
-from skurl.deploy.decoupled import run_with_collectors
-from skurl.remote.learner_weights import RedisWeights
-from skurl.remote.supervisor import InProcessRoles
+from skurl.modes.decoupled.learner_weights import RedisWeights
+from skurl.modes.decoupled.supervisor import InProcessRoles
+from skurl.modes.decoupled.wiring import run_with_collectors
 from skurl.store.api import ShardManifest
 from skurl.store.shard_queue import parse_id
 from skurl.telemetry.logger import read_metrics

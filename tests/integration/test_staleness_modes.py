@@ -12,8 +12,9 @@ import pytest
 import torch
 from test_decoupled import assert_same_training, tiny
 
-from skurl.deploy import colocated, decoupled
-from skurl.remote.supervisor import InProcessRoles
+from skurl.modes import colocated
+from skurl.modes.decoupled import wiring as decoupled
+from skurl.modes.decoupled.supervisor import InProcessRoles
 from skurl.telemetry.logger import read_metrics
 
 
@@ -51,8 +52,8 @@ def test_ray_fixed_staleness_equals_colocated_and_bounded_runs(tmp_path: Path) -
     from test_ray_mode import config, final_weights
 
     from skurl.config import RayConfig
-    from skurl.deploy import ray_mode
-    from skurl.raycluster.cluster import start_ray
+    from skurl.modes.ray import wiring as ray_mode
+    from skurl.modes.ray.cluster import start_ray
 
     started = start_ray(RayConfig(num_cpus=2))
     try:

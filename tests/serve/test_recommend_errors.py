@@ -124,3 +124,22 @@ def test_snapshot_day_out_of_range(synthetic_run: Path, tmp_path: Path, capsys) 
         assert main(["snapshot", "--run", str(synthetic_run), "--day", day, "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"--day {day}" in err and not out.exists(), err
+
+
+def test_read_only_inputs_give_no_torch_warning() -> None:
+    # Issue 42, defect 13: `skurl recommend --run` printed PyTorch's "NumPy array is not
+    # writable" warning for features read from buffers.
+    import warnings
+
+    import numpy as np
+
+    from skurl.serve.models import as_tensor
+
+    arr = np.frombuffer(np.arange(6, dtype=np.float32).tobytes(), np.float32).reshape(2, 3)
+    assert not arr.flags.writeable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = as_tensor(arr)
+    assert t.tolist() == arr.tolist()
+    writable = np.ones(4)
+    assert as_tensor(writable).data_ptr() == writable.ctypes.data  # no copy when not needed

@@ -29,13 +29,14 @@ def _same(name: str, got: np.ndarray, want: np.ndarray, day: int) -> None:
 @given(n=st.integers(1, 12), catalog_seed=st.integers(0, 10_000), run_seed=st.integers(0, 2**40),
        days=st.integers(1, 14), backorders=st.booleans(), lifo=st.booleans(), cost=st.booleans(),
        rule=st.sampled_from(["proportional", "fair", "priority"]), cancel=st.booleans(),
-       init_days=st.sampled_from([-1.0, 0.0, 2.0]))
+       init_days=st.sampled_from([-1.0, 0.0, 2.0]), shared=st.booleans())
 def test_network_vector_env_matches_reference(n, catalog_seed, run_seed, days, backorders, lifo, cost, rule,
-                                              cancel, init_days):
+                                              cancel, init_days, shared):
     catalog = random_network_catalog(n, catalog_seed)
     cfg = SimConfig(days=days, backorders=backorders, issuing="lifo" if lifo else "fifo",
                     reward="cost" if cost else "profit", initial_stock_days=init_days, threads=1,
-                    allocation=rule, upstream_shortage="cancel" if cancel else "backorder")
+                    upstream_allocation=rule, upstream_shortage="cancel" if cancel else "backorder",
+                    network_reward="network" if shared else "location")
     env, ref = VectorEnv(catalog, cfg), ReferenceSim(catalog, cfg)
     obs, want = env.reset(run_seed, 1), ref.reset(run_seed, 1)
     rng = np.random.default_rng(catalog_seed)
@@ -104,3 +105,28 @@ def test_network_columns_only_with_networks():
     assert not set(names) & set(plain.schema.names())
     assert net.schema.names()[-len(names):] == names
     assert net.schema.dim == plain.schema.dim + len(names) or net.layout.pipeline != plain.layout.pipeline
+
+
+def test_shards_of_a_network_catalog_simulate_as_the_whole():
+    from skurl.catalog import load_catalog
+    from skurl.catalog.partition import partition
+    from skurl.config import load_config
+
+    catalog = load_catalog(load_config(None, ["catalog.skus=300", "catalog.synthetic.network=dc"]).catalog)
+    cfg = SimConfig(days=12, threads=1)
+    rng = np.random.default_rng(0)
+    orders = rng.integers(0, 20, (cfg.days, len(catalog))).astype(float)
+    whole = VectorEnv(catalog, cfg)
+    whole.reset(7)
+    for day in range(cfg.days):
+        res = whole.step(orders[day])
+    want = whole.totals()
+    for rows in partition(catalog, 3):
+        env = VectorEnv(catalog.subset(rows), cfg)
+        env.reset(7)
+        for day in range(cfg.days):
+            env.step(orders[day, rows])
+        got = env.totals()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name][rows], err_msg=name)
+    assert res.metrics.sales.sum() > 0

@@ -143,7 +143,7 @@ def test_keep_best_ships_the_policy_with_the_best_validation_score(tmp_path: Pat
 def test_keep_best_survives_a_resume(tmp_path: Path) -> None:
     # Stopped after 2 of 5 iterations and resumed: the same policy is kept and shipped.
     from skurl.config import load_config
-    from skurl.deploy import colocated
+    from skurl.modes import colocated
 
     cfg = load_config(None, [*TINY, "train.keep_best=true", "train.eval_every=1", "train.seed=3",
                              "train.iterations=5"])

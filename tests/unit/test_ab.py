@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from skurl.catalog import load_catalog
-from skurl.catalog_strata import velocity
+from skurl.catalog.strata import velocity
 from skurl.cli import main
 from skurl.collect.evaluate import evaluate
 from skurl.config import load_config

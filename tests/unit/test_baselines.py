@@ -119,8 +119,8 @@ def test_default_base_stock_is_the_newsvendor_level():
     assert default_params("base-stock", cat_priced, profit)["S"][0] == math.ceil(10 + z * math.sqrt(10))
 
 
-@pytest.mark.parametrize("name", POLICY_NAMES)
-def test_defaults_are_finite_nonnegative_and_match_the_tuning_knobs(name):
+@pytest.mark.parametrize("name", [n for n in POLICY_NAMES if "echelon" not in n and "installation" not in n])
+def test_defaults_are_finite_nonnegative_and_match_the_tuning_knobs(name):  # network policies: test_network_baselines
     cat = catalog(n=3, order_cost=20.0)
     params = default_params(name, cat, COST)
     for v in params.values():

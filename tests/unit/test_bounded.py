@@ -24,7 +24,7 @@ from skurl.collect.bounded import BoundedStaleness
 from skurl.collect.breaker import CircuitBreaker
 from skurl.collect.collectors import Collected, SampleIndex
 from skurl.collect.staleness import WeightHistory
-from skurl.deploy.colocated import resume, train
+from skurl.modes.colocated import resume, train
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.metrics import SkurlMetrics, use_registry
 

@@ -60,7 +60,7 @@ def test_round_trip_through_yaml(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["sim.dayz=5"], "unknown config key 'sim.dayz' (expected one of: backorders, days"),
+        (["sim.dayz=5"], "unknown config key 'sim.dayz' (expected one of: allocation, backorders, days"),
         (["simulator.days=5"], "unknown config key 'simulator'"),
         (["catalog.synthetic.colour=red"], "unknown config key 'catalog.synthetic.colour'"),
         (["sim.days=abc"], "config key 'sim.days': got 'abc', expected int"),

@@ -102,7 +102,7 @@ def test_collector_round_trip_matches_the_baseline_episode() -> None:
 
 
 def test_a_collector_on_a_tuned_centre_waits_for_it_then_orders_from_it() -> None:
-    """Remote collectors get the centre after they are built (remote/remote_grid.py)."""
+    """Remote collectors get the centre after they are built (modes/decoupled/remote_grid.py)."""
     from skurl.errors import UserError
     from skurl.policy.grid_center import GridCenter
 

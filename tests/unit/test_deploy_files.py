@@ -1,7 +1,7 @@
 """deploy/: the Dockerfiles and Kubernetes manifests, checked without Docker or a cluster.
 
 Manifests are parsed (yaml.safe_load_all); every `skurl ...` command line must parse with
-the real CLI parser, the learner's torchrun line with torchrun's and skurl.deploy.ddp_learner's parsers;
+the real CLI parser, the learner's torchrun line with torchrun's and skurl.modes.ddp.learner's parsers;
 images come from the Dockerfiles; ports agree between containers, Services, arguments and
 the shared config (which must load); selectors and HPA targets point at real objects.
 """
@@ -19,8 +19,8 @@ import yaml
 
 from skurl.cli import build_parser
 from skurl.config import Config, load_config
-from skurl.deploy.ddp_learner import ENTRY
-from skurl.deploy.ddp_learner import build_parser as learner_parser
+from skurl.modes.ddp.learner import ENTRY
+from skurl.modes.ddp.learner import build_parser as learner_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -9,6 +9,7 @@ import torch
 
 from skurl.buffer.rollout import Rollout
 from skurl.config import load_config
+from skurl.errors import ConfigError
 from skurl.learn.fused_step import loss_grads
 from skurl.learn.learner import Learner, PreparedBatch, ppo_minibatch_loss
 
@@ -93,3 +94,20 @@ def test_loss_grads_equal_autograd_with_ties(weighted: bool, train_policy: bool)
                                                    weight, 0.2, 0.5, 0.01, train_policy)
     assert torch.equal(g_logits, got_logits) and torch.equal(g_values, got_values)
     assert all(torch.equal(stats[k], got_stats[k]) for k in stats)
+
+
+def test_train_compile_is_a_typed_key_off_by_default() -> None:
+    assert load_config(None, []).train.compile is False
+    assert load_config(None, ["train.compile=true"]).train.compile is True
+    with pytest.raises(ConfigError, match=r"train\.compile"):
+        load_config(None, ["train.compile=sometimes"])
+
+
+@pytest.mark.slow
+def test_train_compile_updates_close_to_the_exact_update() -> None:
+    """torch.compile reorders float work: close to, not equal to, the default update."""
+    ref_w, ref_stats, _ = trained(True, [])
+    got_w, got_stats, _ = trained(True, ["train.compile=true"])
+    for key in ref_w:
+        assert torch.allclose(ref_w[key].float(), got_w[key].float(), rtol=1e-3, atol=1e-4), key
+    assert got_stats[-1]["value_loss"] == pytest.approx(ref_stats[-1]["value_loss"], rel=1e-3)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from skurl.catalog.io import EXPECTED_NAMES, REQUIRED
 from skurl.cli import main
 from skurl.config import Config
-from skurl.config_loader import describe
+from skurl.config.loader import describe
 
 KEYS = [row[0] for row in describe(Config)]
 SETTINGS = settings(max_examples=200, deadline=None, database=None,

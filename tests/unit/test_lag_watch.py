@@ -1,4 +1,4 @@
-"""remote/lag_watch.py alone: collectors that answer at once are never read; one that waits
+"""modes/decoupled/lag_watch.py alone: collectors that answer at once are never read; one that waits
 with old weights while the learner is ahead trips its own breaker and resumes when it
 answers; the lag is learner + queued ahead - held, through the wire map."""
 
@@ -10,7 +10,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from skurl.remote.lag_watch import CollectorLagWatch, held_wire_of
+from skurl.modes.decoupled.lag_watch import CollectorLagWatch, held_wire_of
 
 
 def done_future() -> Future:

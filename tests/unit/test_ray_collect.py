@@ -1,4 +1,4 @@
-"""The decisions of raycluster/collectors.py without Ray: which lost shares an iteration
+"""The decisions of modes/ray/collectors.py without Ray: which lost shares an iteration
 proceeds without, and how the surviving collectors' rollouts are put together."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from skurl.buffer.assemble import AssemblyError, ShardAssembly
 from skurl.buffer.rollout import Rollout
 from skurl.config import load_config
-from skurl.raycluster.collectors import Placement, RayCollectors, Share
+from skurl.modes.ray.collectors import Placement, RayCollectors, Share
 from skurl.sim.api import ObsSchema
 from skurl.telemetry.metrics import use_registry
 

@@ -1,4 +1,4 @@
-"""remote/remote_grid.py: the tuned centre through the rollout store (named by its hash,
+"""modes/decoupled/remote_grid.py: the tuned centre through the rollout store (named by its hash,
 checked on the way back) and a collector's catalog rows in its env's order."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from skurl.catalog import load_catalog
 from skurl.config import load_config
 from skurl.errors import UserError
+from skurl.modes.decoupled.remote_grid import catalog_rows_for, fetch_center, publish_center
 from skurl.policy.grid_center import GridCenter
-from skurl.remote.remote_grid import catalog_rows_for, fetch_center, publish_center
 from skurl.store.local import LocalRolloutStore
 
 

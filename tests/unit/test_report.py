@@ -190,3 +190,25 @@ def test_best_baseline_follows_the_runs_objective(tmp_path: Path) -> None:
     assert "| rich (best baseline) |" in md and "| cheap |" in md
     write_eval(tmp_path, 1, {"ppo": _policy(3.0), "cheap": _policy(2.0), "rich": _policy(4.0)})
     assert "| cheap (best baseline) |" in write_report(tmp_path).read_text()  # cost: the cheapest
+
+
+def test_each_segments_best_baseline_follows_the_runs_objective_too(tmp_path: Path) -> None:
+    # Issue 42, defect 16: in a profit run the segment table named the cheapest baseline
+    # (it sells less) while the summary named the most profitable one.
+    def run(cost: float, profit: float, objective: str | None = "profit") -> dict[str, Any]:
+        seg = {"skus": 10, "avg_cost_per_sku_day": cost, "avg_inventory_cost_per_sku_day": cost / 4,
+               "avg_profit_per_sku_day": profit}
+        out = {**_policy(cost), "avg_profit_per_sku_day": profit, "segments": {"whole": seg}}
+        return {**out, "objective": objective} if objective else out
+
+    _write_metrics(tmp_path, iterations=2)
+    write_eval(tmp_path, 1, {"ppo": run(3.0, 8.0), "cheap": run(2.0, 5.0), "rich": run(4.0, 7.0)})
+    md = write_report(tmp_path).read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| whole |"))
+    assert "| rich |" in row and "cheap" not in row
+    assert "| rich (best baseline) |" in md  # the summary agrees
+    write_eval(tmp_path, 1, {"ppo": run(3.0, 8.0, None), "cheap": run(2.0, 5.0, None),
+                             "rich": run(4.0, 7.0, None)})
+    row = next(line for line in write_report(tmp_path).read_text().splitlines()
+               if line.startswith("| whole |"))
+    assert "| cheap |" in row  # a cost run: the cheapest

@@ -16,10 +16,10 @@ from skurl.buffer.rollout import Rollout
 from skurl.collect.collectors import Collected, LocalCollectors
 from skurl.collect.staleness import HISTORY_DIR, FixedStaleness, WeightHistory, refuse_unbuilt
 from skurl.config import Config, load_config
-from skurl.deploy.colocated import resume, train
 from skurl.errors import UserError
 from skurl.learn.checkpoint import load_checkpoint
 from skurl.learn.learner import Learner
+from skurl.modes.colocated import resume, train
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.metrics import get_metrics
 from skurl.train.loop import Parts, Trainer

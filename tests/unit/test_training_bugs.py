@@ -19,8 +19,8 @@ from skurl.catalog import load_catalog
 from skurl.cli import main
 from skurl.collect.evaluate import eval_subset, make_env
 from skurl.config import ActionsConfig, load_config
-from skurl.deploy import colocated
 from skurl.errors import UserError
+from skurl.modes import colocated
 from skurl.policy.actions import ActionGrid
 from skurl.policy.learned import LearnedPolicy
 from skurl.policy.nets import ActorCritic

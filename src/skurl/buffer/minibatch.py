@@ -1,10 +1,17 @@
-"""Shuffled minibatches over a flattened batch of transitions [T * N]."""
+"""Shuffled minibatches over a flattened batch of transitions [T * N] (PreparedBatch:
+the learner's columns on its device), gathered into reused buffers (BlockGather)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import overload
 
 import torch
+
+# Rows gathered at once when shuffling an epoch: whole minibatches, one index_select per
+# column per block instead of one gather per column per minibatch (bounds the copy).
+SHUFFLE_BLOCK_ROWS = 65_536
 
 
 def seeded_generator(*keys: int) -> torch.Generator:
@@ -70,3 +77,47 @@ class BlockGather:
             return
         self._buffers = [None if c is None else torch.empty((rows, *c.shape[1:]), dtype=c.dtype, device=c.device)
                          for c in columns]
+
+
+@dataclass
+class PreparedBatch:
+    """An iteration's training data on the device, flattened to [T * N]."""
+
+    obs: torch.Tensor  # normalized float32 [B, D]
+    actions: torch.Tensor  # int64 [B]
+    old_logp: torch.Tensor
+    advantages: torch.Tensor  # normalized
+    returns: torch.Tensor
+    old_values: torch.Tensor
+    weight: torch.Tensor | None = None  # truncated pi_prox / mu of a stale batch (None: 1)
+
+    def take(self, index: torch.Tensor) -> PreparedBatch:
+        """The rows `index` of every column (copies)."""
+        return PreparedBatch(*(_maybe(getattr(self, f.name), lambda c: c.index_select(0, index)) for f in fields(self)))
+
+    def rows(self, start: int, stop: int) -> PreparedBatch:
+        """Rows [start, stop) of every column (views)."""
+        return PreparedBatch(*(_maybe(getattr(self, f.name), lambda c: c[start:stop]) for f in fields(self)))
+
+
+@overload
+def _maybe(column: torch.Tensor, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor: ...
+@overload
+def _maybe(column: None, op: Callable[[torch.Tensor], torch.Tensor]) -> None: ...
+def _maybe(column: torch.Tensor | None, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
+    return None if column is None else op(column)
+
+
+def shuffled_minibatches(batch: PreparedBatch, perm: torch.Tensor, size: int,
+                         gather: BlockGather | None = None) -> Iterator[PreparedBatch]:
+    """Minibatches perm[0:size], perm[size:2 size], ... of `batch` (the last may be
+    smaller), gathered SHUFFLE_BLOCK_ROWS rows at a time so that each is a contiguous view
+    (into `gather`'s reused buffers when given: each minibatch is valid until the next)."""
+    per_block = max(1, SHUFFLE_BLOCK_ROWS // size) * size
+    columns = [getattr(batch, f.name) for f in fields(batch)]
+    for start in range(0, perm.numel(), per_block):
+        index = perm[start:start + per_block]
+        block = batch.take(index) if gather is None else PreparedBatch(*gather.gather(columns, index, per_block))  # type: ignore[arg-type]  # None where the column is None
+        rows = block.actions.numel()
+        for first in range(0, rows, size):
+            yield block.rows(first, min(first + size, rows))

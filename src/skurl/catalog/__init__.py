@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from skurl.catalog.schema import COLUMNS, DIST_CODES, Catalog
-from skurl.config import CatalogConfig
+
+if TYPE_CHECKING:  # config/ imports catalog.columns: this package stays free of config at import
+    from skurl.config import CatalogConfig
+
 
 
 def load_catalog(cfg: CatalogConfig, skus: int | None = None) -> Catalog:

@@ -3,7 +3,6 @@
 Columns are the names of `schema.COLUMNS` plus season_0..season_6 (weekly factors,
 day % 7 == d). Required: sku_id, demand_mean, lead_time, holding_cost, lost_sale_cost.
 Optional columns and their defaults when absent:
-
     category=0, group=-1, sub_frac=0, demand_dist=poisson, dispersion=1 (only used for
     negbin), trend=0, promo_uplift/promo_period/promo_length/promo_offset=0,
     delay_prob/delay_max=0, shelf_life=0, order_cost=0, unit_cost=0, waste_cost=0,

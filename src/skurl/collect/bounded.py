@@ -58,7 +58,7 @@ class BoundedStaleness:
         self._episode = 0
         self._collector_idle = 0.0  # since the last call
         self.lag_figures, self.refused = LagFigures(), 0
-        # A durable queue's hooks (remote/shard_stream.py): what a restart hands back first
+        # A durable queue's hooks (modes/decoupled/shard_stream.py): what a restart hands back first
         # (rollouts and the next episode number), and each rollout trained or refused.
         self.recover: Callable[[int], tuple[list[Collected], int]] = lambda iteration: ([], iteration)
         self.on_take: list[Callable[[Collected], None]] = []

@@ -62,18 +62,6 @@ def reward_spread(rollout: Rollout) -> dict[str, float]:
     return {"reward_p5": p5, "reward_p50": p50, "reward_p95": p95}
 
 
-def _record_episode(seconds: float, transitions: int) -> None:
-    """The collector families a collector process records (remote/roles.py), recorded by the
-    in-process collectors too, so a colocated /metrics has them (its role exports them)."""
-    from skurl.telemetry.metrics import get_metrics
-
-    m = get_metrics()
-    m.collector_episodes_total.inc()
-    m.collector_episode_duration_seconds.observe(seconds)
-    m.collector_steps_per_second.set(transitions / max(seconds, 1e-9))
-    m.collector_buffer_size.set(transitions)
-
-
 class LocalCollectors:
     """A Collector in this process over training shard `iteration % shards` (round robin).
     It waits for the version on `weights` (the sync barrier) like a remote one would."""
@@ -95,7 +83,6 @@ class LocalCollectors:
         obs_skus = None if index is None else collector.sku_ids[index]
         rollout = collector.collect(seed, iteration, held, obs_skus=obs_skus)
         assert rollout is not None
-        _record_episode(collector.stats.seconds, rollout.transitions)
         return Collected(rollout, {**collector.stats.scalars(), **reward_spread(rollout)})
 
     def close(self) -> None:

@@ -74,6 +74,8 @@ class EvalResult:
         out = {k: v for k, v in dataclasses.asdict(self).items()
                if k not in (*PER_SKU_FIELDS, "params")}
         out["params"] = self.params_summary()
+        if self.network is not None:
+            out["avg_cost_per_network_day"] = self.network["avg_cost_per_network_day"]
         return out
 
     def params_summary(self) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def configured_skus(args: argparse.Namespace, default: int) -> int:
     """--skus when given, else catalog.skus when the --config file or a --set gives it
     (a bench must simulate the catalog it is told to), else the bench's `default`."""
     from skurl.config import Config
-    from skurl.config_loader import apply_overrides, read_yaml
+    from skurl.config.loader import apply_overrides, read_yaml
 
     if args.skus is not None:
         return int(args.skus)

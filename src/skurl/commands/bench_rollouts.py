@@ -7,10 +7,8 @@ the config's action grid as the candidate first orders (a cover grid centred on 
 factors falls back to the newsvendor centre: no tuning here) and estimates Q by
 policy/rollout_q.estimate_q, following the capped base-stock or, with --policy network, a
 freshly initialised network of the config's size (its inference cost is what counts).
-Prints rollout SKU-days per second and, as its bound, `bench sim`'s SKU-steps per second on
-the same catalog (its SKUs tiled to the rollouts' mean batch width, the same sim threads,
-after the rollouts): bound_ratio is the first over the second. Registered by
-skurl.commands.bench_cmd.
+Prints rollout SKU-days/s and bound_ratio: that over `bench sim`'s SKU-steps/s on the same
+catalog (tiled to the rollouts' mean batch width, after them). Registered by bench_cmd.
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ are timed alone at their shapes (learn/gemm_bound.py, before and after; the beha
 pass's forward GEMMs estimated per row); learn minus them is what it spends outside matrix
 multiplies, itemized by phase. A cover grid centred on tuned factors is centred on the
 newsvendor factors here (no tuning: the centre moves no figure of an iteration's cost).
-Evaluations (every train.eval_every) and the baseline's tuning are not part of it.
-"""
+Evaluations (every train.eval_every) and the baseline's tuning are not part of it."""
 
 from __future__ import annotations
 

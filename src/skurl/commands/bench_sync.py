@@ -43,7 +43,7 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def run_sync(args: argparse.Namespace) -> int:
-    from skurl.remote.learner_weights import open_weights
+    from skurl.modes.decoupled.learner_weights import open_weights
 
     if args.subscribers < 1 or args.publishes < 1 or args.interval < 0:
         raise UserError(f"bench sync: --subscribers {args.subscribers} --publishes {args.publishes} "
@@ -165,7 +165,7 @@ class _Subscribers:
 def _subscribe(config_path: str) -> None:
     """A subscriber process: follow the versions as a collector does, print each held one."""
     from skurl.config import load_config
-    from skurl.remote.roles import open_subscriber
+    from skurl.modes.decoupled.roles import open_subscriber
     from skurl.sync.api import WeightSyncTimeout
 
     cfg = load_config(config_path, [])

@@ -23,11 +23,10 @@ from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 from skurl.policy.bf16 import cpu_has_bf16
 
+BOUND_SECONDS = 0.1  # per timed round of each GEMM of the bound (3 rounds, best kept)
 if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout
     from skurl.config import Config
-
-BOUND_SECONDS = 0.1  # per timed round of each GEMM of the bound (3 rounds, best kept)
 
 
 def register_bench(sub: argparse._SubParsersAction) -> None:

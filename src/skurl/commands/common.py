@@ -9,8 +9,8 @@ import sys
 from typing import Any
 
 from skurl.config import Config
-from skurl.config_flags import add_config_flags
-from skurl.config_flags import config_from_args as flags_config
+from skurl.config.flags import add_config_flags
+from skurl.config.flags import config_from_args as flags_config
 from skurl.json_ready import json_ready
 
 __all__ = ["add_config_flags", "config_from_args", "print_json", "seconds"]

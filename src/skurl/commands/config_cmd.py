@@ -8,7 +8,7 @@ import yaml
 
 from skurl.commands.common import add_config_flags, config_from_args, embedded_overrides
 from skurl.config import Config, config_to_dict
-from skurl.config_loader import describe
+from skurl.config.loader import describe
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ EMBEDDED = ("catalog.skus=2000", "ppo.sample_skus=500", "ppo.reward_scale=sku", 
 # exactly and PPO only learns where to deviate (the multiplier grid, session 9: +1.3%, -0.3%,
 # -0.7% profit on catalog.seed 0, 1, 2, and +0.3% total cost on seed 0; figures below).
 # Remote collectors (--mode decoupled, ray) run it from their SKUs' catalog rows, the raw
-# state in lean env replies and the centre the driver hands them (remote/remote_grid.py).
+# state in lean env replies and the centre the driver hands them (modes/decoupled/remote_grid.py).
 # On this grid several offsets often order the same units (nothing, when stock is high), so
 # the entropy bonus can spread the policy's mass for free; at ppo.ent_coef 0.01 entropy crept
 # up all run (1.2 -> 1.8-2.0 of ln 21 = 3.0) and on catalog.seed 1 held-out profit fell from

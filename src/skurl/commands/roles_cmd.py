@@ -72,7 +72,7 @@ def _port(value: int | None, flag: str) -> None:
 
 
 def _collector(args: argparse.Namespace) -> int:
-    from skurl.remote.roles import run_collector
+    from skurl.modes.decoupled.roles import run_collector
 
     j, k = _index(args.index)
     _port(args.port, "--port")
@@ -85,7 +85,7 @@ def _collector(args: argparse.Namespace) -> int:
 
 
 def _learner(args: argparse.Namespace) -> int:
-    from skurl.deploy.decoupled import run_learner
+    from skurl.modes.decoupled.wiring import run_learner
 
     _port(args.metrics_port, "--metrics-port")
     _log_to_stderr()

@@ -60,7 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
     metrics_note = _start_metrics(args.metrics_port, args.host)
     print(f"serving shard {index}/{count} ({rows.size} SKUs) on {server.address}{metrics_note}",
           flush=True)
-    from skurl.remote.roles import wait_for_signal
+    from skurl.modes.decoupled.roles import wait_for_signal
 
     wait_for_signal()
     sys.stdout.flush()

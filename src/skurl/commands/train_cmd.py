@@ -130,7 +130,7 @@ def _prepare(args: argparse.Namespace) -> list[str]:
 
 def train_once(args: argparse.Namespace, extra: list[str]) -> TrainResult:
     """One training (fresh or resumed) in the mode asked for; its TrainResult."""
-    from skurl.deploy import colocated
+    from skurl.modes import colocated
 
     mode = getattr(args, "mode", "colocated")
     catalog = getattr(args, "catalog", None)
@@ -138,11 +138,11 @@ def train_once(args: argparse.Namespace, extra: list[str]) -> TrainResult:
         return _resume_changed(args, catalog, list(args.overrides) + extra, mode)
     runner: types.ModuleType
     if mode == "decoupled":
-        from skurl.deploy import decoupled as runner
+        from skurl.modes.decoupled import wiring as runner
     else:
         runner = colocated
     if mode == "ray":
-        from skurl.deploy import ray_mode
+        from skurl.modes.ray import wiring as ray_mode
 
         return ray_mode.run(None if args.resume else config_from_args(args, extra), args)
     if args.resume:
@@ -155,7 +155,7 @@ def _resume_changed(args: argparse.Namespace, catalog: str | None, overrides: li
     from skurl.train.catalog_change import resume_changed
 
     if mode == "ray":
-        from skurl.deploy import ray_mode
+        from skurl.modes.ray import wiring as ray_mode
 
         address = getattr(args, "address", None)
         return resume_changed(ray_mode.parts, args.resume, catalog, overrides, baseline=not args.no_baseline,
@@ -163,7 +163,7 @@ def _resume_changed(args: argparse.Namespace, catalog: str | None, overrides: li
     if mode != "colocated":
         raise UserError(f"skurl train --catalog: --mode {mode} cannot change the SKU set yet; "
                         "expected --mode colocated or ray")
-    from skurl.deploy import colocated
+    from skurl.modes import colocated
 
     return resume_changed(lambda cfg: colocated.parts(), args.resume, catalog, overrides, baseline=not args.no_baseline)
 
@@ -179,7 +179,7 @@ def _mode(args: argparse.Namespace) -> str:
         mode = recorded_mode(args.resume)
         if mode == "ddp":
             raise UserError(f"skurl train --resume {args.resume}: the run was started by the DDP "
-                            "learner; resume it with python -m skurl.deploy.ddp_learner --run-dir "
+                            "learner; resume it with python -m skurl.modes.ddp.learner --run-dir "
                             f"{args.resume} --config {Path(args.resume) / CONFIG_FILE} [--nproc K]")
         if mode and mode != "colocated":
             print(f"skurl train: resuming {args.resume} in --mode {mode}, the mode it was started in",

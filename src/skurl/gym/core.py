@@ -17,7 +17,7 @@ import numpy as np
 
 from skurl.catalog import Catalog, load_catalog
 from skurl.config import Config, config_to_dict, load_config
-from skurl.config_loader import apply_overrides, build
+from skurl.config.loader import apply_overrides, build
 from skurl.errors import ConfigError
 from skurl.policy.actions import ActionGrid, report_clipped
 from skurl.policy.grid_center import GridCenter, tune_center

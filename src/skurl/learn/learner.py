@@ -15,15 +15,18 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from functools import partial
-from typing import overload
 
 import numpy as np
 import torch
 
 from skurl.buffer.gae import gae
-from skurl.buffer.minibatch import BlockGather, seeded_generator
+from skurl.buffer.minibatch import (
+    BlockGather,
+    PreparedBatch,
+    seeded_generator,
+    shuffled_minibatches,
+)
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
 from skurl.errors import UserError
@@ -46,9 +49,6 @@ _log = logging.getLogger(__name__)
 # chunk's activations stay in cache (65536 rows cost 2.3x the CPU time, mostly page
 # faults and cache misses on 64 MB intermediates).
 EVAL_ROWS = 4096
-# Rows gathered at once when shuffling an epoch: whole minibatches, one index_select per
-# column per block instead of one gather per column per minibatch (bounds the copy).
-SHUFFLE_BLOCK_ROWS = 65_536
 # Keys of generators derived from (seed, iteration, key): no state to checkpoint.
 SKU_SAMPLE_KEY = 1
 MINIBATCH_KEY = 2
@@ -83,51 +83,7 @@ def allreduce_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mean.to(x.dtype), var.sqrt().to(x.dtype)
 
 
-@dataclass
-class PreparedBatch:
-    """An iteration's training data on the device, flattened to [T * N]."""
-
-    obs: torch.Tensor  # normalized float32 [B, D]
-    actions: torch.Tensor  # int64 [B]
-    old_logp: torch.Tensor
-    advantages: torch.Tensor  # normalized
-    returns: torch.Tensor
-    old_values: torch.Tensor
-    weight: torch.Tensor | None = None  # truncated pi_prox / mu of a stale batch (None: 1)
-
-    def take(self, index: torch.Tensor) -> PreparedBatch:
-        """The rows `index` of every column (copies)."""
-        return PreparedBatch(*(_maybe(getattr(self, f.name), lambda c: c.index_select(0, index)) for f in fields(self)))
-
-    def rows(self, start: int, stop: int) -> PreparedBatch:
-        """Rows [start, stop) of every column (views)."""
-        return PreparedBatch(*(_maybe(getattr(self, f.name), lambda c: c[start:stop]) for f in fields(self)))
-
-
-@overload
-def _maybe(column: torch.Tensor, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor: ...
-@overload
-def _maybe(column: None, op: Callable[[torch.Tensor], torch.Tensor]) -> None: ...
-def _maybe(column: torch.Tensor | None, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
-    return None if column is None else op(column)
-
-
 Forward = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-
-
-def shuffled_minibatches(batch: PreparedBatch, perm: torch.Tensor, size: int,
-                         gather: BlockGather | None = None) -> Iterator[PreparedBatch]:
-    """Minibatches perm[0:size], perm[size:2 size], ... of `batch` (the last may be
-    smaller), gathered SHUFFLE_BLOCK_ROWS rows at a time so that each is a contiguous view
-    (into `gather`'s reused buffers when given: each minibatch is valid until the next)."""
-    per_block = max(1, SHUFFLE_BLOCK_ROWS // size) * size
-    columns = [getattr(batch, f.name) for f in fields(batch)]
-    for start in range(0, perm.numel(), per_block):
-        index = perm[start:start + per_block]
-        block = batch.take(index) if gather is None else PreparedBatch(*gather.gather(columns, index, per_block))  # type: ignore[arg-type]  # None where the column is None
-        rows = block.actions.numel()
-        for first in range(0, rows, size):
-            yield block.rows(first, min(first + size, rows))
 
 
 def ppo_minibatch_loss(forward: Forward, mb: PreparedBatch, clip: float, vf_coef: float,

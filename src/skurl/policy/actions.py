@@ -207,7 +207,7 @@ def _clip_orders(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def bind_to_env(grid: ActionGrid, env: object, catalog: Catalog | None = None) -> ActionGrid:
     """`grid` bound to the SKUs of `env` when it needs them: to `catalog` (its rows in the
-    env's row order: remote envs, remote/remote_grid.py) or else the env's own `catalog`."""
+    env's row order: remote envs, modes/decoupled/remote_grid.py) or else the env's own `catalog`."""
     if not grid.needs_catalog:
         return grid
     catalog = catalog if catalog is not None else getattr(env, "catalog", None)

@@ -1,15 +1,14 @@
 """Baselines for supply networks (docs/networks.md): echelon and installation base-stock.
 
-- echelon-base-stock: each row orders up to S on its echelon inventory position: on hand
-  and in transit at and below it, plus what its upstream owes it, less the stores'
-  backlog (Clark & Scarf 1960; optimal for serial systems with the right S).
-- installation-base-stock: each row orders up to S on its own position: on hand, in
-  transit, owed to it, less what it owes its own locations or customers.
-Untuned levels: mean + z x sd of the demand over the protection days (cover), z from the
-store's critical ratio; the echelon cover is the longest chain of lead times from the row
-down to a store, + 1 day; the installation cover the row's own lead time + 1.
-Tuning (tune_network): one z per echelon index, by coordinate search with common random
-numbers on the whole catalog (every network the same knobs).
+- echelon-base-stock: order up to S on the echelon inventory position: on hand and in
+  transit at and below the row, plus what its upstream owes it, less the stores' backlog.
+- installation-base-stock: order up to S on the row's own position: on hand, in transit,
+  owed to it, less what it owes its own locations or customers.
+Untuned levels: mean + z x sd of the demand over the protection days (echelon: the longest
+chain of lead times down to a store, + 1; installation: own lead time + 1), z the stores'
+newsvendor factor. Tuning (tune_network): one z per echelon index by a pattern search
+(each knob, each pair together and against each other; steps 0.5, 0.1, 0.02) with common
+random numbers on the whole catalog (every network the same knobs).
 """
 
 from __future__ import annotations
@@ -131,6 +130,7 @@ def make_network_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params:
 
 Z_STEPS = (0.5, 0.1, 0.02)  # coordinate search: each step until no knob improves, then finer
 MAX_PASSES = 12
+PLATEAU_STEPS = 50
 
 
 def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int, warmup: int,
@@ -160,18 +160,22 @@ def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, 
 
     z = default_z(catalog, sim_cfg, topo)
     best = score(z)
+    moves = _moves(z.shape[0])
     for step in Z_STEPS:
         for _ in range(MAX_PASSES):
             improved = False
-            for e in range(z.shape[0]):
-                for sign in (1.0, -1.0):
-                    while True:  # keep walking this knob while it pays
-                        trial = z.copy()
-                        trial[e] += sign * step
-                        value = score(trial)
-                        if value >= best:
+            for move in moves:
+                while True:  # keep walking this direction while it pays
+                    trial = z + step * move
+                    here = levels(name, catalog, topo, z)
+                    for _ in range(PLATEAU_STEPS):  # a step too small to move any level: step on
+                        if not np.array_equal(levels(name, catalog, topo, trial), here):
                             break
-                        z, best, improved = trial, value, True
+                        trial = trial + step * move
+                    value = score(trial)
+                    if value >= best:
+                        break
+                    z, best, improved = trial, value, True
             if not improved:
                 break
     return TuneResult(name=name, params={"S": levels(name, catalog, topo, z)}, method="network-echelon-z",
@@ -179,6 +183,17 @@ def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, 
                       sku_days=len(seen) * len(catalog) * (days + warmup), objective=best,
                       details={"z_by_echelon": [float(x) for x in z], "objective_per": "network-day"},
                       objective_is=objective_is(sim_cfg))
+
+
+def _moves(knobs: int) -> list[np.ndarray]:
+    """Search directions: each knob alone, then each pair together and against each other
+    (the levels of an upstream and its locations trade off: one at a time stalls)."""
+    eye = np.eye(knobs)
+    out = [sign * eye[e] for e in range(knobs) for sign in (1.0, -1.0)]
+    for a in range(knobs):
+        for b in range(a + 1, knobs):
+            out += [eye[a] + eye[b], -eye[a] - eye[b], eye[a] - eye[b], eye[b] - eye[a]]
+    return out
 
 
 def _with_days(sim_cfg: SimConfig, days: int) -> SimConfig:

@@ -32,7 +32,7 @@ from skurl.rpc.errors import (
 )
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
-from skurl.rpc.options import channel_options
+from skurl.rpc.security import open_channel
 from skurl.sim.api import ActionError, EnvStateError, Obs, ObsSchema, StepResult
 
 
@@ -60,7 +60,7 @@ DEFAULT_CONNECT_TIMEOUT_S = 30.0
 def connect(address: str, cfg: RpcConfig, timeout_s: float, server: str = SIM_SERVER) -> grpc.Channel:
     """A channel to `address` that is ready, or ServerUnavailableError naming it and
     `server`, what should be serving there."""
-    channel = grpc.insecure_channel(address, options=channel_options(cfg))
+    channel = open_channel(address, cfg)  # TLS and token per rpc.tls / rpc.token_file
     try:
         grpc.channel_ready_future(channel).result(timeout=timeout_s)
     except grpc.FutureTimeoutError:

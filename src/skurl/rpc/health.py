@@ -14,12 +14,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from skurl.rpc.gen import skurl_pb2 as pb
+
+if TYPE_CHECKING:
+    from skurl.config import RpcConfig
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -68,10 +71,14 @@ def add_health(server: grpc.Server, services: Iterable[str] = ()) -> health.Heal
     return servicer
 
 
-def probe(address: str, timeout_s: float, service: str = OVERALL) -> bool:
+def probe(address: str, timeout_s: float, service: str = OVERALL, cfg: RpcConfig | None = None) -> bool:
     """One Check call to the server at host:port: True only if it answers SERVING within
-    `timeout_s` (False when it refuses the connection, is shutting down, or hangs)."""
-    with grpc.insecure_channel(address) as channel:
+    `timeout_s` (False when it refuses the connection, is shutting down, or hangs).
+    `cfg` (RpcConfig): its rpc.tls for a server that requires TLS."""
+    from skurl.rpc.security import open_channel
+
+    channel = open_channel(address, cfg) if cfg is not None else grpc.insecure_channel(address)
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
@@ -86,8 +93,9 @@ class Liveness:
     starts counting afresh); `restarted(name, hold_s)` leaves a new process alone while it
     starts. Probes block the caller up to `timeout_s` each."""
 
-    def __init__(self, timeout_s: float, failures: int, interval_s: float) -> None:
+    def __init__(self, timeout_s: float, failures: int, interval_s: float, rpc: RpcConfig | None = None) -> None:
         self.timeout_s, self.failures, self.interval_s = timeout_s, failures, interval_s
+        self.rpc = rpc  # RpcConfig of the probes (TLS), None: plain channels
         self._misses: dict[str, int] = {}
         self._next: dict[str, float] = {}
 
@@ -96,7 +104,7 @@ class Liveness:
         if now < self._next.get(name, 0.0):
             return False
         self._next[name] = now + self.interval_s
-        if probe(address, self.timeout_s):
+        if probe(address, self.timeout_s, cfg=self.rpc):
             self._misses[name] = 0
             return False
         self._misses[name] = self._misses.get(name, 0) + 1

@@ -25,6 +25,7 @@ from skurl.errors import UserError
 from skurl.rpc.errors import CapacityError
 from skurl.rpc.health import add_health
 from skurl.rpc.options import max_message_bytes, server_options
+from skurl.rpc.security import check_listen, server_credentials, server_interceptors
 from skurl.sim.api import EnvStateError
 
 if TYPE_CHECKING:
@@ -97,13 +98,16 @@ class GrpcServer:
     def __init__(self, add_servicers: Callable[[grpc.Server], None], cfg: RpcConfig,
                  host: str = "127.0.0.1", port: int = 0, max_workers: int = 16,
                  services: Sequence[str] = ()) -> None:
+        check_listen(host, cfg)
+        creds = server_credentials(cfg)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
-                                   options=server_options(cfg))
+                                   options=server_options(cfg), interceptors=server_interceptors(cfg))
         add_servicers(self._server)
         self.health = add_health(self._server, services)
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = self._server.add_insecure_port(target)
+            bound = (self._server.add_secure_port(target, creds) if creds is not None
+                     else self._server.add_insecure_port(target))
         except RuntimeError:
             bound = 0
         if not bound:

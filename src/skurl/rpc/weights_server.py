@@ -4,14 +4,12 @@
 and refused (INVALID_ARGUMENT, weights_rejected_total{path="publish"}) when its sha256,
 header, key or version disagree, a tensor is not finite, or its names, shapes and dtypes
 differ from the model's (`expect`, which a learner hosting the server calls with its
-state_dict): nothing malformed is fanned out to the collectors.
-Versions per key only grow: an older or equal version is FAILED_PRECONDITION.
+state_dict): nothing malformed is fanned out; versions per key only grow (else FAILED_PRECONDITION).
 
 Subscribe streams the held version at once when it is newer than the client's, then
 every newer one as it is set; at most `max_subscribers` streams at once (each holds a
 handler thread), more are RESOURCE_EXHAUSTED. Read-only calls keep no state for keys
-never published, and keys are capped at MAX_KEYS.
-"""
+never published, and keys are capped at MAX_KEYS."""
 
 from __future__ import annotations
 

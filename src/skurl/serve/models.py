@@ -110,6 +110,14 @@ class TorchModel:
         return units, action, prob
 
 
+def as_tensor(arr: np.ndarray) -> torch.Tensor:
+    """A CPU tensor over `arr` (no copy when it is contiguous and writable): torch warns
+    "The given NumPy array is not writable" for read-only arrays (features decoded from
+    buffers), so those are copied (issue 42, defect 13)."""
+    out = np.ascontiguousarray(arr)
+    return torch.from_numpy(out if out.flags.writeable else out.copy())
+
+
 def open_model(model: Path | None, run: Path | None, threads: int = 0) -> OnnxModel | TorchModel:
     if (model is None) == (run is None):
         raise UserError("skurl recommend: give exactly one of --model FILE.onnx or --run RUN_DIR")

@@ -221,8 +221,8 @@ class VectorEnv:
             _run_kernel(network_step_kernel, self._params, self._state, self._kout, self._out.features,
                         np.int64(self._net_base), self._net, arr,
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
-                        cfg.issuing == "lifo", cfg.reward == "cost", np.int64(RULES[cfg.allocation]),
-                        cfg.upstream_shortage == "cancel")
+                        cfg.issuing == "lifo", cfg.reward == "cost", np.int64(RULES[cfg.upstream_allocation]),
+                        cfg.upstream_shortage == "cancel", cfg.network_reward == "network")
         self._day += 1
         return StepResult(self._obs(), self._out.reward, self.done, self._metrics, self._failed_view)
 

@@ -1,16 +1,12 @@
-"""The day of a catalog with supply networks (docs/networks.md), as numba kernels.
+"""The day of a catalog with supply networks (docs/networks.md, which details each step).
 
-Every row belongs to one network (a row nobody orders from and with an outside supplier is
-a network of one). Networks run in parallel (prange), each by one thread, in this order:
-  1. arrivals (already on hand: the previous day's `advance`);
-  2. orders: each row's order is placed: with the outside supplier (pipeline, lead + delay)
-     at a root, as a request to its upstream otherwise;
-  3. shipments from the top down: an upstream serves its locations' requests (today's
-     orders plus what it owes them) from its on-hand, split by sim.allocation when short;
-     the rest stays owed (sim.upstream_shortage=backorder) or is dropped (cancel); a
-     shipment travels its link's lead time (0: on hand today);
-  4. customer demand at the rows nobody orders from (stores);
-  5. costs on the end-of-day state, then the move to tomorrow (advance, features).
+Every row belongs to one network (a lone row with an outside supplier is a network of one).
+Networks run in parallel (prange), each by one thread, in this order:
+  1. arrivals (on hand since the previous day's `advance`);
+  2. orders: to the outside supplier at a root, else a request to the upstream;
+  3. shipments from the top down, split by sim.upstream_allocation when an upstream is short;
+  4. customer demand at the stores (rows nobody orders from);
+  5. costs on the end-of-day state, tomorrow (advance, features), the shared reward.
 Rows of one network use their own rows' state only, so results do not depend on threads.
 """
 
@@ -395,7 +391,8 @@ def network_features_kernel(p: Params, s: State, net: Network, feats: np.ndarray
 @sku_jit
 def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
                    orders: np.ndarray, npipe: np.int64, lo: np.int64, hi: np.int64, day: np.int64,
-                   backorders: bool, lifo: bool, cost_mode: bool, rule: np.int64, cancel: bool) -> None:
+                   backorders: bool, lifo: bool, cost_mode: bool, rule: np.int64, cancel: bool,
+                   shared: bool) -> None:
     """One day of the network whose rows are net_rows[lo:hi] (upstream first)."""
     par, st, rows = p.par, s.st, net.net_rows
     for r in range(lo, hi):  # 2. orders
@@ -429,14 +426,21 @@ def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: n
             _isolate(s, out, i, FAIL_FORECAST, False)
             feats[i, :] = 0.0
     _extra_features(p, s, net, feats, base, lo, hi)
+    if shared:  # the network's mean reward per location, summed upstream first
+        total = 0.0
+        for r in range(lo, hi):
+            total += np.float64(out.reward[rows[r]])
+        mean = total / np.float64(hi - lo)
+        for r in range(lo, hi):
+            out.reward[rows[r]] = mean
 
 
 @njit(cache=True, parallel=True)
 def network_step_kernel(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
                         orders: np.ndarray, npipe: np.int64, day: np.int64, backorders: bool, lifo: bool,
-                        cost_mode: bool, rule: np.int64, cancel: bool) -> None:
+                        cost_mode: bool, rule: np.int64, cancel: bool, shared: bool) -> None:
     """One day of every network of the shard (module docstring). `out.features` is the view
     of the base columns, `feats` the whole matrix (network columns from `base`)."""
     for k in prange(net.net_start.shape[0] - 1):
         _network_range(p, s, out, feats, base, net, orders, npipe, net.net_start[k], net.net_start[k + 1],
-                       day, backorders, lifo, cost_mode, rule, cancel)
+                       day, backorders, lifo, cost_mode, rule, cancel, shared)

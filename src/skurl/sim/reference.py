@@ -32,7 +32,13 @@ from skurl.sim.api import (
 )
 from skurl.sim.demand import DIST_GEOMETRIC, DIST_NEGBIN, normal, sample_demand
 from skurl.sim.layout import layout_for
-from skurl.sim.reference_network import network_costs, network_day, network_features, topology
+from skurl.sim.reference_network import (
+    network_costs,
+    network_day,
+    network_features,
+    shared_reward,
+    topology,
+)
 from skurl.sim.rng import run_key, sku_key, uniform
 from skurl.sim.state import METRIC_FIELDS
 
@@ -206,6 +212,8 @@ class ReferenceSim:
                 sku.batches.append([t + 1, arrival])
             sku.arrived_today = arrival
             reward[i] = np.float32(-cost if cfg.reward == "cost" else revenue - cost)
+        if cfg.network_reward == "network":
+            reward = shared_reward(self, reward)
         self.day = t + 1
         return self._obs(), reward, self.day >= cfg.days, metrics
 

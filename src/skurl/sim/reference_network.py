@@ -88,7 +88,7 @@ def network_day(sim, orders: np.ndarray, take, mean) -> list[dict]:
             continue
         req = [vals[c]["q"] + sim.owed[c] for c in kids]
         have = sim.skus[u].on_hand()
-        ship = req if sum(req) <= have else allocate(cfg.allocation, req, have)
+        ship = req if sum(req) <= have else allocate(cfg.upstream_allocation, req, have)
         for c, r, q in zip(kids, req, ship, strict=True):
             sim.owed[c] = 0 if cfg.upstream_shortage == "cancel" else r - q
             if q == 0:
@@ -159,3 +159,27 @@ def network_features(sim, i: int) -> list[float]:
     if u >= 0:
         up = [skus[u].on_hand() * inv, sum(skus[u].pipeline.values()) * inv, skus[u].backlog * inv]
     return [*up, (units_below(i) + sim.owed[i]) * inv, float(height(i))]
+
+
+def shared_reward(sim, reward: np.ndarray) -> np.ndarray:
+    """Each SKU's reward replaced by its network's mean (summed upstream first, then by sku_id)."""
+    parent, children, _ = sim.topology
+    skus = sim.skus
+
+    def root(i: int) -> int:
+        return i if parent[i] < 0 else root(parent[i])
+
+    def height(i: int) -> int:
+        return 1 + max((height(c) for c in children[i]), default=0)
+
+    members: dict[int, list[int]] = {}
+    for i in range(len(skus)):
+        members.setdefault(root(i), []).append(i)
+    out = reward.copy()
+    for rows in members.values():
+        rows.sort(key=lambda i: (-height(i), skus[i].p["sku_id"]))
+        total = 0.0
+        for i in rows:
+            total += float(reward[i])
+        out[rows] = np.float32(total / len(rows))
+    return out

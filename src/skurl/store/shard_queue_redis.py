@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from skurl.config.secrets import redact_url
 from skurl.errors import UserError
 from skurl.store.api import CorruptShardError, ShardManifest
 from skurl.store.shard_queue import (
@@ -48,8 +49,8 @@ def _connect(url: str, timeout_s: float) -> redis.Redis:
         client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
                                       retry_on_timeout=False, health_check_interval=30)
         client.ping()
-    except (redis.ConnectionError, redis.TimeoutError, ValueError, OSError) as exc:
-        raise ShardQueueError(f"shard queue: cannot connect to Redis at '{url}' ({exc}); "
+    except (redis.RedisError, ValueError, OSError) as exc:  # AUTH/ACL refusals included
+        raise ShardQueueError(f"shard queue: cannot connect to Redis at '{redact_url(url)}' ({exc}); "
                               "expected a running redis-server") from None
     return client
 
@@ -69,7 +70,7 @@ class RedisShardQueue:
 
     def __init__(self, url: str, run: str, consumer: str, *, group: str = DEFAULT_GROUP, maxlen: int = 10_000,
                  timeout_s: float = 10.0, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.url, self.stream, self.consumer, self.group = url, stream_key(run), consumer, group
+        self.url, self.stream, self.consumer, self.group = redact_url(url), stream_key(run), consumer, group
         self.maxlen, self.timeout_s, self.sleep = maxlen, timeout_s, sleep
         self.client = _connect(url, timeout_s)
         self.refusals = Refusals()

@@ -25,6 +25,8 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from skurl.config import StoreConfig, SyncConfig
+from skurl.config.secrets import redact_url
+from skurl.config.services import redis_url_of
 from skurl.errors import UserError
 from skurl.store.api import RolloutStore
 from skurl.sync.api import Tensors, WeightSyncTimeout
@@ -89,8 +91,9 @@ def connect(url: str, timeout_s: float) -> redis.Redis:
             **_command_packer(),
         )
         client.ping()
-    except (redis.ConnectionError, redis.TimeoutError, ValueError, OSError) as exc:
-        raise SyncConnectionError(f"sync.redis_url '{url}': cannot connect to Redis ({exc})") from None
+    except (redis.RedisError, ValueError, OSError) as exc:  # AUTH/ACL refusals included
+        raise SyncConnectionError(f"sync.redis_url '{redact_url(url)}': cannot connect to Redis "
+                                  f"({exc})") from None
     return client
 
 
@@ -117,7 +120,7 @@ class RedisWeightPublisher:
 
     def __init__(self, url: str, model_key: str = "policy", *, store: RolloutStore | None = None,
                  timeout_s: float = 10.0) -> None:
-        self.url, self.model_key, self.store = url, model_key, store
+        self.url, self.model_key, self.store = redact_url(url), model_key, store  # url: for messages
         self.timeout_s = timeout_s
         self.client = connect(url, timeout_s)
         self._store_blobs: deque[str] = deque()  # this publisher's blobs, oldest first
@@ -211,7 +214,7 @@ class RedisWeightPublisher:
     def from_config(cls, sync: SyncConfig, store: StoreConfig | None = None) -> RedisWeightPublisher:
         """Publisher for sync.redis_url / sync.key; weights go to `store` when
         sync.weights_in_store is set."""
-        return cls(sync.redis_url, sync.key, store=_weights_store(sync, store),
+        return cls(redis_url_of(sync), sync.key, store=_weights_store(sync, store),
                    timeout_s=min(sync.timeout_s, 10.0))
 
     def close(self) -> None:
@@ -229,7 +232,7 @@ class RedisWeightSubscriber:
     def __init__(self, url: str, model_key: str = "policy", *, like: Tensors | None = None,
                  store: RolloutStore | None = None, poll_s: float = 0.5, timeout_s: float = 10.0,
                  on_update: Callable[[int, Tensors], None] | None = None) -> None:
-        self.url, self.model_key, self.store = url, model_key, store
+        self.url, self.model_key, self.store = redact_url(url), model_key, store  # url: for messages
         self.poll_s, self.on_update = poll_s, on_update
         self.client = connect(url, timeout_s)
         self._spec = None if like is None else spec_of(like)
@@ -244,7 +247,7 @@ class RedisWeightSubscriber:
     def from_config(cls, sync: SyncConfig, store: StoreConfig | None = None, *,
                     like: Tensors | None = None,
                     on_update: Callable[[int, Tensors], None] | None = None) -> RedisWeightSubscriber:
-        return cls(sync.redis_url, sync.key, like=like, store=_weights_store(sync, store),
+        return cls(redis_url_of(sync), sync.key, like=like, store=_weights_store(sync, store),
                    poll_s=sync.poll_s, timeout_s=min(sync.timeout_s, 10.0), on_update=on_update)
 
     # -- WeightSubscriber -------------------------------------------------------------

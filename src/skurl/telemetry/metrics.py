@@ -66,11 +66,11 @@ ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
                 "learner_gpu_memory_allocated_bytes", "barrier_wait_seconds",
                 "collector_shares_lost_total", "collector_lost_skus_total", "process_restarts_total",
                 *_BUSINESS),
-    # one process that learns and collects: the learner's and the collectors' families
-    "colocated": ("stage_seconds", *_UPDATE, "learner_training_step_duration_seconds",
-                  "collector_reward_out_of_range_total", "collector_episodes_total",
-                  "collector_steps_per_second", "collector_episode_duration_seconds",
-                  "collector_buffer_size", *_BUSINESS),
+    # learner and collector in one process (issue 42, defect 12: the README says so)
+    "colocated": ("stage_seconds", *_UPDATE, "collector_reward_out_of_range_total",
+                  "learner_training_step_duration_seconds", "learner_gpu_memory_allocated_bytes",
+                  "collector_episodes_total", "collector_steps_per_second",
+                  "collector_episode_duration_seconds", "collector_buffer_size", *_BUSINESS),
 }
 # Near-on-policy training (train.staleness): the learner's lag figures, and the collection
 # thread's idle time and breaker trips (it runs in the learner's process: collect/bounded.py,

@@ -119,6 +119,18 @@ class ReportData:
             return -(_profit(p) or 0.0)
         return _cost(p) or 0.0
 
+    def _seg_rank(self, stats: Mapping[str, Any], cost: float) -> float:
+        """Lower ranks first within one segment, by the objective _rank uses."""
+        profit = _num(stats.get("avg_profit_per_sku_day"))
+        if profit is not None and self._objective() == "profit":
+            return -profit
+        return cost
+
+    def _objective(self) -> str | None:
+        mine = self.policies.get(self.trained or "") or {}
+        first = self.policies.get(self.baselines[0]) if self.baselines else None
+        return mine.get("objective") or (first or {}).get("objective")
+
     def _segments(self) -> list[SegmentRow]:
         def segs(name: str | None) -> dict[str, Any]:
             s = self.policies.get(name, {}).get("segments") if name else None
@@ -131,7 +143,9 @@ class ReportData:
         for seg in names:
             mine = segs(self.trained).get(seg) or {}
             costs = {b: c for b in self.baselines if (c := _cost(segs(b).get(seg))) is not None}
-            best = min(costs, key=lambda b: costs[b]) if costs else None
+            # Each segment's best by the run's objective, as the summary's (_rank): by cost
+            # alone a baseline that sells less would win a profit run's segments.
+            best = min(costs, key=lambda b: self._seg_rank(segs(b).get(seg) or {}, costs[b])) if costs else None
             skus = _num(mine.get("skus", (segs(best).get(seg) or {}).get("skus") if best else None))
             theirs = segs(best).get(seg) if best else None
             rows.append(SegmentRow(seg, int(skus) if skus is not None else None,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from skurl import atomic
-from skurl.config_tracking import TrackingConfig
+from skurl.config.tracking import TrackingConfig
 from skurl.errors import missing_extra
 
 TRACKING_FILE = "mlflow.json"

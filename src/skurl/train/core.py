@@ -31,6 +31,18 @@ if TYPE_CHECKING:
 ENV_SPEC_FILE = "env_spec.json"  # the run's observation widths and schema: every part shows these
 
 
+def seed_global_rngs(seed: int) -> None:
+    """The process-wide torch, numpy and python RNGs from the run seed. Training draws from
+    explicit generators, not from these, but checkpoints record them (rng/*,
+    learn/checkpoint.py): seeded from OS entropy, they made identical runs' checkpoints
+    differ (issue 42)."""
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 def set_threads(cfg: Config) -> int:
     threads = cfg.train.torch_threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
@@ -68,8 +80,8 @@ def run_widths(run_dir: Path, catalog: Catalog, resume: bool, at_least: tuple[in
     return widths
 
 
-def save_env_spec(run_dir: Path, widths: tuple[int, int]) -> None:
-    schema = schema_for(*widths)
+def save_env_spec(run_dir: Path, widths: tuple[int, int], network: bool = False) -> None:
+    schema = schema_for(*widths, network)
     atomic.write_text(run_dir / ENV_SPEC_FILE, json.dumps(
         {"widths": list(widths), "obs_dim": schema.dim, "fields": [list(f) for f in schema.fields]}) + "\n")
 

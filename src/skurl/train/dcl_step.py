@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch.distributed as dist
 
-from skurl.catalog_strata import strata_codes, strata_names
-from skurl.config_dcl import auto_horizon
+from skurl.catalog.strata import strata_codes, strata_names
+from skurl.config.dcl import auto_horizon
 from skurl.errors import UserError
 from skurl.learn.dcl import DclSpec, Labelled, label_states
 from skurl.learn.dcl_check import PairedGain, paired_gain

@@ -29,7 +29,7 @@ from skurl.telemetry.logger import RunLogger
 from skurl.telemetry.metrics import get_metrics
 from skurl.telemetry.progress import Progress
 from skurl.telemetry.report import forget_evaluations_from, write_report
-from skurl.train.core import RunCore, build_core, save_env_spec, set_threads
+from skurl.train.core import RunCore, build_core, save_env_spec, seed_global_rngs, set_threads
 from skurl.train.dcl_step import DclStep
 from skurl.train.evaluation import TRAINED, Evaluator
 from skurl.train.seams import TrainerView
@@ -115,6 +115,7 @@ class Trainer:
         try:
             refuse_unbuilt(cfg.train, parts.mode)
             self.threads = set_threads(cfg)
+            seed_global_rngs(cfg.train.seed)  # a resume then restores the checkpoint's states
             self.core = build_core(cfg, Path(run_dir), resume=resume, tune_center=parts.lead, at_least=at_least)
             self.learner = parts.learner(self.core, self.core.schema.dim, self.core.grid.n)
             self.meta: dict[str, Any] = parts.restore(self) if resume else {}
@@ -217,7 +218,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic.write_text(self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(self.cfg), sort_keys=False))
         atomic.write_text(self.run_dir / MODE_FILE, json.dumps({"mode": self.parts.mode}) + "\n")
-        save_env_spec(self.run_dir, self.core.widths)
+        save_env_spec(self.run_dir, self.core.widths, self.core.catalog.has_network)
 
     def _progress_fields(self, scalars: dict[str, Any]) -> dict[str, Any]:
         """What the bar shows: the objective vs the baseline (cost, or profit when

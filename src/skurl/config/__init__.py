@@ -1,0 +1,96 @@
+"""Every setting of skurl as typed dataclasses, one section per reader (`skurl config keys`).
+
+sections.py: the Config root and the catalog, sim, policy, ppo, train, eval sections;
+services.py: rpc, deploy, sync, store, ray; dcl.py; tracking.py; loader.py: YAML, --set
+overrides and validation; flags.py: the --config/--set flags of the commands.
+"""
+
+from __future__ import annotations
+
+from skurl.config.dcl import (
+    DclConfig,
+    auto_horizon,
+)
+from skurl.config.loader import (
+    apply_overrides,
+    build,
+    check,
+    describe,
+    opt,
+    read_yaml,
+    section,
+    to_dict,
+)
+from skurl.config.sections import (
+    DEVICE_PATTERN,
+    MAX_SEED,
+    POLICY_NAMES,
+    UNIFORM_COLUMNS,
+    ActionsConfig,
+    CatalogConfig,
+    Config,
+    DemandConfig,
+    DemandDist,
+    EvalConfig,
+    PolicyConfig,
+    PPOConfig,
+    SerialConfig,
+    SimConfig,
+    SyntheticConfig,
+    TrainConfig,
+    check_seed,
+    check_uniform_bounds,
+    config_to_dict,
+    load_config,
+)
+from skurl.config.services import (
+    DeployConfig,
+    RayConfig,
+    RpcConfig,
+    StoreConfig,
+    SyncBackend,
+    SyncConfig,
+)
+from skurl.config.tracking import (
+    TrackingConfig,
+)
+
+__all__ = [
+    "DEVICE_PATTERN",
+    "MAX_SEED",
+    "POLICY_NAMES",
+    "UNIFORM_COLUMNS",
+    "ActionsConfig",
+    "CatalogConfig",
+    "Config",
+    "DclConfig",
+    "DemandConfig",
+    "DemandDist",
+    "DeployConfig",
+    "EvalConfig",
+    "PPOConfig",
+    "PolicyConfig",
+    "RayConfig",
+    "RpcConfig",
+    "SerialConfig",
+    "SimConfig",
+    "StoreConfig",
+    "SyncBackend",
+    "SyncConfig",
+    "SyntheticConfig",
+    "TrackingConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "auto_horizon",
+    "build",
+    "check",
+    "check_seed",
+    "check_uniform_bounds",
+    "config_to_dict",
+    "describe",
+    "load_config",
+    "opt",
+    "read_yaml",
+    "section",
+    "to_dict",
+]

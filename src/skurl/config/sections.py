@@ -1,0 +1,520 @@
+"""Every setting of skurl as frozen dataclasses; help text per field (`skurl config keys`).
+
+Load with `load_config(path, overrides)`: one YAML file plus `--set a.b=value` strings,
+validated on construction. Sections are grouped by the part of the loop they drive.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from skurl.catalog.columns import COLUMNS
+from skurl.config.dcl import DclConfig
+from skurl.config.loader import apply_overrides, build, check, opt, read_yaml, section, to_dict
+from skurl.config.services import DeployConfig, RayConfig, RpcConfig, StoreConfig, SyncConfig
+from skurl.config.tracking import TrackingConfig
+
+__all__ = [
+    "ActionsConfig",
+    "CatalogConfig",
+    "Config",
+    "DclConfig",
+    "DemandConfig",
+    "DeployConfig",
+    "EvalConfig",
+    "PPOConfig",
+    "PolicyConfig",
+    "RayConfig",
+    "RpcConfig",
+    "SerialConfig",
+    "SimConfig",
+    "StoreConfig",
+    "SyncConfig",
+    "SyntheticConfig",
+    "TrackingConfig",
+    "TrainConfig",
+    "config_to_dict",
+    "load_config",
+]
+
+DemandDist = Literal["poisson", "geometric", "negbin"]
+# the heuristic policies of policy/baselines.py (named here: eval.baselines validates against them)
+POLICY_NAMES = ("base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock", "forecast-s-S",
+                "echelon-base-stock", "installation-base-stock")  # the last two: supply networks only
+# Seeds go to numpy, torch.manual_seed (a signed 64-bit value) and the simulator's counters.
+MAX_SEED = 2**62
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def check_seed(value: int, key: str) -> None:
+    check(0 <= value <= MAX_SEED, key, value, "an integer in [0, 2^62]")
+
+
+@dataclass(frozen=True)
+class DemandConfig:
+    dist: DemandDist = opt("poisson", "demand distribution of a uniform catalog: poisson | geometric | negbin")
+    mean: float = opt(5.0, "mean demand per day (uniform catalog)")
+    dispersion: float = opt(
+        2.0,
+        "negative-binomial size r (variance = mean + mean^2 / r); smaller is more erratic",
+    )
+
+    def __post_init__(self) -> None:
+        check(self.mean >= 0 and self.mean == self.mean, "catalog.demand.mean", self.mean, "a number >= 0")
+        check(self.dispersion > 0, "catalog.demand.dispersion", self.dispersion, "a number > 0")
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    perishable_share: float = opt(0.2, "share of SKUs that perish (shelf life of days to weeks)")
+    substitution_share: float = opt(0.3, "share of SKUs that belong to a substitution group")
+    promo_share: float = opt(0.3, "share of SKUs with a promotion calendar")
+    categories: int = opt(20, "number of product categories")
+    max_lead_time: int = opt(14, "longest supplier lead time in days (lead times are 1..this)")
+    supplier_delay_share: float = opt(0.1, "share of SKUs whose supplier is sometimes late")
+    forecast_noise: float = opt(0.1, "typical relative error of the demand forecast (lognormal sigma)")
+    median_demand: float = opt(0.5, "median of the lognormal body of base demand, units per day")
+    demand_sigma: float = opt(1.2, "log-scale spread of the lognormal body of base demand")
+    demand_tail: float = opt(
+        0.9, "mean log-excess of the fat upper tail (Pareto-like, tail index 1/this); 0 = plain lognormal"
+    )
+    order_cost_share: float = opt(0.25, "share of SKUs with a fixed cost per order")
+    network: Literal["none", "dc"] = opt(
+        "none", "none: every SKU-location orders from an outside supplier | dc: each item at one DC (fed by "
+        "suppliers) and 2-10 stores fed by it (docs/networks.md)")
+
+    def __post_init__(self) -> None:
+        for key in ("perishable_share", "substitution_share", "promo_share", "supplier_delay_share",
+                    "order_cost_share"):
+            v = getattr(self, key)
+            check(0.0 <= v <= 1.0, f"catalog.synthetic.{key}", v, "a share in [0, 1]")
+        check(self.categories >= 1, "catalog.synthetic.categories", self.categories, "an integer >= 1")
+        check(1 <= self.max_lead_time <= 60, "catalog.synthetic.max_lead_time", self.max_lead_time, "1..60")
+        check(0 <= self.forecast_noise <= 5, "catalog.synthetic.forecast_noise", self.forecast_noise, "0..5")
+        check(0 < self.median_demand <= 1e4, "catalog.synthetic.median_demand", self.median_demand,
+              "a number in (0, 10000]")
+        check(0 <= self.demand_sigma <= 5, "catalog.synthetic.demand_sigma", self.demand_sigma, "0..5")
+        check(0 <= self.demand_tail <= 3, "catalog.synthetic.demand_tail", self.demand_tail, "0..3")
+
+
+@dataclass(frozen=True)
+class SerialConfig:
+    lead_times: list[int] = opt([1, 1], "lead time of the link into stage 1..N (stage 1 = store, N fed by the "
+                                "outside supplier), each 0..60; 0 = same day; the outside link >= 1")
+    holding: list[float] = opt([2.0, 1.0], "installation holding cost per unit per day of stage 1..N")
+
+    def __post_init__(self) -> None:
+        n = len(self.lead_times)
+        check(1 <= n <= 3, "catalog.serial.lead_times", list(self.lead_times), "1 to 3 stages")
+        check(all(0 <= x <= 60 for x in self.lead_times) and self.lead_times[-1] >= 1,
+              "catalog.serial.lead_times", list(self.lead_times), "integers in 0..60, the last >= 1")
+        check(len(self.holding) == n and all(x >= 0 for x in self.holding), "catalog.serial.holding",
+              list(self.holding), f"{n} numbers >= 0 (one per stage of catalog.serial.lead_times)")
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    kind: Literal["synthetic", "uniform", "file", "serial"] = opt(
+        "synthetic", "where SKUs come from: synthetic (a retailer-like generator) | uniform (identical SKUs, "
+        "textbook instances) | file (catalog.path) | serial (catalog.skus copies of a serial supply chain, "
+        "catalog.serial; demand, penalty, price from the uniform keys)"
+    )
+    skus: int = opt(20_000, "number of SKU-locations (synthetic and uniform)")
+    path: str | None = opt(None, "Parquet or CSV catalog file (kind=file)")
+    seed: int = opt(0, "seed of the synthetic generator (the catalog, not the demand draws)")
+    demand: DemandConfig = section(DemandConfig, "demand of a uniform catalog")
+    lead_time: int = opt(2, "days from order to availability, >= 1 (uniform catalog)")
+    shelf_life: int = opt(0, "days a unit can be sold after arrival; 0 = never expires (uniform)")
+    holding_cost: float = opt(1.0, "cost per unit on hand at the end of a day (uniform)")
+    lost_sale_cost: float = opt(9.0, "penalty per unit of unmet demand, lost or backordered per day (uniform)")
+    order_cost: float = opt(0.0, "fixed cost per order placed (uniform)")
+    unit_cost: float = opt(0.0, "purchase cost per unit ordered (uniform)")
+    waste_cost: float = opt(0.0, "cost per expired unit, on top of its purchase cost (uniform)")
+    price: float = opt(0.0, "revenue per unit sold (uniform)")
+    supplier_delay_prob: float = opt(0.0, "probability that an order arrives late (uniform)")
+    supplier_delay_max: int = opt(0, "longest extra delay in days of a late order (uniform)")
+    synthetic: SyntheticConfig = section(SyntheticConfig, "knobs of the synthetic generator")
+    serial: SerialConfig = section(SerialConfig, "catalog.kind=serial: stages of the serial system")
+
+    def __post_init__(self) -> None:
+        check(self.skus >= 1, "catalog.skus", self.skus, "an integer >= 1")
+        check_seed(self.seed, "catalog.seed")
+        check(self.kind != "file" or bool(self.path), "catalog.path", self.path, "a file path when catalog.kind=file")
+        check(self.lead_time >= 1, "catalog.lead_time", self.lead_time, "an integer >= 1")
+        check(self.shelf_life >= 0, "catalog.shelf_life", self.shelf_life, "an integer >= 0")
+        for key in ("holding_cost", "lost_sale_cost", "order_cost", "unit_cost", "waste_cost", "price"):
+            v = getattr(self, key)
+            check(v >= 0 and v == v, f"catalog.{key}", v, "a number >= 0")
+        check(0 <= self.supplier_delay_prob <= 1, "catalog.supplier_delay_prob", self.supplier_delay_prob, "[0, 1]")
+        check(self.supplier_delay_max >= 0, "catalog.supplier_delay_max", self.supplier_delay_max, ">= 0")
+        check(self.path is None or self.kind == "file", "catalog.path", self.path,
+              f"null with catalog.kind={self.kind} (it is read only with catalog.kind=file)")
+        check_uniform_bounds(self)
+
+
+# The uniform keys and the catalog column each fills (catalog/uniform.py): a value outside
+# the column's bounds would fail as a row error naming the column, not the key.
+UNIFORM_COLUMNS = {
+    "demand.mean": "demand_mean", "demand.dispersion": "dispersion", "lead_time": "lead_time",
+    "shelf_life": "shelf_life", "holding_cost": "holding_cost", "lost_sale_cost": "lost_sale_cost",
+    "order_cost": "order_cost", "unit_cost": "unit_cost", "waste_cost": "waste_cost", "price": "price",
+    "supplier_delay_prob": "delay_prob", "supplier_delay_max": "delay_max",
+}
+
+
+def check_uniform_bounds(cfg: CatalogConfig) -> None:
+    """Every uniform key within its catalog column's bounds (catalog/schema.py COLUMNS)."""
+    bounds = {c.name: c for c in COLUMNS}
+    for key, column in UNIFORM_COLUMNS.items():
+        col = bounds[column]
+        node: Any = cfg
+        for part in key.split("."):
+            node = getattr(node, part)
+        kind = "an integer" if np.dtype(col.dtype).kind == "i" else "a number"
+        check(col.lo <= node <= col.hi, f"catalog.{key}", node, f"{kind} in [{col.lo:g}, {col.hi:g}] ({col.help})")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    days: int = opt(100, "days per episode (one step = one day)")
+    backorders: bool = opt(False, "false: unmet demand is lost; true: it is backordered")
+    issuing: Literal["fifo", "lifo"] = opt("fifo", "which stock sells first: fifo (oldest) | lifo (newest)")
+    reward: Literal["profit", "cost"] = opt("profit", "reward = revenue - costs (profit) or -costs (cost)")
+    review_days: int = opt(1, "days an order should cover in the multiplier action grid")
+    substitution: bool = opt(True, "move unmet demand to in-stock substitutes of the same group")
+    initial_stock_days: float = opt(
+        -1.0, "initial on-hand in days of demand; -1 = lead time + 1 days (a warm start)"
+    )
+    threads: int = opt(0, "simulator threads; 0 = all cores")
+    upstream_allocation: Literal["proportional", "fair", "priority"] = opt(
+        "proportional", "supply networks: how a short upstream splits its on-hand among its locations' requests: "
+        "proportional (to requests) | fair (max-min equal shares) | priority (ascending sku_id) (docs/networks.md)")
+    network_reward: Literal["network", "location"] = opt(
+        "network", "supply networks: each location's reward is its network's mean reward per location (a shared "
+        "objective: an upstream's own reward is only its holding cost) or its own")
+    upstream_shortage: Literal["backorder", "cancel"] = opt(
+        "backorder", "supply networks: the unshipped part of a request stays owed by the upstream (backorder) "
+        "or is dropped (cancel)")
+
+    def __post_init__(self) -> None:
+        check(self.days >= 1, "sim.days", self.days, "an integer >= 1")
+        check(self.review_days >= 1, "sim.review_days", self.review_days, "an integer >= 1")
+        check(self.threads >= 0, "sim.threads", self.threads, "an integer >= 0")
+        check(self.initial_stock_days == -1 or self.initial_stock_days >= 0,
+              "sim.initial_stock_days", self.initial_stock_days, "-1 or a number >= 0")
+
+
+@dataclass(frozen=True)
+class ActionsConfig:
+    kind: Literal["multiplier", "units", "cover"] = opt(
+        "multiplier", "multiplier: order = round(m_k x forecast x review days); units: order = k x step units; "
+        "cover: order up to the forecast over lead + review days + z_k x its std dev (z_k in z_min..z_max)"
+    )
+    n: int = opt(20, "number of discrete actions")
+    max: float = opt(
+        4.75, "largest multiplier (multiplier grid 0..max, evenly spaced); ignored for units"
+    )
+    step: int = opt(1, "units per action step for the units grid (order = k x step)")
+    z_min: float = opt(-1.0, "smallest safety factor of the cover grid (z_min..z_max, evenly spaced)")
+    z_max: float = opt(4.0, "largest safety factor of the cover grid")
+    z_center: Literal["zero", "newsvendor", "tuned"] = opt(
+        "zero", "cover grid: z_min..z_max are safety factors (zero) or offsets from each SKU's newsvendor "
+        "factor Phi^-1(cu / (cu + co)) (newsvendor) or from the factor of the per-SKU-tuned "
+        "policy.actions.center_policy (tuned: offset 0 orders exactly what that baseline orders; tuned once per run "
+        "and kept in RUN_DIR/grid_center.safetensors); other grids ignore it"
+    )
+    center_policy: Literal["forecast-base-stock", "forecast-s-S"] = opt(
+        "forecast-base-stock", "z_center=tuned: the per-SKU-tuned baseline offset 0 reproduces: "
+        "forecast-base-stock (a safety factor per SKU) or forecast-s-S (a factor and a lot: below the "
+        "level, every action orders up to its level + the SKU's lot, so orders carry a fixed cost in batches)"
+    )
+    skip: bool = opt(
+        False, "cover grid: action 0 orders nothing and the other n - 1 span z_min..z_max (lets the policy "
+        "batch orders where each order has a fixed cost)"
+    )
+
+    def __post_init__(self) -> None:
+        check(self.n >= 2, "policy.actions.n", self.n, "an integer >= 2")
+        check(self.z_max > self.z_min, "policy.actions.z_max", self.z_max,
+              f"a number > policy.actions.z_min ({self.z_min})")
+        check(self.max > 0, "policy.actions.max", self.max, "a number > 0")
+        check(self.step >= 1, "policy.actions.step", self.step, "an integer >= 1")
+        if self.kind == "cover" and self.z_center == "tuned":
+            # Offset 0 (the tuned baseline's own order) must be on the grid, or the policy
+            # cannot start from that baseline.
+            offsets = self.cover_z()
+            check(bool(np.any(offsets == 0.0)), "policy.actions.z_min", self.z_min,
+                  f"z_min..z_max in {len(offsets)} even steps to include offset 0 with z_center=tuned "
+                  f"(z_max={self.z_max}, n={self.n}{', the skip action besides' if self.skip else ''}; "
+                  f"e.g. z_min=-1.5 z_max=1.5 n={22 if self.skip else 21})")
+
+    def cover_z(self) -> np.ndarray:
+        """The cover grid's safety factors (or offsets), z_min..z_max evenly spaced, one per
+        action besides the skip action."""
+        return np.linspace(self.z_min, self.z_max, self.n - 1 if self.skip else self.n)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    actions: ActionsConfig = section(ActionsConfig, "the discrete action grid")
+    hidden: list[int] = opt([256, 256], "hidden layer sizes of the policy and value networks")
+
+    def __post_init__(self) -> None:
+        check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden), "policy.hidden", self.hidden,
+              "a non-empty list of positive integers")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    epochs: int = opt(10, "PPO epochs (K) over each iteration's data")
+    minibatch: int = opt(1024, "transitions per minibatch")
+    lr: float = opt(3e-4, "Adam learning rate")
+    clip: float = opt(0.2, "PPO ratio clip")
+    gamma: float = opt(0.99, "discount per day")
+    gae_lambda: float = opt(0.95, "GAE lambda")
+    ent_coef: float = opt(0.01, "entropy bonus coefficient")
+    vf_coef: float = opt(0.5, "value loss coefficient")
+    max_grad_norm: float = opt(0.5, "gradient-norm clip (after the all-reduce)")
+    sample_skus: int = opt(0, "train on this many sampled SKUs per iteration; 0 = all collected")
+    normalize_obs: bool = opt(True, "running observation normalization")
+    normalize_reward: bool = opt(True, "running reward scaling")
+    lr_schedule: Literal["constant", "linear", "adaptive"] = opt(
+        "linear", "learning rate over the run: constant | linear (decays to 0 at train.iterations) | "
+        "adaptive (steered by each iteration's approx KL towards ppo.lr_kl; starts at ppo.lr)"
+    )
+    lr_kl: float = opt(0.01, "lr_schedule=adaptive: the approx KL per iteration the learning rate is steered to")
+    amp: Literal["none", "bf16"] = opt(
+        "none", "precision of the update: none (fp32) | bf16 (bf16 matmuls, fp32 master weights and loss; fast only on CPUs with native bf16 or on GPUs)"
+    )
+    side_by_side: bool = opt(
+        True, "on CPU with 2+ torch threads, train the policy and value nets side by side, one "
+        "thread each (minibatch ops are too small to split well over threads, and threads "
+        "that wait for each other stall badly on a shared machine)")
+    target_kl: float = opt(0.0, "stop an iteration's epochs early once approx KL exceeds this; 0 = never")
+    reward_scale: Literal["global", "sku"] = opt(
+        "global", "reward scaling: global (one running std of discounted returns) | sku (one per SKU, "
+        "for catalogs whose money scales differ by orders of magnitude)"
+    )
+    ent_schedule: Literal["constant", "linear"] = opt(
+        "constant", "entropy bonus over the run: constant | linear (decays to 0 at train.iterations)"
+    )
+    average_reward: bool = opt(
+        False, "subtract the batch's mean reward per SKU-day before GAE (average-reward criterion: "
+        "with gamma near 1, values stay relative; for long-run cost objectives)"
+    )
+    # sku: on a catalog of 28 textbook SKU types (benchmarks/hetero_train.py, configs/lost_sales.yaml,
+    # 40 iterations) +0.21% against each type's best capped base-stock where one global mean left
+    # +36% (the per-type drift of the centred rewards made PPO collapse); Zipkin's L2p9 unchanged
+    # (+0.18% both).
+    average_reward_by: Literal["global", "sku"] = opt(
+        "sku", "with ppo.average_reward: subtract one mean reward over the whole batch (global) or "
+        "each SKU's own mean over the batch's days (sku: a catalog mixing SKU types whose costs per day "
+        "differ leaves no per-type drift for the value net to learn)"
+    )
+    stats_decay: float = opt(
+        0.9, "weight kept by the history of the observation/reward statistics at each iteration "
+        "(1 = plain running stats; < 1 forgets the early, untrained policy's states)"
+    )
+    vf_lambda: float = opt(
+        -1.0, "lambda of the value net's TD(lambda) targets, apart from the advantages' gae_lambda "
+        "(lower: less noisy targets, more bootstrapping); < 0 = the same as gae_lambda"
+    )
+    preserve_obs_norm: bool = opt(
+        False, "when the running observation statistics change, adjust both nets' first layers so "
+        "they compute the same function of the raw observation (only gradient steps change the "
+        "policy; the statistics' drift does not)"
+    )
+    preserve_values: bool = opt(
+        False, "when the running reward scale changes, rescale the value net's output layer so its "
+        "predictions stay the same in money units (PopArt's output preservation; needs "
+        "reward_scale=global)"
+    )
+
+    def __post_init__(self) -> None:
+        check(self.epochs >= 1, "ppo.epochs", self.epochs, "an integer >= 1")
+        check(self.minibatch >= 1, "ppo.minibatch", self.minibatch, "an integer >= 1")
+        check(self.lr > 0, "ppo.lr", self.lr, "a number > 0")
+        check(0 < self.gamma <= 1, "ppo.gamma", self.gamma, "(0, 1]")
+        check(0 <= self.gae_lambda <= 1, "ppo.gae_lambda", self.gae_lambda, "[0, 1]")
+        check(self.clip > 0, "ppo.clip", self.clip, "a number > 0")
+        check(self.max_grad_norm > 0, "ppo.max_grad_norm", self.max_grad_norm, "a number > 0")
+        check(self.sample_skus >= 0, "ppo.sample_skus", self.sample_skus, "an integer >= 0")
+        check(self.target_kl >= 0, "ppo.target_kl", self.target_kl, "a number >= 0")
+        check(0 < self.stats_decay <= 1, "ppo.stats_decay", self.stats_decay, "a number in (0, 1]")
+        check(self.lr_kl > 0, "ppo.lr_kl", self.lr_kl, "a number > 0")
+        check(self.vf_lambda <= 1, "ppo.vf_lambda", self.vf_lambda, "a number <= 1 (< 0: gae_lambda)")
+        check(not (self.preserve_values and self.reward_scale == "sku"), "ppo.preserve_values",
+              self.preserve_values, "false with ppo.reward_scale=sku (one value head cannot follow per-SKU scales)")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    iterations: int = opt(50, "training iterations (collect + learn + publish)")
+    algo: Literal["ppo", "dcl"] = opt(
+        "ppo", "how an iteration improves the policy: ppo = collect rollouts and take PPO steps; dcl = "
+        "Deep Controlled Learning (docs/dcl.md): label sampled states with their best action by "
+        "common-random-number rollouts (settings: dcl.*) and fit the policy to the labels"
+    )
+    seed: int = opt(0, "run seed: demand draws, network init, sampling")
+    collect_skus: int = opt(0, "SKUs simulated per iteration; 0 = the whole catalog")
+    chunk: int = opt(4096, "SKUs per inference batch in the collector")
+    checkpoint_every: int = opt(5, "iterations between checkpoints")
+    eval_every: int = opt(5, "iterations between evaluations on held-out seeds")
+    device: str = opt("auto", "learner device: auto | cpu | cuda | cuda:N")
+    torch_threads: int = opt(0, "torch intra-op threads; 0 = all cores")
+    compile: bool = opt(
+        False, "torch.compile the learner's per-minibatch loss and its gradient into fused kernels "
+        "(compiles on the first update; needs a C++ compiler on CPU). Off by default: not bit-identical "
+        "to the default update, whose arithmetic is autograd's own (docs/performance.md)"
+    )
+    infer_dtype: Literal["auto", "float32", "bfloat16"] = opt(
+        "auto", "collector inference precision: auto (bfloat16 where the CPU has native bf16) | float32 | bfloat16"
+    )
+    collect_values: bool = opt(
+        False, "collectors also record value estimates; the learner recomputes values of rollouts "
+        "at its own version in fp32, so only stale rollouts need them (halves collector inference)"
+    )
+    keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
+    staleness: int = opt(
+        0, "policy versions collectors may run behind the learner (near-on-policy training, "
+        "docs/near_on_policy.md); 0 = the sync barrier: every rollout comes from the newest weights"
+    )
+    staleness_mode: Literal["fixed", "bounded"] = opt(
+        "fixed", "with train.staleness > 0: fixed = iteration k trains on rollouts of exactly version "
+        "max(0, k - staleness) (deterministic); bounded = collectors use the newest weights they hold "
+        "and the learner trains the oldest rollout at most train.staleness versions old, refusing older ones "
+        "(not reproducible: versions follow timing)"
+    )
+    max_lag: int = opt(
+        0, "circuit breaker: collectors pause while they lag more than this many versions; "
+        "0 = train.staleness, else an integer >= train.staleness"
+    )
+    staleness_correction: Literal["vtrace", "none"] = opt(
+        "vtrace", "stale rollouts: vtrace = V-trace value targets and advantages (truncated importance "
+        "weights, Espeholt et al. 2018) and PPO's ratio corrected as train.staleness_clip says; none = "
+        "no correction: GAE and PPO as if the learner's policy had collected them"
+    )
+    staleness_clip: Literal["proximal", "behaviour"] = opt(
+        "proximal", "PPO's ratio on stale rollouts (with staleness_correction=vtrace): proximal = clipped "
+        "around the learner's policy at the update's start, each row weighted by its pi/mu truncated at "
+        "train.vtrace_rho_bar (decoupled PPO, Hilton et al. 2021); behaviour = clipped around the "
+        "recorded behaviour log-probs mu (use it at staleness > 2 with a fast-moving policy: proximal "
+        "diverged there, docs/near_on_policy.md)"
+    )
+    collect_ahead: bool = opt(
+        True, "with train.staleness >= 1 (fixed): a background thread collects iteration k + 1 while "
+        "the learner trains on k (its version is fixed by k, not by timing: results are unchanged)"
+    )
+    vtrace_rho_bar: float = opt(1.0, "V-trace truncation of the importance weight on each TD error (rho-bar > 0)")
+    vtrace_c_bar: float = opt(1.0, "V-trace truncation of the trace-cutting weights c (c-bar > 0, <= rho-bar)")
+    keep_best: bool = opt(
+        False, "the run's result is the evaluated policy with the best objective on a validation seed "
+        "(never a held-out one), kept in RUN_DIR/best: the final eval.json and `skurl eval --run` use it"
+    )
+    warm_start: Literal["none", "base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock",
+                         "forecast-s-S"] = opt(
+        "none", "before PPO, tune this baseline on the training SKUs and clone it into the policy net "
+        "(behaviour cloning on its decisions); none = start from random weights"
+    )
+    warm_start_episodes: int = opt(2, "training episodes of the tuned baseline recorded for cloning")
+    warm_start_skus: int = opt(4096, "at most this many SKUs' decisions recorded per cloning episode")
+    warm_start_steps: int = opt(1000, "minibatch steps (2048 decisions each) of the cloning fit")
+    warm_start_smoothing: float = opt(
+        0.2, "probability the cloned policy puts on the two actions next to the baseline's (half "
+        "each): a clone that never deviates gives PPO nothing to compare"
+    )
+    warm_start_critic: int = opt(
+        3, "after cloning, PPO iterations that train only the value net (the policy stays the clone "
+        "until its advantages come from a critic of it, not from random weights)"
+    )
+
+    def __post_init__(self) -> None:
+        check(self.iterations >= 0, "train.iterations", self.iterations, "an integer >= 0")
+        check_seed(self.seed, "train.seed")
+        check(DEVICE_PATTERN.fullmatch(self.device) is not None, "train.device", self.device,
+              "auto, cpu, cuda or cuda:N")
+        check(self.chunk >= 1, "train.chunk", self.chunk, "an integer >= 1")
+        check(self.collect_skus >= 0, "train.collect_skus", self.collect_skus, "an integer >= 0 (0 = the whole catalog)")
+        check(self.checkpoint_every >= 1, "train.checkpoint_every", self.checkpoint_every, ">= 1")
+        check(self.eval_every >= 0, "train.eval_every", self.eval_every, "an integer >= 0 (0 = only at the end)")
+        check(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints, "an integer >= 1")
+        check(self.torch_threads >= 0, "train.torch_threads", self.torch_threads, "an integer >= 0")
+        check(self.warm_start_episodes >= 1, "train.warm_start_episodes", self.warm_start_episodes, "an integer >= 1")
+        check(self.warm_start_skus >= 1, "train.warm_start_skus", self.warm_start_skus, "an integer >= 1")
+        check(self.warm_start_steps >= 0, "train.warm_start_steps", self.warm_start_steps, "an integer >= 0")
+        check(0.0 <= self.warm_start_smoothing < 1.0, "train.warm_start_smoothing", self.warm_start_smoothing,
+              "a number in [0, 1)")
+        check(self.warm_start_critic >= 0, "train.warm_start_critic", self.warm_start_critic, "an integer >= 0")
+        check(self.staleness >= 0, "train.staleness", self.staleness, "an integer >= 0 (0 = the sync barrier)")
+        check(self.algo == "ppo" or self.staleness == 0, "train.staleness", self.staleness,
+              "0 with train.algo=dcl (its states come from the learner's own policy)")
+        check(self.max_lag == 0 or self.max_lag >= self.staleness, "train.max_lag", self.max_lag,
+              f"0 or an integer >= train.staleness ({self.staleness})")
+        check(self.vtrace_rho_bar > 0, "train.vtrace_rho_bar", self.vtrace_rho_bar, "a number > 0")
+        check(0 < self.vtrace_c_bar <= self.vtrace_rho_bar, "train.vtrace_c_bar", self.vtrace_c_bar,
+              f"a number in (0, train.vtrace_rho_bar = {self.vtrace_rho_bar}]")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    days: int = opt(200, "days simulated per evaluation episode (after warm-up)")
+    warmup: int = opt(50, "days simulated before costs are counted")
+    seed: int = opt(10_000, "first held-out seed for evaluation (training never uses it)")
+    skus: int = opt(0, "SKUs evaluated; 0 = the whole catalog")
+    tune_sku_days: int = opt(
+        2_000_000, "SKU-days simulated per candidate when a baseline is tuned per SKU (replicas of a small "
+        "catalog, up to 16 per 2,000,000): each SKU's pick is made on its own simulation, so fewer "
+        "SKU-days pick more on noise (docs/dcl.md: 4,400 SKUs, 2 M: +1.95% against per-type tuning, 8 M: +0.75%)"
+    )
+    baselines: list[str] = opt(
+        ["forecast-base-stock", "capped-base-stock", "forecast-s-S"], "baselines tuned per SKU and evaluated "
+        "beside the trained policy (training reports compare with each; 'best baseline' is the best of them on "
+        "the catalog): any of base-stock, capped-base-stock, s-S, constant, forecast-base-stock, forecast-s-S "
+        "(skipped where no SKU has an order cost: it is forecast-base-stock there)"
+    )
+
+    def __post_init__(self) -> None:
+        for name in self.baselines:
+            check(name in POLICY_NAMES, "eval.baselines", list(self.baselines),
+                  f"a list of distinct names out of {', '.join(POLICY_NAMES)}")
+        check(len(set(self.baselines)) == len(self.baselines), "eval.baselines", list(self.baselines),
+              "a list of distinct baseline names")
+        check(self.days >= 1, "eval.days", self.days, "an integer >= 1")
+        check(self.warmup >= 0, "eval.warmup", self.warmup, "an integer >= 0")
+        check(self.skus >= 0, "eval.skus", self.skus, "an integer >= 0 (0 = the whole catalog)")
+        check(1 <= self.tune_sku_days <= 10**10, "eval.tune_sku_days", self.tune_sku_days,
+              "an integer from 1 to 10,000,000,000")
+        check_seed(self.seed, "eval.seed")
+
+
+@dataclass(frozen=True)
+class Config:
+    catalog: CatalogConfig = section(CatalogConfig, "which SKUs are simulated")
+    sim: SimConfig = section(SimConfig, "simulator semantics")
+    policy: PolicyConfig = section(PolicyConfig, "policy network and action grid")
+    ppo: PPOConfig = section(PPOConfig, "PPO learner")
+    train: TrainConfig = section(TrainConfig, "the training loop")
+    dcl: DclConfig = section(DclConfig, "train.algo=dcl: state sampling and rollout Q estimates")
+    eval: EvalConfig = section(EvalConfig, "evaluation on held-out seeds")
+    sync: SyncConfig = section(SyncConfig, "weight sync between learner and collectors")
+    store: StoreConfig = section(StoreConfig, "rollout store (local directory or S3)")
+    rpc: RpcConfig = section(RpcConfig, "gRPC transport: message limits, keepalive, deadlines")
+    deploy: DeployConfig = section(DeployConfig, "decoupled deployment: servers, collectors, addresses")
+    ray: RayConfig = section(RayConfig, "--mode ray: simulator and collector actors, resources")
+    tracking: TrackingConfig = section(TrackingConfig, "experiment tracking and model registry (MLflow)")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Config from an optional YAML file plus `a.b=value` overrides, validated."""
+    data: dict[str, Any] = read_yaml(path) if path else {}
+    data = apply_overrides(data, list(overrides or []), Config)
+    return build(Config, data)
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    return to_dict(cfg)

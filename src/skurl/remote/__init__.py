@@ -1,2 +1,0 @@
-"""Decoupled mode's parts: collector processes and sim servers over gRPC, their
-supervisor, shard reading for the learner ranks."""
