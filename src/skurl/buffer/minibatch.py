@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
+from typing import overload
 
 import torch
 
@@ -99,6 +100,10 @@ class PreparedBatch:
         return PreparedBatch(*(_maybe(getattr(self, f.name), lambda c: c[start:stop]) for f in fields(self)))
 
 
+@overload
+def _maybe(column: torch.Tensor, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor: ...
+@overload
+def _maybe(column: None, op: Callable[[torch.Tensor], torch.Tensor]) -> None: ...
 def _maybe(column: torch.Tensor | None, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
     return None if column is None else op(column)
 
@@ -112,7 +117,7 @@ def shuffled_minibatches(batch: PreparedBatch, perm: torch.Tensor, size: int,
     columns = [getattr(batch, f.name) for f in fields(batch)]
     for start in range(0, perm.numel(), per_block):
         index = perm[start:start + per_block]
-        block = batch.take(index) if gather is None else PreparedBatch(*gather.gather(columns, index, per_block))
+        block = batch.take(index) if gather is None else PreparedBatch(*gather.gather(columns, index, per_block))  # type: ignore[arg-type]  # None where the column is None
         rows = block.actions.numel()
         for first in range(0, rows, size):
             yield block.rows(first, min(first + size, rows))

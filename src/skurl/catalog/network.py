@@ -56,7 +56,7 @@ def _walk(parent: np.ndarray, hops: int) -> tuple[np.ndarray, np.ndarray]:
 def _cycle_text(sku_id: np.ndarray, parent: np.ndarray, start: int) -> str | None:
     """'a -> b -> a' when the path from `start` loops (one walk, at most N + 1 steps)."""
     seen: dict[int, int] = {}
-    path = []
+    path: list[int] = []
     row = start
     while row >= 0 and row not in seen:
         seen[row] = len(path)

@@ -51,8 +51,8 @@ class Catalog:
     price: np.ndarray
     forecast_noise: np.ndarray
     season: np.ndarray
-    upstream: np.ndarray | None = None
-    item: np.ndarray | None = None
+    upstream: np.ndarray = None  # type: ignore[assignment]  # None at init only: __post_init__ sets -1s
+    item: np.ndarray = None  # type: ignore[assignment]  # None at init only: __post_init__ sets -1s
 
     def __post_init__(self) -> None:
         for col in COLUMNS:

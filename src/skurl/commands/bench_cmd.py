@@ -135,7 +135,7 @@ def run_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def timed_steps(env: Any, steps: int) -> tuple[np.ndarray, float, float, float]:
+def timed_steps(env: VectorEnv, steps: int) -> tuple[np.ndarray, float, float, float]:
     """Reset `env` and step it `steps` days under order-up-to orders: wall seconds of each
     step, policy seconds, CPU seconds of the steps (all threads) and the reset's seconds."""
     from skurl.sim.testing import order_up_to

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 
 if TYPE_CHECKING:
+    from skurl.catalog import Catalog
     from skurl.config import Config
     from skurl.policy.actions import ActionGrid
     from skurl.policy.api import Policy
@@ -127,7 +128,7 @@ def rounds(args: argparse.Namespace, actions: int) -> int:
     return len(list(halving_schedule(actions, args.budget)))
 
 
-def _sim_bound(catalog: Any, cfg: Any, width: int, days: int) -> dict[str, Any]:
+def _sim_bound(catalog: Catalog, cfg: Config, width: int, days: int) -> dict[str, float]:
     """`bench sim`'s loop (order-up-to orders, commands/bench_cmd.timed_steps) on the
     catalog's SKUs tiled to `width` rows (fresh ids), `days` days: SKU-steps/s."""
     from skurl.commands.bench_cmd import timed_steps

@@ -12,11 +12,14 @@ own timed steps and prints bound_ratio; benchmarks/sim_memory_floor.py prints it
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
 from numba import njit, prange
+
+if TYPE_CHECKING:
+    from skurl.sim.env import VectorEnv
 
 BLOCK = 512  # SKUs per parallel work item, like the real kernel's chunks
 NAMES = ("par", "st", "stock", "slot", "forecast", "features", "acc")
@@ -43,7 +46,7 @@ def _touch_day(par, st, stock, slot, forecast, feats, acc, day):  # type: ignore
                 acc[i, k] += s
 
 
-def floor_blocks(env: Any, half: bool = False) -> tuple[np.ndarray, ...]:
+def floor_blocks(env: VectorEnv, half: bool = False) -> tuple[np.ndarray, ...]:
     """The env's arrays the floor kernel touches (overwritten: run it on an env whose
     state is no longer needed)."""
     from skurl.sim.state import S_SLOT_OFF
@@ -66,7 +69,7 @@ def bytes_per_sku_step(blocks: tuple[np.ndarray, ...]) -> tuple[dict[str, int], 
     return row, moved
 
 
-def memory_floor(env: Any, steps: int, threads: int, half: bool = False) -> dict[str, Any]:
+def memory_floor(env: VectorEnv, steps: int, threads: int, half: bool = False) -> dict[str, Any]:
     """SKU-steps/s of the floor kernel on `env`'s arrays over `steps` days on `threads`
     numba threads (mean and median day), with the bytes it moves."""
     blocks = floor_blocks(env, half)

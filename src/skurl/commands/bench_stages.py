@@ -17,12 +17,18 @@ import argparse
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
+
+if TYPE_CHECKING:
+    from skurl.collect.collector import Collector
+    from skurl.config import Config
+    from skurl.learn.learner import Learner
+    from skurl.policy.nets import ActorCritic
 
 BOUND_SECONDS = 0.1
 
@@ -37,7 +43,7 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_train_stages)
 
 
-def _untuned(cfg: Any) -> Any:
+def _untuned(cfg: Config) -> Config:
     actions = cfg.policy.actions
     if actions.kind == "cover" and actions.z_center == "tuned":
         actions = dataclasses.replace(actions, z_center="newsvendor")
@@ -80,12 +86,13 @@ def run_train_stages(args: argparse.Namespace) -> int:
     return 0
 
 
-def _iteration(learner: Any, collector: Any, model: Any, cfg: Any, it: int) -> dict[str, Any]:
+def _iteration(learner: Learner, collector: Collector, model: ActorCritic, cfg: Config, it: int) -> dict[str, Any]:
     index = learner.sample_index(collector.env.num_skus)
-    obs_skus = {} if index is None else {"obs_skus": collector.sku_ids[index]}
+    obs_skus: dict[str, Any] = {} if index is None else {"obs_skus": collector.sku_ids[index]}
     start = time.perf_counter()
     rollout = collector.collect(cfg.train.seed, it, learner.version, **obs_skus)
     collect_s = time.perf_counter() - start
+    assert rollout is not None  # recorded (record=True)
     s = collector.stats
     learner.phase_seconds = {}
     start = time.perf_counter()
@@ -100,7 +107,7 @@ def _iteration(learner: Any, collector: Any, model: Any, cfg: Any, it: int) -> d
             "sync": sync_s, "phases": phases, "transitions": stats["transitions"], "epochs": stats["epochs"]}
 
 
-def _bound(learner: Any, cfg: Any) -> dict[str, Any]:
+def _bound(learner: Learner, cfg: Config) -> dict[str, Any]:
     from skurl.learn.gemm_bound import gemm_bound
 
     return gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, BOUND_SECONDS)
@@ -110,7 +117,7 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
     return float(np.median([r[key] for r in runs]))
 
 
-def _report(runs: list[dict[str, Any]], bounds: list[dict[str, Any]], learner: Any, cfg: Any,
+def _report(runs: list[dict[str, Any]], bounds: list[dict[str, Any]], learner: Learner, cfg: Config,
             threads: int) -> dict[str, Any]:
     phases = {k: float(np.median([r["phases"].get(k, 0.0) for r in runs])) for k in runs[-1]["phases"]}
     transitions, epochs = runs[-1]["transitions"], runs[-1]["epochs"]

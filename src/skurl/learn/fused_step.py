@@ -20,7 +20,7 @@ from skurl.policy.twin_mlp import _net_backward, _net_forward, linears_of, run_b
 
 LossGrads = Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]
 
-def net_params(net: torch.nn.Module) -> list[torch.nn.Parameter]:
+def net_params(net: torch.nn.Module) -> list[torch.Tensor]:
     """(weight, bias) of each Linear of an mlp stack, in twin_mlp's order."""
     return [p for lin in linears_of(net) for p in (lin.weight, lin.bias)]
 

@@ -56,7 +56,7 @@ def gemm_bound(model: nn.Module, batch: int, dtype: torch.dtype = torch.float32,
                min_seconds: float = 0.3) -> dict[str, Any]:
     """Each GEMM's time and the bound: gemm_ms_per_minibatch and
     ceiling_transition_epochs_per_s (batch / the summed GEMM time)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, (a, b) in gemm_operands(model, batch, dtype):
         s = seconds_per_gemm(a, b, min_seconds)
         (m, k), n = a.shape, b.shape[1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 from skurl.collect.collectors import Collected, Collectors, LocalCollectors, SampleIndex
 from skurl.collect.near_policy import with_staleness
@@ -73,7 +73,8 @@ def trainer(cfg: Config, run_dir: str | Path, *, resume: bool = False, stream: I
     evaluator = t.evaluator
     if evaluator is not None:
         evaluator.on_evaluated.append(
-            lambda it, out: get_metrics().record_business(t.run_dir.name, TRAINED, evaluator.last))
+            lambda it, out: get_metrics().record_business(t.run_dir.name, TRAINED,
+                                                         cast("dict[str, Any]", evaluator.last)))  # set before hooks
     return t
 
 

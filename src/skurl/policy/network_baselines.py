@@ -14,7 +14,7 @@ random numbers on the whole catalog (every network the same knobs).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.policy.newsvendor import default_z as store_z
 from skurl.sim.api import Obs
+
+if TYPE_CHECKING:
+    from skurl.policy.api import Policy
 
 NETWORK_POLICIES = ("echelon-base-stock", "installation-base-stock")
 
@@ -117,7 +120,7 @@ def default_z(catalog: Catalog, sim_cfg: SimConfig, topo: Topology) -> np.ndarra
     return np.full(int(topo.echelon.max()), zs)
 
 
-def make_network_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params: dict | None) -> Any:
+def make_network_policy(name: str, catalog: Catalog, sim_cfg: SimConfig, params: dict | None) -> Policy:
     topo = Topology.of(catalog)
     S = (levels(name, catalog, topo, default_z(catalog, sim_cfg, topo)) if params is None
          else np.broadcast_to(np.asarray(params["S"], np.float64), (len(catalog),)).copy())

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
@@ -279,7 +279,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
         self._release(session)
         return pb.CloseReply(closed=True)
 
-    def Attach(self, request: pb.AttachRequest, context: grpc.ServicerContext) -> Any:
+    def Attach(self, request: pb.AttachRequest, context: grpc.ServicerContext) -> Iterator[pb.AttachReply]:
         """Hold the session while the stream lasts (its end marks the client gone)."""
         try:
             session = self._get(request.env_id)
@@ -300,7 +300,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             detach()
         return self._held(session, context)
 
-    def _held(self, session: _Session, context: grpc.ServicerContext) -> Any:
+    def _held(self, session: _Session, context: grpc.ServicerContext) -> Iterator[pb.AttachReply]:
         while context.is_active() and not session.closed and not self._stopping:
             time.sleep(_ATTACH_POLL_S)
         return

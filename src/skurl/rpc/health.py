@@ -14,12 +14,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from skurl.rpc.gen import skurl_pb2 as pb
+
+if TYPE_CHECKING:
+    from skurl.config import RpcConfig
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -68,7 +71,7 @@ def add_health(server: grpc.Server, services: Iterable[str] = ()) -> health.Heal
     return servicer
 
 
-def probe(address: str, timeout_s: float, service: str = OVERALL, cfg: Any = None) -> bool:
+def probe(address: str, timeout_s: float, service: str = OVERALL, cfg: RpcConfig | None = None) -> bool:
     """One Check call to the server at host:port: True only if it answers SERVING within
     `timeout_s` (False when it refuses the connection, is shutting down, or hangs).
     `cfg` (RpcConfig): its rpc.tls for a server that requires TLS."""
@@ -90,7 +93,7 @@ class Liveness:
     starts counting afresh); `restarted(name, hold_s)` leaves a new process alone while it
     starts. Probes block the caller up to `timeout_s` each."""
 
-    def __init__(self, timeout_s: float, failures: int, interval_s: float, rpc: Any = None) -> None:
+    def __init__(self, timeout_s: float, failures: int, interval_s: float, rpc: RpcConfig | None = None) -> None:
         self.timeout_s, self.failures, self.interval_s = timeout_s, failures, interval_s
         self.rpc = rpc  # RpcConfig of the probes (TLS), None: plain channels
         self._misses: dict[str, int] = {}

@@ -80,7 +80,7 @@ def random_network_catalog(n: int, seed: int) -> Catalog:
     return dataclasses.replace(cat, lead_time=lead, upstream=upstream).validate()
 
 
-def _below(parent: np.ndarray, j: int, i: int) -> bool:
+def _below(parent: np.ndarray, j: int | np.integer, i: int | np.integer) -> bool:
     """j is i or one of the locations i supplies, directly or not."""
     while j >= 0:
         if j == i:

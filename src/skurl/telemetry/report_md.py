@@ -142,8 +142,7 @@ class ReportData:
         rows = []
         for seg in names:
             mine = segs(self.trained).get(seg) or {}
-            costs = {b: _cost(segs(b).get(seg)) for b in self.baselines}
-            costs = {b: c for b, c in costs.items() if c is not None}
+            costs = {b: c for b in self.baselines if (c := _cost(segs(b).get(seg))) is not None}
             # Each segment's best by the run's objective, as the summary's (_rank): by cost
             # alone a baseline that sells less would win a profit run's segments.
             best = min(costs, key=lambda b: self._seg_rank(segs(b).get(seg) or {}, costs[b])) if costs else None

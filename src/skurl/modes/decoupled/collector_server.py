@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -187,7 +187,7 @@ class CollectorServicer(pb_grpc.CollectorServiceServicer):
         return self._collector
 
     def _wait_for(self, version: int, timeout_s: float, *,
-                  alive: Any = None) -> tuple[int, dict[str, Any]]:
+                  alive: Callable[[], bool] | None = None) -> tuple[int, dict[str, Any]]:
         """The sync barrier: the newest weights once they are >= `version` (given up when
         `alive()` turns False: the caller left)."""
         held = self._pending.wait_for(version, max(timeout_s, 0.0), alive=alive)

@@ -99,7 +99,7 @@ class RoleCollectorServicer(CollectorServicer):
         return False
 
     def _wait_for(self, version: int, timeout_s: float, *,
-                  alive: Any = None) -> tuple[int, dict[str, Any]]:
+                  alive: Callable[[], bool] | None = None) -> tuple[int, dict[str, Any]]:
         from skurl.telemetry.metrics import get_metrics
 
         start = time.perf_counter()
