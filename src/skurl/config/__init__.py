@@ -50,6 +50,7 @@ from skurl.config.services import (
     StoreConfig,
     SyncBackend,
     SyncConfig,
+    TlsConfig,
 )
 from skurl.config.tracking import (
     TrackingConfig,
@@ -78,6 +79,7 @@ __all__ = [
     "SyncBackend",
     "SyncConfig",
     "SyntheticConfig",
+    "TlsConfig",
     "TrackingConfig",
     "TrainConfig",
     "apply_overrides",
