@@ -56,8 +56,7 @@ def local(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
     env = make_env(catalog, cfg.sim, catalog_widths(catalog))
     t = cfg.train
     yield LocalCollectors(lambda shard: env, 1, ActorCritic.from_state(model.state_dict()), grid_for(cfg),
-                          weights, StageTimer(prometheus=False), chunk=t.chunk, infer_dtype=t.infer_dtype,
-                          record_values=t.collect_values)
+                          weights, StageTimer(prometheus=False), train=t)
 
 
 def grpc(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:

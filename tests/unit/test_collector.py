@@ -172,3 +172,12 @@ def test_infer_dtype_names() -> None:
     assert resolve_infer_dtype("auto") in (torch.float32, torch.bfloat16)
     with pytest.raises(ValueError):
         resolve_infer_dtype("fp8")
+
+
+def test_from_config_reads_the_collection_settings_of_the_train_section() -> None:
+    from skurl.config import TrainConfig
+
+    base, env = make(np.arange(4))
+    train = TrainConfig(chunk=3, infer_dtype="float32", collect_values=False)
+    c = Collector.from_config(env, base.model, base.grid, train)
+    assert (c.chunk, c.dtype, c.record_values) == (3, torch.float32, False)

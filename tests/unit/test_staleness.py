@@ -70,8 +70,7 @@ def lag_sum() -> float:
 def todays_collectors(run: Trainer) -> LocalCollectors:
     """The loop as it was before train.staleness: LocalCollectors on the learner's weights."""
     t, core = run.cfg.train, run.core
-    return LocalCollectors(core.local_env, len(core.shards), run.model, core.grid, run.weights, core.timer,
-                           chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values)
+    return LocalCollectors(core.local_env, len(core.shards), run.model, core.grid, run.weights, core.timer, train=t)
 
 
 def test_staleness_zero_is_todays_loop(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import torch
 from skurl.buffer.rollout import Rollout
 from skurl.catalog.schema import Catalog
 from skurl.collect.reward_range import check_rewards, reward_bounds
+from skurl.config import TrainConfig
 from skurl.errors import UserError
 from skurl.policy.action_noise import ActionUniforms
 from skurl.policy.actions import ActionGrid, bind_to_env, report_clipped
@@ -118,6 +119,14 @@ class Collector:
         self.nets = InferenceNets(model, self.dtype)
         self.stats = CollectStats()
         self._reward_bound = self._bounds(catalog if catalog is not None else getattr(env, "catalog", None))
+
+    @classmethod
+    def from_config(cls, env: Env, model: ActorCritic, grid: ActionGrid, train: TrainConfig, *,
+                    timer: Timer | None = None, catalog: Catalog | None = None) -> Collector:
+        """A Collector with the collection settings of `train` (chunk, infer_dtype,
+        collect_values): the one place that reads them, for every mode."""
+        return cls(env, model, grid, chunk=train.chunk, infer_dtype=train.infer_dtype, timer=timer,
+                   record_values=train.collect_values, catalog=catalog)
 
     def _bounds(self, catalog: Catalog | None) -> np.ndarray:
         """Per-SKU reward range (collect/reward_range.py); only finiteness is checked for

@@ -76,8 +76,7 @@ def run_collect(args: argparse.Namespace) -> int:
     warm = Collector(warm_env, model, grid,
                      chunk=cfg.train.chunk, infer_dtype=cfg.train.infer_dtype)
     warm.collect(cfg.train.seed, 0, record=False)  # JIT compilation and thread pools
-    collector = Collector(env, model, grid, chunk=cfg.train.chunk, infer_dtype=cfg.train.infer_dtype,
-                          record_values=cfg.train.collect_values)
+    collector = Collector.from_config(env, model, grid, cfg.train)
     collector.collect(cfg.train.seed, 0, record=False)
     s = collector.stats
     out = {

@@ -27,8 +27,7 @@ def local_collectors(trainer: Trainer) -> Collectors:
     core, t = trainer.core, trainer.cfg.train
     latest = cast(InProcWeights, trainer.weights)  # Parts.weights' default: in_process_weights
     return with_staleness(t, latest, trainer.run_dir, lambda weights: RecordingCollectors(
-        LocalCollectors(core.local_env, len(core.shards), trainer.model, core.grid, weights, core.timer,
-                        chunk=t.chunk, infer_dtype=t.infer_dtype, record_values=t.collect_values),
+        LocalCollectors(core.local_env, len(core.shards), trainer.model, core.grid, weights, core.timer, train=t),
         trainer.run_dir.name, trainer.cfg.sim.backorders), trainer.learner.sample_index)
 
 

@@ -237,10 +237,8 @@ class CollectorProcess:
             self._closers.append(env)
             grid = grid_for(cfg)
             model = ActorCritic(env.schema.dim, grid.n, cfg.policy.hidden)
-            collector = Collector(env, model, grid, chunk=cfg.train.chunk,
-                                  infer_dtype=cfg.train.infer_dtype, timer=StageTimer(),
-                                  record_values=cfg.train.collect_values,
-                                  catalog=_catalog_rows(cfg, env) if needs_raw(cfg) else None)
+            collector = Collector.from_config(env, model, grid, cfg.train, timer=StageTimer(),
+                                              catalog=_catalog_rows(cfg, env) if needs_raw(cfg) else None)
             self.servicer = RoleCollectorServicer(collector_id, collector, env, cfg,
                                                   open_store(cfg.store), run_name, shard_envs)
             if uses_stream(cfg):  # bounded staleness: each stored shard announced on the run's stream

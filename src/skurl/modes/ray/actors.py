@@ -291,9 +291,8 @@ class CollectorWorker:
         if self.model is None:
             self.model = ActorCritic.from_state(tensors)
         if key not in self.collectors:
-            collector = Collector(self.envs[key], self.model, grid_for(self.cfg), chunk=self.cfg.train.chunk,
-                                  infer_dtype=self.cfg.train.infer_dtype, record_values=self.cfg.train.collect_values,
-                                  catalog=self.catalogs.get(key))
+            collector = Collector.from_config(self.envs[key], self.model, grid_for(self.cfg), self.cfg.train,
+                                              catalog=self.catalogs.get(key))
             if self.centers.get(key) is not None:
                 collector.use_center(self.centers[key])
             self.collectors[key] = collector
