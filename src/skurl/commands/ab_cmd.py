@@ -242,8 +242,9 @@ def run_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(f"--groups {args.groups}: {exc}; expected groups A and B in at least one stratum") from None
     if args.json:
-        print_json({**result, **{key: {k: v.to_json() for k, v in result[key].items()}
-                                 for key in ("kpis", "kpis_cuped") if key in result}})
+        out: dict[str, Any] = {**result, **{key: {k: v.to_json() for k, v in result[key].items()}
+                                            for key in ("kpis", "kpis_cuped") if key in result}}
+        print_json(out)
     else:
         print_report(result)
     return 0

@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 import sys
-from typing import Any
 
 from skurl.config import Config
 from skurl.config.flags import add_config_flags
@@ -44,7 +43,7 @@ def embedded_overrides() -> list[str]:
     return [*EMBEDDED, *EMBEDDED_GRID]
 
 
-def print_json(obj: Any) -> None:
+def print_json(obj: object) -> None:
     """One line of strict JSON: numpy values as Python ones, NaN and infinities as null."""
     json.dump(json_ready(obj, "output"), sys.stdout, indent=None, allow_nan=False)
     sys.stdout.write("\n")

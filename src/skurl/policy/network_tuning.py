@@ -4,7 +4,7 @@ echelon index by a pattern search with common random numbers on the whole catalo
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,7 +21,7 @@ PLATEAU_STEPS = 50
 
 
 def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int, warmup: int,
-                 progress: Any = None) -> Any:
+                 progress: Callable[[str], None] | None = None) -> TuneResult:
     """One z per echelon index by coordinate search (module docstring), every candidate
     simulated over the whole catalog on tuning seed `seed` (common random numbers)."""
     topo = Topology.of(catalog)

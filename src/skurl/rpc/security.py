@@ -105,10 +105,12 @@ class _TokenSender(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInter
     def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
         return _ClientCallDetails(details, [*(details.metadata or ()), self._header])
 
-    def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
+    def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
+                              request: Any) -> Any:
         return continuation(self._details(details), request)
 
-    def intercept_unary_stream(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
+    def intercept_unary_stream(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
+                               request: Any) -> Any:
         return continuation(self._details(details), request)
 
 
@@ -118,7 +120,8 @@ class TokenChecker(grpc.ServerInterceptor):
     def __init__(self, token: str) -> None:
         self._want = f"Bearer {token}".encode()
 
-    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
+    def intercept_service(self, continuation: Callable[..., Any],
+                          details: grpc.HandlerCallDetails) -> Any:
         if details.method.startswith(_OPEN):
             return continuation(details)
         got = dict(details.invocation_metadata or ()).get(AUTH_HEADER, "")

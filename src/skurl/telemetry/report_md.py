@@ -67,7 +67,7 @@ def _vs(cost: float | None, reference: float | None) -> float | None:
 @dataclass
 class ReportData:
     records: list[dict[str, Any]]
-    evaluation: dict[str, Any] | None
+    evaluation: Mapping[str, Any] | None
     eval_error: str | None
     trained: str | None = None
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -83,7 +83,7 @@ class ReportData:
         return self.baselines[0] if self.baselines else None
 
     @classmethod
-    def build(cls, records: list[dict[str, Any]], evaluation: Any,
+    def build(cls, records: list[dict[str, Any]], evaluation: Mapping[str, Any] | None,
               eval_error: str | None) -> ReportData:
         data = cls(records=records, evaluation=evaluation, eval_error=eval_error)
         if evaluation is not None:
