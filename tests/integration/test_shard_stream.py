@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,12 @@ def test_redis_restarted_mid_run_collectors_keep_their_weights_and_reconnect(
     class RestartingRedis(RedisWeights):
         def publish(self, version: int, tensors: dict[str, Any]) -> None:
             if version == 2 and not restarts:
+                # Collectors follow Redis on their own threads: under load version 1 may still
+                # be on its way; wait (bounded) until each holds it, then take Redis away.
+                deadline = time.monotonic() + 30.0
+                while time.monotonic() < deadline and any(
+                        (c.servicer._pending.version or 0) < 1 for c in cluster.collectors):
+                    time.sleep(0.05)
                 held.extend(c.servicer._pending.version for c in cluster.collectors)
                 redis_process.stop()
                 restarts.append(threading.Timer(1.0, redis_process.start))
