@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from skurl.catalog import load_catalog
-from skurl.catalog.strata import velocity
 from skurl.cli import main
 from skurl.collect.evaluate import evaluate
+from skurl.columns.strata import velocity
 from skurl.config import load_config
 from skurl.policy.baselines import make_policy
 from skurl.serve import ab

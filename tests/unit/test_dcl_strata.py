@@ -1,5 +1,5 @@
 """DCL's stratified state sample (learn/dcl.sample_rows, dcl.stratify) and the strata it
-shares with the A/B split (catalog/strata.py)."""
+shares with the A/B split (columns/strata.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from test_dcl import Constant, _setup  # tests/unit is on sys.path
 
-from skurl.catalog.strata import strata_codes, strata_labels
+from skurl.columns.strata import strata_codes, strata_labels
 from skurl.config import load_config
 from skurl.errors import ConfigError
 from skurl.learn.dcl import DclSpec, label_states, sample_rows, stratum_shares

@@ -35,12 +35,6 @@ def module_graph(src: Path) -> nx.DiGraph:
     return graph
 
 
-# Leaf modules (they import no other skurl package) that the config validates against: the
-# catalog's column bounds and strata names. An edge into one of them says nothing about the
-# layering of the rest of its package (the catalog's generators read their config section).
-LEAVES = ("skurl.catalog.columns", "skurl.catalog.strata")
-
-
 def package(module: str) -> str:
     """skurl.learn.ddp -> learn, skurl.config (a package's __init__) -> config; a top-level
     module (skurl.cli) is its own package."""
@@ -51,14 +45,8 @@ def package(module: str) -> str:
 def package_graph(modules: nx.DiGraph) -> nx.DiGraph:
     graph = nx.DiGraph()
     graph.add_nodes_from({package(m) for m in modules})
-    graph.add_edges_from((package(a), package(b)) for a, b in modules.edges
-                         if package(a) != package(b) and b not in LEAVES)
+    graph.add_edges_from((package(a), package(b)) for a, b in modules.edges if package(a) != package(b))
     return graph
-
-
-def test_leaves_import_no_other_package(modules: nx.DiGraph) -> None:
-    for leaf in LEAVES:
-        assert {package(b) for b in modules.successors(leaf)} <= {package(leaf)}, leaf
 
 
 def cycles(graph: nx.DiGraph) -> list[list[str]]:

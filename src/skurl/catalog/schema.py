@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from skurl.catalog.columns import COLUMNS, NETWORK_COLUMNS
+from skurl.columns import COLUMNS, NETWORK_COLUMNS
 from skurl.errors import CatalogError
 
 DIST_CODES = {"poisson": 0, "geometric": 1, "negbin": 2}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from skurl.catalog.strata import STRATA_COLUMNS, VELOCITY
+from skurl.columns.strata import STRATA_COLUMNS, VELOCITY
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 from skurl.serve import ab

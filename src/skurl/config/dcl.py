@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skurl.catalog.strata import strata_expected, strata_names, strata_problem
+from skurl.columns.strata import strata_expected, strata_names, strata_problem
 from skurl.config.loader import check, opt
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from skurl.catalog.columns import COLUMNS
+from skurl.columns import COLUMNS
 from skurl.config.dcl import DclConfig
 from skurl.config.loader import apply_overrides, build, check, opt, read_yaml, section, to_dict
 from skurl.config.services import DeployConfig, RayConfig, RpcConfig, StoreConfig, SyncConfig

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from skurl import atomic
 from skurl.catalog.schema import Catalog
-from skurl.catalog.strata import strata_expected, strata_labels, strata_names, strata_problem
+from skurl.columns.strata import strata_expected, strata_labels, strata_names, strata_problem
 from skurl.errors import UserError
 
 GROUPS_SCHEMA = pa.schema([("sku_id", pa.int64()), ("group", pa.string()), ("stratum", pa.string())])

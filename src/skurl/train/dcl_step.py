@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch.distributed as dist
 
-from skurl.catalog.strata import strata_codes, strata_names
+from skurl.columns.strata import strata_codes, strata_names
 from skurl.config.dcl import auto_horizon
 from skurl.errors import UserError
 from skurl.learn.dcl import DclSpec, Labelled, label_states

@@ -1,7 +1,7 @@
-"""The catalog's columns (name, dtype, inclusive bounds, meaning), named once: the catalog
-(catalog/schema.py) checks its rows against them and the config (config.py) its
-catalog.uniform keys, so both import this module and neither imports the other for it.
-"""
+"""The catalog's columns (name, dtype, inclusive bounds, meaning) and their strata, named
+once: the catalog (catalog/schema.py) checks its rows against them and the config
+(config/sections.py, config/dcl.py) its catalog.uniform and dcl.stratify keys. A leaf
+package, so that config never imports the catalog package (which reads config)."""
 
 from __future__ import annotations
 

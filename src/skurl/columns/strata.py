@@ -1,20 +1,27 @@
 """Strata of a catalog's SKUs, named once for the A/B split (serve/ab.py), DCL's stratified
 state sample (learn/dcl.py) and the config that checks dcl.stratify, apart from catalog/ so
-that config.py can import it (catalog/ imports the config): integer catalog columns
+that config/ can import it (catalog/ imports the config): integer catalog columns
 (category, group, lead_time, shelf_life, promo_period, ...) and `velocity`, the tercile of
 the base demand rate (demand_mean) over the catalog: low (at most the 1/3 quantile), mid (at
 most the 2/3 quantile) or high."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from skurl.catalog.columns import COLUMNS
+from skurl.columns import COLUMNS
 
-if TYPE_CHECKING:
-    from skurl.catalog.schema import Catalog
+
+class Catalog(Protocol):
+    """What strata read of a catalog (catalog.schema.Catalog): its length, demand_mean and
+    the integer columns named by getattr; a Protocol, so this leaf imports no catalog."""
+
+    @property
+    def demand_mean(self) -> np.ndarray: ...
+
+    def __len__(self) -> int: ...
 
 VELOCITY = "velocity"
 VELOCITY_LABELS = np.array(["low", "mid", "high"])
