@@ -1,20 +1,31 @@
 """Every setting of skurl as typed dataclasses, one section per reader (`skurl config keys`).
 
-sections.py: the Config root and the catalog, sim, policy, ppo, train, eval sections;
+sections.py: the Config root and the sim, policy, ppo, train, eval sections; catalog.py;
 services.py: rpc, deploy, sync, store, ray; dcl.py; tracking.py; loader.py: YAML, --set
 overrides and validation; flags.py: the --config/--set flags of the commands.
 """
 
 from __future__ import annotations
 
+from skurl.config.catalog import (
+    UNIFORM_COLUMNS,
+    CatalogConfig,
+    DemandConfig,
+    DemandDist,
+    SerialConfig,
+    SyntheticConfig,
+    check_uniform_bounds,
+)
 from skurl.config.dcl import (
     DclConfig,
     auto_horizon,
 )
 from skurl.config.loader import (
+    MAX_SEED,
     apply_overrides,
     build,
     check,
+    check_seed,
     describe,
     opt,
     read_yaml,
@@ -23,23 +34,14 @@ from skurl.config.loader import (
 )
 from skurl.config.sections import (
     DEVICE_PATTERN,
-    MAX_SEED,
     POLICY_NAMES,
-    UNIFORM_COLUMNS,
     ActionsConfig,
-    CatalogConfig,
     Config,
-    DemandConfig,
-    DemandDist,
     EvalConfig,
     PolicyConfig,
     PPOConfig,
-    SerialConfig,
     SimConfig,
-    SyntheticConfig,
     TrainConfig,
-    check_seed,
-    check_uniform_bounds,
     config_to_dict,
     load_config,
 )

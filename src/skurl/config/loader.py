@@ -300,3 +300,11 @@ def check(cond: bool, key: str, value: object, expected: str) -> None:
     """Validation helper for __post_init__: one line naming key, value and expectation."""
     if not cond:
         raise ConfigError(f"config key '{key}': got {value!r}, expected {expected}")
+
+
+# Seeds go to numpy, torch.manual_seed (a signed 64-bit value) and the simulator's counters.
+MAX_SEED = 2**62
+
+
+def check_seed(value: int, key: str) -> None:
+    check(0 <= value <= MAX_SEED, key, value, "an integer in [0, 2^62]")
