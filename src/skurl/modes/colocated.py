@@ -17,7 +17,7 @@ from skurl.config import Config, load_config
 from skurl.learn.checkpoint import refuse_existing
 from skurl.policy.learned import run_config_file
 from skurl.sync.inproc import InProcWeights
-from skurl.telemetry.metrics import get_metrics
+from skurl.telemetry.metrics import business_from_totals, get_metrics
 from skurl.train.evaluation import TRAINED
 from skurl.train.loop import Parts, Trainer, TrainResult
 
@@ -39,8 +39,6 @@ class RecordingCollectors:
         self.inner, self.run_name, self.backorders = inner, run_name, backorders
 
     def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
-        from skurl.modes.decoupled.shard_envs import business_from_totals
-
         start = time.perf_counter()
         out = self.inner.collect(iteration, seed, version, sample)
         seconds = time.perf_counter() - start

@@ -88,6 +88,17 @@ ROLE_FAMILIES["collector"] += ("weights_rejected_total",)
 ROLE_FAMILIES["learner"] += ("weights_rejected_total",)
 
 
+def business_from_totals(totals: dict[str, float], sku_days: int, backorders: bool = False) -> dict[str, float]:
+    """Fill rate, lost (or, under sim.backorders, backordered) and waste units, mean on-hand
+    per SKU-day from summed day metrics (report.PolicyResult's keys, as record_business
+    reads them; the day metric `lost` is the newly backordered units under backorders)."""
+    demand, unmet = totals.get("demand", 0.0), totals.get("lost", 0.0)
+    return {"fill_rate": totals.get("sales", 0.0) / demand if demand > 0 else 1.0,
+            "lost_units": 0.0 if backorders else unmet, "backordered_units": unmet if backorders else 0.0,
+            "waste_units": totals.get("waste", 0.0),
+            "mean_on_hand": totals.get("on_hand_end", 0.0) / max(sku_days, 1)}
+
+
 class SkurlMetrics:
     """All of skurl's metrics (attribute name = exported name, but `stage_seconds` is
     skurl_stage_seconds); `role`'s families are registered on `registry`."""

@@ -30,12 +30,11 @@ from skurl.errors import UserError
 from skurl.modes.decoupled.collect_report import CollectReport, report_scalars, rollout_scalars
 from skurl.modes.decoupled.collector_client import CollectorClient
 from skurl.modes.decoupled.lag_watch import CollectorLagWatch, held_wire_of, newest_wire
-from skurl.modes.decoupled.shard_envs import business_from_totals
 from skurl.modes.decoupled.shard_stream import CONSUMER, StreamShares, open_stream, uses_stream
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
 from skurl.store import CorruptShardError, ShardManifest
 from skurl.sync.wire_versions import WireVersions
-from skurl.telemetry.metrics import get_metrics
+from skurl.telemetry.metrics import business_from_totals, get_metrics
 
 if TYPE_CHECKING:
     from skurl.collect.bounded import BoundedStaleness

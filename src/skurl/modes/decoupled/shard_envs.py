@@ -38,6 +38,7 @@ from skurl.rpc.multi_shard import MultiShardEnv
 from skurl.rpc.security import open_channel
 from skurl.sim.api import Env, Obs, ObsSchema, StepResult
 from skurl.sim.replaying import EpisodeLog, ReplayingEnv
+from skurl.telemetry.metrics import business_from_totals
 
 log = logging.getLogger("skurl.modes")
 _RETRY_PAUSE_S = 0.2
@@ -180,17 +181,6 @@ def replaying_remote_env(address: str, cfg: RpcConfig, reconnect_timeout_s: floa
 
 
 BUSINESS_SUMS = ("demand", "sales", "lost", "waste", "on_hand_end")
-
-
-def business_from_totals(totals: dict[str, float], sku_days: int, backorders: bool = False) -> dict[str, float]:
-    """Fill rate, lost (or, under sim.backorders, backordered) and waste units, mean on-hand
-    per SKU-day from summed day metrics (report.PolicyResult's keys, as record_business
-    reads them; the day metric `lost` is the newly backordered units under backorders)."""
-    demand, unmet = totals.get("demand", 0.0), totals.get("lost", 0.0)
-    return {"fill_rate": totals.get("sales", 0.0) / demand if demand > 0 else 1.0,
-            "lost_units": 0.0 if backorders else unmet, "backordered_units": unmet if backorders else 0.0,
-            "waste_units": totals.get("waste", 0.0),
-            "mean_on_hand": totals.get("on_hand_end", 0.0) / max(sku_days, 1)}
 
 
 class CatalogSchemaEnv:
