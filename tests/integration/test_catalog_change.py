@@ -24,6 +24,7 @@ from skurl.modes import colocated
 from skurl.policy.learned import CONFIG_FILE
 from skurl.sim.layout import catalog_widths
 from skurl.telemetry.logger import read_metrics
+from skurl.train import run as training
 from skurl.train.catalog_change import CHANGE_FILE, CatalogChange
 
 SKUS, CHANGED = 300, 30
@@ -58,7 +59,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Catal
     old = synthetic(SKUS, seed=3)
     write_catalog(old, root / "old.csv")
     run_dir = root / "run"
-    colocated.train(load_config(None, [*SETTINGS, f"catalog.path={root / 'old.csv'}"]), run_dir, baseline=False)
+    training.start(colocated.mode, load_config(None, [*SETTINGS, f"catalog.path={root / 'old.csv'}"]), run_dir, baseline=False)
     return root, run_dir, old
 
 

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from skurl.config import load_config
 from skurl.modes import colocated
 from skurl.telemetry.metrics import role_sample_names, use_registry
+from skurl.train import run as training
 
 TINY = ["catalog.skus=24", "sim.days=4", "policy.hidden=[8,8]", "ppo.epochs=1", "ppo.minibatch=64",
         "train.iterations=2", "train.eval_every=1", "eval.days=3", "eval.warmup=1", "sim.threads=1",
@@ -23,7 +24,7 @@ def test_the_colocated_role_exports_and_records_collector_business_and_learner_f
                  "learner_training_step_duration_seconds_count"):
         assert name in names, name
     with use_registry(CollectorRegistry(), "colocated") as m:
-        colocated.train(load_config(None, TINY), tmp_path / "run", baseline=False)
+        training.start(colocated.mode, load_config(None, TINY), tmp_path / "run", baseline=False)
         text = generate_latest(m.registry).decode()
     assert m.collector_episodes_total._value.get() == 2
     assert 'business_fill_rate{policy="collect",run="run"}' in text

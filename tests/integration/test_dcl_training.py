@@ -17,6 +17,7 @@ from skurl.errors import ConfigError
 from skurl.modes import colocated
 from skurl.modes.decoupled import wiring as decoupled
 from skurl.telemetry.logger import read_metrics
+from skurl.train import run as training
 
 DCL = [
     "catalog.kind=uniform", "catalog.skus=60", "catalog.lead_time=2", "catalog.lost_sale_cost=9",
@@ -32,9 +33,9 @@ DCL = [
 
 def test_dcl_run_resumes_bit_exactly_and_records_its_labelling(tmp_path: Path) -> None:
     cfg = load_config(None, DCL)
-    colocated.train(cfg, tmp_path / "straight", baseline=False)
-    colocated.train(cfg, tmp_path / "stopped", stop_after=2, baseline=False)
-    colocated.resume(tmp_path / "stopped", baseline=False)
+    training.start(colocated.mode, cfg, tmp_path / "straight", baseline=False)
+    training.start(colocated.mode, cfg, tmp_path / "stopped", stop_after=2, baseline=False)
+    training.resume(colocated.mode, tmp_path / "stopped", baseline=False)
     want, got = final_weights(tmp_path / "straight"), final_weights(tmp_path / "stopped")
     assert set(want) == set(got)
     for k in want:
@@ -54,8 +55,8 @@ def test_dcl_run_resumes_bit_exactly_and_records_its_labelling(tmp_path: Path) -
 @pytest.mark.slow
 def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path) -> None:
     cfg = load_config(None, [*DCL, "train.iterations=2", "sync.backend=grpc"])
-    colocated.train(cfg, tmp_path / "colocated", baseline=False)
-    decoupled.train(cfg, tmp_path / "decoupled", baseline=False)  # servers and collectors started, left idle
+    training.start(colocated.mode, cfg, tmp_path / "colocated", baseline=False)
+    training.start(decoupled.launched, cfg, tmp_path / "decoupled", baseline=False)  # servers and collectors started, left idle
     want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "decoupled")
     for k in want:
         assert torch.equal(want[k], got[k]), k
@@ -81,7 +82,7 @@ def test_dcl_labels_each_iterations_training_shard(tmp_path: Path, monkeypatch: 
     label_states = dcl_step.label_states
     monkeypatch.setattr(dcl_step, "label_states", spy)
     cfg = load_config(None, [*DCL, "train.collect_skus=30", "dcl.states=30"])
-    colocated.train(cfg, tmp_path / "run", baseline=False)
+    training.start(colocated.mode, cfg, tmp_path / "run", baseline=False)
     assert [len(s) for s in labelled] == [30, 30, 30]
     assert labelled[0] != labelled[1] and labelled[2] == labelled[0]  # two shards, in turn
     assert labelled[0] | labelled[1] == set(range(60))
@@ -109,7 +110,7 @@ def test_a_candidate_worse_than_its_predecessor_is_corrected_then_refused(
     monkeypatch.setattr(dcl_step, "label_states", starve)
     cfg = load_config(None, [*DCL, "train.iterations=1", "dcl.temperature=0", "dcl.fit_steps=200",
                              "dcl.corrections=1"])
-    colocated.train(cfg, tmp_path / "run", baseline=False)
+    training.start(colocated.mode, cfg, tmp_path / "run", baseline=False)
     assert calls == [(0, False), (1, True)]  # the labelling, then one correction (dcl.corrections=1)
     (record,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert record["dcl_accepted"] == 0 and record["dcl_corrections"] == 1 and record["transitions"] == 120
@@ -123,11 +124,11 @@ def test_a_candidate_worse_than_its_predecessor_is_corrected_then_refused(
 
 def test_an_accepted_iteration_records_its_check(tmp_path: Path) -> None:
     cfg = load_config(None, [*DCL, "train.iterations=1", "dcl.corrections=0"])
-    colocated.train(cfg, tmp_path / "run", baseline=False)
+    training.start(colocated.mode, cfg, tmp_path / "run", baseline=False)
     (record,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert record["dcl_corrections"] == 0 and record["dcl_accepted"] in (0.0, 1.0)
     assert record["dcl_accepted"] == float(record["dcl_check_gain"] >= -cfg.dcl.check_z * record["dcl_check_se"])
     unchecked = load_config(None, [*DCL, "train.iterations=1", "dcl.check_episodes=0"])
-    colocated.train(unchecked, tmp_path / "unchecked", baseline=False)
+    training.start(colocated.mode, unchecked, tmp_path / "unchecked", baseline=False)
     (record,) = read_metrics(tmp_path / "unchecked" / "metrics.jsonl")
     assert record["dcl_accepted"] == 1 and "dcl_check_gain" not in record

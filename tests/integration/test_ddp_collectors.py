@@ -21,6 +21,7 @@ from skurl.learn.checkpoint import best_checkpoint, latest_checkpoint, model_sta
 from skurl.modes import colocated
 from skurl.modes.ddp.learner import ENTRY
 from skurl.modes.decoupled.supervisor import LocalCluster
+from skurl.train import run as training
 
 SETTINGS = [
     "catalog.skus=240", "sim.days=8", "policy.hidden=[16,16]", "ppo.epochs=2", "ppo.minibatch=256",
@@ -62,7 +63,7 @@ def ddp(nproc: int, run_dir: Path, settings: list[str]) -> str:
 def test_ddp_learner_on_real_collectors_is_the_colocated_run(
         tmp_path: Path, redis_url: str, s3_endpoint: str, s3_credentials: None, unique_name: str) -> None:
     reference = tmp_path / "colocated"
-    colocated.train(load_config(None, SETTINGS), reference, baseline=False)
+    training.start(colocated.mode, load_config(None, SETTINGS), reference, baseline=False)
 
     remote = [*SETTINGS, "sync.backend=redis", f"sync.redis_url={redis_url}", f"sync.key={unique_name}",
               f"store.url=s3://{unique_name}/rollouts", f"store.endpoint_url={s3_endpoint}",

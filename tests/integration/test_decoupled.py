@@ -23,6 +23,7 @@ from skurl.modes.decoupled.shard_envs import CatalogSchemaEnv, assign_shards
 from skurl.policy.grid_center import load_center
 from skurl.sim.api import ObsSchema
 from skurl.telemetry.logger import read_metrics
+from skurl.train import run as training
 
 # A synthetic catalog (groups, perishables, mixed lead times: shards differ in schema width).
 TINY = [
@@ -69,7 +70,7 @@ def assert_same_training(a: Path, b: Path) -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("colocated") / "run"
-    colocated.train(tiny(), run_dir, baseline=False)
+    training.start(colocated.mode, tiny(), run_dir, baseline=False)
     return run_dir
 
 
@@ -103,7 +104,7 @@ def test_decoupled_training_equals_colocated_and_every_process_serves_metrics(
             return self.inner.collect(it, *args)
 
     run_dir = tmp_path / "decoupled"
-    result = decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, wrap=Scraping)
+    result = training.start(decoupled.launched, tiny("sync.backend=grpc"), run_dir, baseline=False, wrap=Scraping)
     assert result.iterations == 3 and result.eval is not None
     assert_same_training(reference, run_dir)
 
@@ -133,7 +134,7 @@ def test_decoupled_training_equals_colocated_and_every_process_serves_metrics(
 def test_a_learner_on_a_sample_of_skus_decodes_only_those_and_still_equals_colocated(
         tmp_path: Path) -> None:
     sampled = ("ppo.sample_skus=100", "train.iterations=3")
-    colocated.train(tiny(*sampled), tmp_path / "colocated", baseline=False)
+    training.start(colocated.mode, tiny(*sampled), tmp_path / "colocated", baseline=False)
     decoded: list[int] = []
     stored: list[int] = []
 
@@ -153,7 +154,7 @@ def test_a_learner_on_a_sample_of_skus_decodes_only_those_and_still_equals_coloc
             decoded.append(batch.rollout.obs.shape[1])
             return batch
 
-    decoupled.train(tiny("sync.backend=grpc", *sampled), tmp_path / "decoupled", baseline=False,
+    training.start(decoupled.launched, tiny("sync.backend=grpc", *sampled), tmp_path / "decoupled", baseline=False,
                     wrap=Counting)
     assert decoded == [100, 100, 100]  # of 240 SKUs collected
     assert len(stored) == 6 and sum(stored) == 300  # 2 collectors x 3 iterations
@@ -167,8 +168,8 @@ def test_a_warm_started_decoupled_training_equals_colocated(tmp_path: Path) -> N
     iteration fits the critic only, in both modes. train.keep_best keeps the same policy."""
     warm = ("train.warm_start=forecast-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=20",
             "train.warm_start_critic=1", "train.eval_every=1", "train.keep_best=true")
-    colocated.train(tiny(*warm), tmp_path / "colocated", baseline=False)
-    decoupled.train(tiny("sync.backend=grpc", *warm), tmp_path / "decoupled", baseline=False)
+    training.start(colocated.mode, tiny(*warm), tmp_path / "colocated", baseline=False)
+    training.start(decoupled.launched, tiny("sync.backend=grpc", *warm), tmp_path / "decoupled", baseline=False)
     assert_same_training(tmp_path / "colocated", tmp_path / "decoupled")
     first = read_metrics(tmp_path / "decoupled" / "metrics.jsonl")[0]
     assert first["warm_start_rows"] == 240 * 8 and first["approx_kl"] == 0.0
@@ -186,8 +187,8 @@ def test_a_cover_grid_decoupled_training_equals_colocated(tmp_path: Path) -> Non
              "policy.actions.z_min=-1", "policy.actions.z_max=1", "policy.actions.center_policy=forecast-s-S",
              "train.warm_start=forecast-s-S",
              "train.warm_start_episodes=1", "train.warm_start_steps=20", "train.warm_start_critic=1")
-    colocated.train(tiny(*cover), tmp_path / "colocated", baseline=False)
-    decoupled.train(tiny("sync.backend=grpc", *cover), tmp_path / "decoupled", baseline=False)
+    training.start(colocated.mode, tiny(*cover), tmp_path / "colocated", baseline=False)
+    training.start(decoupled.launched, tiny("sync.backend=grpc", *cover), tmp_path / "decoupled", baseline=False)
     assert_same_training(tmp_path / "colocated", tmp_path / "decoupled")
     center = (tmp_path / "decoupled" / "grid_center.safetensors").read_bytes()
     lots = load_center(tmp_path / "decoupled")
@@ -204,7 +205,7 @@ def test_a_cover_grid_decoupled_training_equals_colocated(tmp_path: Path) -> Non
 def test_settings_decoupled_mode_cannot_use_are_one_line(tmp_path: Path, setting: str,
                                                          match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        decoupled.train(tiny("sync.backend=grpc", setting), tmp_path / "run", baseline=False)
+        training.start(decoupled.launched, tiny("sync.backend=grpc", setting), tmp_path / "run", baseline=False)
     assert not (tmp_path / "run" / "decoupled").exists()  # refused before starting anything
 
 

@@ -15,6 +15,7 @@ from skurl.modes.decoupled import wiring as decoupled
 from skurl.modes.decoupled.supervisor import InProcessRoles
 from skurl.store import open_store
 from skurl.telemetry.logger import read_metrics
+from skurl.train import run as training
 from skurl.train.loop import recorded_mode
 
 pytestmark = pytest.mark.integration
@@ -35,8 +36,8 @@ class DiesAfterCollecting(Delegating):
 def launched(cfg: Any, run_dir: Path, *, resume: bool = False, wrap: Any = None) -> Any:
     """The run as `skurl train --mode decoupled` launches it: server processes."""
     if resume:
-        return decoupled.resume(run_dir, baseline=False)
-    return decoupled.train(cfg, run_dir, baseline=False, wrap=wrap)
+        return training.resume(decoupled.launched, run_dir, baseline=False)
+    return training.start(decoupled.launched, cfg, run_dir, baseline=False, wrap=wrap)
 
 
 def in_process(cfg: Any, run_dir: Path, *, resume: bool = False, wrap: Any = None) -> Any:
@@ -56,7 +57,7 @@ def test_resumed_learner_trains_on_the_interrupted_iterations_stored_shards(
         tmp_path: Path, redis_url: str, s3_endpoint: str, s3_credentials: None,
         unique_name: str, sample: list[str], run: Any) -> None:
     reference = tmp_path / "colocated"
-    colocated.train(tiny(*sample), reference, baseline=False)
+    training.start(colocated.mode, tiny(*sample), reference, baseline=False)
     cfg = tiny("sync.backend=redis", f"sync.redis_url={redis_url}", f"sync.key={unique_name}",
                f"store.url=s3://{unique_name}/rollouts", f"store.endpoint_url={s3_endpoint}",
                "store.create_bucket=true", *sample)

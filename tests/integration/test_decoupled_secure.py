@@ -15,6 +15,7 @@ from test_decoupled import assert_same_training, tiny  # type: ignore[import-not
 
 from skurl.modes import colocated
 from skurl.modes.decoupled import wiring as decoupled
+from skurl.train import run as training
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "dev_certs.sh"
 PASSWORD = "dec-pw-31a7"
@@ -61,9 +62,9 @@ def test_a_secured_decoupled_run_equals_the_colocated_one(tmp_path: Path, secure
               f"rpc.tls.ca={certs / 'ca.pem'}", f"rpc.token_file={tmp_path / 'token'}",
               "rpc.require_tls=true"]
     reference = tmp_path / "colocated"
-    colocated.train(tiny(), reference, baseline=False)
+    training.start(colocated.mode, tiny(), reference, baseline=False)
     run_dir = tmp_path / "decoupled"
-    result = decoupled.train(tiny(*secure), run_dir, baseline=False)
+    result = training.start(decoupled.launched, tiny(*secure), run_dir, baseline=False)
     assert result.iterations == 3
     assert_same_training(reference, run_dir)
     saved = "".join(p.read_text(errors="replace") for p in run_dir.rglob("*")

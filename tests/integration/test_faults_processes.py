@@ -21,12 +21,13 @@ from skurl.modes.decoupled import wiring as decoupled
 from skurl.modes.decoupled.collector_client import CollectorClient
 from skurl.telemetry.logger import read_metrics
 from skurl.telemetry.metrics import use_registry
+from skurl.train import run as training
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("colocated") / "run"
-    colocated.train(tiny(), run_dir, baseline=False)
+    training.start(colocated.mode, tiny(), run_dir, baseline=False)
     return run_dir
 
 
@@ -59,7 +60,7 @@ class Killing(Delegating):
 def test_killed_collector_and_sim_server_are_restarted_and_training_is_unchanged(
         tmp_path: Path, reference: Path) -> None:
     run_dir = tmp_path / "decoupled"
-    decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, wrap=Killing)
+    training.start(decoupled.launched, tiny("sync.backend=grpc"), run_dir, baseline=False, wrap=Killing)
     assert Killing.killed == ["c1", "sim-0"]
     logs = read_metrics(run_dir / "metrics.jsonl")
     assert [r["sim_replays"] for r in logs] == [0, 0, 1]  # c0 drives sim-0: one rebuild
@@ -90,7 +91,7 @@ def test_a_lost_share_within_max_lost_share_is_trained_without_and_counted(tmp_p
     SKUs (half of them) are within deploy.max_lost_share=0.6, so iteration 1 trains on c0's
     alone; the supervisor restarts c1, which collects iteration 2 whole again."""
     with use_registry(CollectorRegistry()) as metrics:
-        decoupled.train(tiny("sync.backend=grpc", "deploy.max_lost_share=0.6"), tmp_path / "run",
+        training.start(decoupled.launched, tiny("sync.backend=grpc", "deploy.max_lost_share=0.6"), tmp_path / "run",
                         baseline=False, wrap=KillingC1)
     logs = read_metrics(tmp_path / "run" / "metrics.jsonl")
     skus, days = tiny().catalog.skus, tiny().sim.days

@@ -25,6 +25,7 @@ from skurl.rpc.errors import RequestRejectedError
 from skurl.sync.codec import encode_weights
 from skurl.sync.redis_sync import updates_channel, version_key, weights_key
 from skurl.telemetry.logger import read_metrics
+from skurl.train import run as training
 
 if TYPE_CHECKING:
     from conftest import RedisProcess
@@ -59,7 +60,7 @@ def publish_corrupted(url: str, key: str, version: int, tensors: dict[str, torch
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("colocated") / "run"
-    colocated.train(tiny(), run_dir, baseline=False)
+    training.start(colocated.mode, tiny(), run_dir, baseline=False)
     return run_dir
 
 

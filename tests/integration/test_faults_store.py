@@ -14,6 +14,7 @@ from skurl.modes import colocated
 from skurl.modes.decoupled import wiring as decoupled
 from skurl.store.objects import payload_key
 from skurl.telemetry.logger import read_metrics
+from skurl.train import run as training
 
 BAD_ITERATION, VICTIM = 1, "c1"
 
@@ -21,7 +22,7 @@ BAD_ITERATION, VICTIM = 1, "c1"
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("colocated") / "run"
-    colocated.train(tiny(), run_dir, baseline=False)
+    training.start(colocated.mode, tiny(), run_dir, baseline=False)
     return run_dir
 
 
@@ -52,7 +53,7 @@ def corrupting(collectors: Any, run: Any) -> Any:
 def test_corrupt_shard_is_reported_recollected_and_never_trained_on(
         tmp_path: Path, reference: Path) -> None:
     run_dir = tmp_path / "decoupled"
-    decoupled.train(tiny("sync.backend=grpc"), run_dir, baseline=False, wrap=corrupting)
+    training.start(decoupled.launched, tiny("sync.backend=grpc"), run_dir, baseline=False, wrap=corrupting)
     assert CorruptingStore.damaged == 1
     logs = read_metrics(run_dir / "metrics.jsonl")
     assert [r["corrupt_shards"] for r in logs] == [0, 1, 0]

@@ -28,12 +28,13 @@ RUNS = """
 import json, sys
 from pathlib import Path
 from safetensors.torch import save_file
+from skurl.train import run as training
 from skurl.config import load_config
 from skurl.modes import colocated
 from skurl.learn.checkpoint import latest_checkpoint, model_state
 out, runs = Path(sys.argv[1]), json.loads(sys.argv[2])
 for i, settings in enumerate(runs):
-    colocated.train(load_config(None, settings), out / str(i), baseline=False)
+    training.start(colocated.mode, load_config(None, settings), out / str(i), baseline=False)
 state, _ = model_state(latest_checkpoint(out / str(len(runs) - 1)))
 save_file({k: v.contiguous() for k, v in state.items()}, str(out / "last.safetensors"))
 """

@@ -24,6 +24,7 @@ import yaml
 from skurl.config import load_config
 from skurl.modes.decoupled import wiring as decoupled
 from skurl.telemetry.metrics import process_role
+from skurl.train import run as training
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
@@ -162,7 +163,7 @@ def scraped_run(tmp_path_factory: pytest.TempPathFactory, prometheus_binary: str
         "sync.timeout_s=60", f"deploy.metrics_base_port={base}"])
     try:
         with process_role("learner"):  # as `skurl train --mode decoupled` runs it
-            result = decoupled.train(cfg, tmp_path / "run", baseline=False, wrap=waiting)
+            result = training.start(decoupled.launched, cfg, tmp_path / "run", baseline=False, wrap=waiting)
         assert result.iterations == ITERATIONS
         yield prom
     finally:

@@ -21,6 +21,7 @@ from skurl.config import load_config  # noqa: E402
 from skurl.learn.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from skurl.modes.ray import wiring as ray_mode  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
+from skurl.train import run as training  # noqa: E402
 
 
 def test_ray_resume_on_a_changed_catalog(tmp_path: Path) -> None:
@@ -28,7 +29,7 @@ def test_ray_resume_on_a_changed_catalog(tmp_path: Path) -> None:
     write_catalog(old, tmp_path / "old.csv")
     run_dir = tmp_path / "run"
     cfg = load_config(None, [*SETTINGS, f"catalog.path={tmp_path / 'old.csv'}", "ray.num_workers=2"])
-    ray_mode.train(cfg, run_dir, baseline=False)
+    training.start(ray_mode.mode, cfg, run_dir, baseline=False)
     new = changed_catalog(old)
     write_catalog(new, tmp_path / "new.csv")
     assert main(["train", "--mode", "ray", "--resume", str(run_dir), "--catalog", str(tmp_path / "new.csv"),

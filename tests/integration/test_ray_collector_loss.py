@@ -26,6 +26,7 @@ from skurl.modes.ray.cluster import RayCluster  # noqa: E402
 from skurl.modes.ray.collectors import RayCollectors, Share  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
 from skurl.telemetry.metrics import use_registry  # noqa: E402
+from skurl.train import run as training  # noqa: E402
 from skurl.train.loop import Trainer  # noqa: E402
 
 KILL_AT, VICTIM = 1, 1
@@ -46,7 +47,7 @@ class KillingCollectors(RayCollectors):
 
 
 def train(cfg: Config, run_dir: Path) -> tuple[Trainer, RayCluster]:
-    run = ray_mode.trainer(cfg, run_dir, baseline=False)
+    run = Trainer(cfg, run_dir, ray_mode.RayMode(cfg), baseline=False)
     run.collectors.fanout = KillingCollectors  # type: ignore[attr-defined]
     KillingCollectors.killed = False
     run.run()
@@ -79,7 +80,7 @@ def test_a_small_lost_share_is_trained_without_and_counted(tmp_path: Path) -> No
 
 
 def test_a_large_lost_share_is_recollected_by_a_replacement(tmp_path: Path) -> None:
-    ray_mode.train(config(*TWO), tmp_path / "undisturbed", baseline=False)
+    training.start(ray_mode.mode, config(*TWO), tmp_path / "undisturbed", baseline=False)
     with use_registry(CollectorRegistry()) as metrics:
         train(config(*TWO), tmp_path / "run")  # deploy.max_lost_share 0.05 < ~50%
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")

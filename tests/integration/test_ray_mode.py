@@ -21,6 +21,7 @@ from skurl.learn.checkpoint import latest_checkpoint, model_state  # noqa: E402
 from skurl.modes import colocated  # noqa: E402
 from skurl.modes.ray import wiring as ray_mode  # noqa: E402
 from skurl.modes.ray.cluster import start_ray  # noqa: E402
+from skurl.train import run as training  # noqa: E402
 
 ITERATIONS = 3
 SETTINGS = ["catalog.skus=300", "catalog.seed=3", "sim.days=10", "policy.hidden=[16,16]", "ppo.epochs=2",
@@ -54,13 +55,13 @@ def last_record(run_dir: Path) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("colocated")
-    colocated.train(config(), run_dir, baseline=False)
+    training.start(colocated.mode, config(), run_dir, baseline=False)
     return run_dir
 
 
 def test_ray_mode_equals_colocated_bit_for_bit_across_a_resume(reference: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "ray"
-    ray_mode.train(config(), run_dir, baseline=False, stop_after=2)
+    training.start(ray_mode.mode, config(), run_dir, baseline=False, stop_after=2)
     assert main(["train", "--mode", "ray", "--resume", str(run_dir), "--no-baseline"]) == 0
     want, got = final_weights(reference), final_weights(run_dir)
     assert want.keys() == got.keys()
@@ -76,8 +77,8 @@ def test_ray_mode_equals_colocated_bit_for_bit_across_a_resume(reference: Path, 
 def test_a_warm_started_ray_training_equals_colocated(tmp_path: Path) -> None:
     warm = ("train.warm_start=forecast-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=20",
             "train.warm_start_critic=1", "train.keep_best=true", "train.eval_every=1")
-    colocated.train(config(*warm), tmp_path / "colocated", baseline=False)
-    ray_mode.train(config(*warm), tmp_path / "ray", baseline=False)
+    training.start(colocated.mode, config(*warm), tmp_path / "colocated", baseline=False)
+    training.start(ray_mode.mode, config(*warm), tmp_path / "ray", baseline=False)
     want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "ray")
     for k in want:
         assert torch.equal(want[k], got[k]), k
@@ -96,8 +97,8 @@ def test_a_cover_grid_ray_training_equals_colocated(tmp_path: Path) -> None:
              "policy.actions.z_min=-1", "policy.actions.z_max=1", "train.warm_start=forecast-base-stock",
              "train.warm_start_episodes=1", "train.warm_start_steps=20", "train.warm_start_critic=1",
              "ray.collectors=2")
-    colocated.train(config(*cover), tmp_path / "colocated", baseline=False)
-    ray_mode.train(config(*cover), tmp_path / "ray", baseline=False)
+    training.start(colocated.mode, config(*cover), tmp_path / "colocated", baseline=False)
+    training.start(ray_mode.mode, config(*cover), tmp_path / "ray", baseline=False)
     want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "ray")
     for k in want:
         assert torch.equal(want[k], got[k]), k
@@ -107,9 +108,9 @@ def test_a_cover_grid_ray_training_equals_colocated(tmp_path: Path) -> None:
 
 def test_actors_that_do_not_fit_the_cluster_are_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"ray\.cpus_per_worker.*8 workers x 1"):
-        ray_mode.train(config("ray.num_workers=8", "ray.cpus_per_worker=1"), tmp_path / "x", baseline=False)
+        training.start(ray_mode.mode, config("ray.num_workers=8", "ray.cpus_per_worker=1"), tmp_path / "x", baseline=False)
     with pytest.raises(ConfigError, match=r"sync\.backend"):
-        ray_mode.train(config("sync.backend=redis"), tmp_path / "y", baseline=False)
+        training.start(ray_mode.mode, config("sync.backend=redis"), tmp_path / "y", baseline=False)
 
 
 def test_train_command_takes_mode_ray_and_an_address() -> None:

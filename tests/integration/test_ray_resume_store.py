@@ -21,6 +21,8 @@ from skurl.modes.ray import wiring as ray_mode  # noqa: E402
 from skurl.modes.ray.collectors import RayCollectors  # noqa: E402
 from skurl.store.local import LocalRolloutStore  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
+from skurl.train import run as training  # noqa: E402
+from skurl.train.loop import Trainer  # noqa: E402
 
 DIES_AT = 1
 
@@ -39,10 +41,10 @@ class DiesAfterCollecting(RayCollectors):
 
 def test_restarted_learner_trains_on_the_stored_shards(tmp_path: Path) -> None:
     reference = tmp_path / "colocated"
-    colocated.train(config(), reference, baseline=False)
+    training.start(colocated.mode, config(), reference, baseline=False)
     store_dir, run_dir = tmp_path / "rollouts", tmp_path / "ray"
     cfg = config("ray.rollouts=store", f"store.url={store_dir}")
-    run = ray_mode.trainer(cfg, run_dir, baseline=False)
+    run = Trainer(cfg, run_dir, ray_mode.RayMode(cfg), baseline=False)
     run.collectors.fanout = DiesAfterCollecting  # type: ignore[attr-defined]
     with pytest.raises(LearnerDied):
         run.run()  # closes the actors

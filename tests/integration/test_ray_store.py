@@ -18,6 +18,7 @@ from skurl.modes import colocated  # noqa: E402
 from skurl.modes.ray import wiring as ray_mode  # noqa: E402
 from skurl.modes.ray.cluster import start_ray  # noqa: E402
 from skurl.store.local import LocalRolloutStore  # noqa: E402
+from skurl.train import run as training  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -29,10 +30,10 @@ def local_ray() -> Iterator[None]:
 
 
 def test_rollouts_through_the_store_with_two_collectors(tmp_path: Path) -> None:
-    colocated.train(config(), tmp_path / "colocated", baseline=False)
+    training.start(colocated.mode, config(), tmp_path / "colocated", baseline=False)
     store_dir = tmp_path / "rollouts"
     cfg = config("ray.rollouts=store", "ray.collectors=2", f"store.url={store_dir}")
-    ray_mode.train(cfg, tmp_path / "ray", baseline=False)
+    training.start(ray_mode.mode, cfg, tmp_path / "ray", baseline=False)
     store = LocalRolloutStore(store_dir)
     assert store.iterations() == [ITERATIONS - 2, ITERATIONS - 1]  # older ones pruned
     shards = store.list_shards(ITERATIONS - 1)

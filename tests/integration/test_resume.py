@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,8 @@ from skurl.learn.checkpoint import (
     save_checkpoint,
 )
 from skurl.learn.learner import Learner
-from skurl.modes.colocated import resume, train
+from skurl.modes.colocated import mode as colocated_mode
+from skurl.train import run as training
 from skurl.train.evaluation import Evaluator
 
 TINY = [
@@ -32,6 +34,9 @@ TINY = [
     "ppo.epochs=2", "ppo.minibatch=100", "train.iterations=4", "train.checkpoint_every=2",
     "train.eval_every=0", "train.torch_threads=1", "eval.days=6", "eval.warmup=2", "eval.skus=16",
 ]
+
+train = partial(training.start, colocated_mode)
+resume = partial(training.resume, colocated_mode)
 
 
 def tiny(*extra: str) -> Config:

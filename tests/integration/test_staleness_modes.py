@@ -16,6 +16,7 @@ from skurl.modes import colocated
 from skurl.modes.decoupled import wiring as decoupled
 from skurl.modes.decoupled.supervisor import InProcessRoles
 from skurl.telemetry.logger import read_metrics
+from skurl.train import run as training
 
 
 def behaviour_versions(run_dir: Path) -> list[float]:
@@ -35,7 +36,7 @@ def assert_bounded(run_dir: Path, n: int, iterations: int) -> None:
 @pytest.mark.slow
 def test_decoupled_fixed_staleness_equals_colocated(tmp_path: Path, redis_url: str, unique_name: str) -> None:
     cfg = tiny("sync.backend=redis", f"sync.redis_url={redis_url}", f"sync.key={unique_name}", "train.staleness=1")
-    colocated.train(cfg, tmp_path / "colocated", baseline=False)
+    training.start(colocated.mode, cfg, tmp_path / "colocated", baseline=False)
     roles = InProcessRoles(cfg)  # collectors as servers in this process: the same gRPC services
     try:
         decoupled.run_with_collectors(roles.cfg, tmp_path / "decoupled", roles.collector_addresses, baseline=False)
@@ -58,9 +59,9 @@ def test_ray_fixed_staleness_equals_colocated_and_bounded_runs(tmp_path: Path) -
     started = start_ray(RayConfig(num_cpus=2))
     try:
         cfg = config("train.staleness=1")
-        colocated.train(cfg, tmp_path / "colocated", baseline=False)
-        ray_mode.train(cfg, tmp_path / "ray", baseline=False)
-        ray_mode.train(config("train.staleness=1", "train.staleness_mode=bounded"), tmp_path / "bounded",
+        training.start(colocated.mode, cfg, tmp_path / "colocated", baseline=False)
+        training.start(ray_mode.mode, cfg, tmp_path / "ray", baseline=False)
+        training.start(ray_mode.mode, config("train.staleness=1", "train.staleness_mode=bounded"), tmp_path / "bounded",
                        baseline=False)
     finally:
         if started:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from skurl.cli import main
+from skurl.train import run as training
 
 TINY = [
     "catalog.kind=uniform", "catalog.skus=40", "sim.days=10", "sim.reward=cost", "sim.substitution=false",
@@ -148,9 +149,9 @@ def test_keep_best_survives_a_resume(tmp_path: Path) -> None:
     cfg = load_config(None, [*TINY, "train.keep_best=true", "train.eval_every=1", "train.seed=3",
                              "train.iterations=5"])
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    colocated.train(cfg, whole)
-    colocated.train(cfg, parts, stop_after=2)
-    colocated.resume(parts)
+    training.start(colocated.mode, cfg, whole)
+    training.start(colocated.mode, cfg, parts, stop_after=2)
+    training.resume(colocated.mode, parts)
     assert json.loads((whole / "eval.json").read_text()) == json.loads((parts / "eval.json").read_text())
     (a,), (b,) = ((r / "best" / "checkpoints").iterdir() for r in (whole, parts))
     assert a.name == b.name and json.loads((a / "meta.json").read_text())["iteration"] < 5

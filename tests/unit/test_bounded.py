@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,11 +25,15 @@ from skurl.collect.bounded import BoundedStaleness
 from skurl.collect.breaker import CircuitBreaker
 from skurl.collect.collectors import Collected, SampleIndex
 from skurl.collect.staleness import WeightHistory
-from skurl.modes.colocated import resume, train
+from skurl.modes.colocated import mode as colocated_mode
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.metrics import SkurlMetrics, use_registry
+from skurl.train import run as training
 
 WEIGHTS = {"w": torch.zeros(2)}
+
+train = partial(training.start, colocated_mode)
+resume = partial(training.resume, colocated_mode)
 
 
 @pytest.fixture

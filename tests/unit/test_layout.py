@@ -26,3 +26,20 @@ def test_wiring_files_are_at_most_150_lines() -> None:
     for path in WIRING:
         lines = len((SKURL / path).read_text().splitlines())
         assert lines <= 150, f"{path}: {lines} lines"
+
+
+# Where a Trainer may be named: the loop itself, the one start/resume place, the catalog
+# change's resume, and wiring files that run a learner over running collectors.
+MAY_BUILD_TRAINER = {"train/loop.py", "train/run.py", "train/catalog_change.py",
+                     "modes/decoupled/wiring.py", "modes/ddp/learner.py"}
+
+
+def test_no_part_module_imports_the_trainer() -> None:
+    """Parts are built from the run's core and learner (train/mode.py, the Mode protocol);
+    none takes or keeps the Trainer."""
+    for path in SKURL.rglob("*.py"):
+        rel = path.relative_to(SKURL).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if rel not in MAY_BUILD_TRAINER:
+            assert "import Trainer" not in text and "Trainer," not in text and "TrainerView" not in text, rel
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,14 @@ from skurl.config import Config, load_config
 from skurl.errors import UserError
 from skurl.learn.checkpoint import load_checkpoint
 from skurl.learn.learner import Learner
-from skurl.modes.colocated import resume, train
+from skurl.modes.colocated import Colocated
+from skurl.modes.colocated import mode as colocated_mode
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.metrics import get_metrics
-from skurl.train.loop import Parts, Trainer
+from skurl.train import run as training
+from skurl.train.core import RunCore
+from skurl.train.loop import Trainer
+from skurl.train.mode import Wiring, collector_model, in_process_weights
 
 TINY = [
     "catalog.kind=uniform", "catalog.skus=48", "catalog.lead_time=2", "sim.days=12", "sim.reward=cost",
@@ -32,6 +37,9 @@ TINY = [
 ]
 WARM = ("train.warm_start=base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=20",
         "train.warm_start_critic=1")
+
+train = partial(training.start, colocated_mode)
+resume = partial(training.resume, colocated_mode)
 
 
 def tiny(*extra: str) -> Config:
@@ -67,15 +75,18 @@ def lag_sum() -> float:
     return get_metrics().registry.get_sample_value("policy_lag_versions_sum") or 0.0
 
 
-def todays_collectors(run: Trainer) -> LocalCollectors:
+class TodaysMode(Colocated):
     """The loop as it was before train.staleness: LocalCollectors on the learner's weights."""
-    t, core = run.cfg.train, run.core
-    return LocalCollectors(core.local_env, len(core.shards), run.model, core.grid, run.weights, core.timer, train=t)
+
+    def build(self, core: RunCore, learner: Learner) -> Wiring:
+        weights = in_process_weights(learner)
+        return Wiring(LocalCollectors(core.local_env, len(core.shards), collector_model(learner), core.grid,
+                                      weights, core.timer, train=core.cfg.train), weights)
 
 
 def test_staleness_zero_is_todays_loop(tmp_path: Path) -> None:
     train(tiny(), tmp_path / "zero", baseline=False)
-    Trainer(tiny(), tmp_path / "today", Parts("colocated", todays_collectors), baseline=False).run()
+    Trainer(tiny(), tmp_path / "today", TodaysMode(), baseline=False).run()
     assert_same(final_weights(tmp_path / "zero"), final_weights(tmp_path / "today"))
     assert not (tmp_path / "zero" / HISTORY_DIR).exists()
 

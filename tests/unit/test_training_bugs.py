@@ -27,6 +27,7 @@ from skurl.policy.nets import ActorCritic
 from skurl.sim.api import Obs, RawState
 from skurl.sim.env import MAX_ORDER
 from skurl.sim.layout import catalog_widths
+from skurl.train.loop import Trainer
 
 # A synthetic catalog whose first SKUs need fewer pipeline columns than the whole.
 SYNTH = ["catalog.kind=synthetic", "catalog.skus=300", "sim.days=6", "policy.hidden=[8,8]",
@@ -102,11 +103,12 @@ def test_in_training_eval_scores_the_weights_it_labels(tmp_path: Path) -> None:
                              "policy.actions.kind=units", "policy.hidden=[8,8]", "ppo.epochs=2",
                              "ppo.minibatch=50", "ppo.lr=0.01", "train.torch_threads=1",
                              "eval.days=3", "eval.warmup=1"])
-    run = colocated.trainer(cfg, tmp_path / "run", baseline=False)
+    run = Trainer(cfg, tmp_path / "run", colocated.Colocated(), baseline=False)
     assert run.evaluator is not None
     scored: list[LearnedPolicy] = []
     score = run.evaluator._score
     run.evaluator._score = lambda policy: (scored.append(policy), score(policy))[1]  # type: ignore[method-assign]
+    version0 = ActorCritic.from_state(run.learner.weights())  # what the collectors held before the update
     run.iteration(0)
     run.evaluator.evaluate(0)
     policy = scored[0]
@@ -114,6 +116,6 @@ def test_in_training_eval_scores_the_weights_it_labels(tmp_path: Path) -> None:
     x = torch.randn(16, run.learner.model.obs_dim)
     with torch.no_grad():
         expected = run.learner.model.policy(run.learner.model.normalize(x))
-        stale = run.model.policy(run.model.normalize(x))  # the collectors' version 0
+        stale = version0.policy(version0.normalize(x))
     assert not torch.allclose(stale, expected)
     torch.testing.assert_close(policy.nets.logits(x), expected)

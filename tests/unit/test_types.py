@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "skurl"
 # Annotations that are `Any` itself (the figure issue 38 counts), and those naming it
 # anywhere (dict[str, Any] too), so replacing `Any` by `list[Any]` does not pass.
-ANY_CEILING = 79
-ANY_ANYWHERE_CEILING = 346
+ANY_CEILING = 78
+ANY_ANYWHERE_CEILING = 335
 
 
 def annotations(tree: ast.AST) -> Iterator[ast.expr]:

@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 import time
-import types
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -120,6 +119,8 @@ def _prepare(args: argparse.Namespace) -> list[str]:
         args.mode = _mode(args)
     mode = args.mode
     _check_mode_flags(mode, getattr(args, "address", None))
+    if getattr(args, "address", None):
+        extra.append(f"ray.address={args.address}")
     if args.resume:
         _check_resume_network(Path(args.resume), list(args.overrides))
     catalog = getattr(args, "catalog", None)
@@ -130,42 +131,27 @@ def _prepare(args: argparse.Namespace) -> list[str]:
 
 def train_once(args: argparse.Namespace, extra: list[str]) -> TrainResult:
     """One training (fresh or resumed) in the mode asked for; its TrainResult."""
-    from skurl.modes import colocated
+    from skurl.modes import mode_for
+    from skurl.train.run import resume, start
 
     mode = getattr(args, "mode", "colocated")
     catalog = getattr(args, "catalog", None)
     if args.resume and _changes_catalog(args.resume, catalog, list(args.overrides)):
         return _resume_changed(args, catalog, list(args.overrides) + extra, mode)
-    runner: types.ModuleType
-    if mode == "decoupled":
-        from skurl.modes.decoupled import wiring as runner
-    else:
-        runner = colocated
-    if mode == "ray":
-        from skurl.modes.ray import wiring as ray_mode
-
-        return ray_mode.run(None if args.resume else config_from_args(args, extra), args)
     if args.resume:
-        return runner.resume(args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
-    return runner.train(config_from_args(args, extra), Path(args.run_dir), baseline=not args.no_baseline)
+        return resume(mode_for(mode), args.resume, list(args.overrides) + extra, baseline=not args.no_baseline)
+    return start(mode_for(mode), config_from_args(args, extra), Path(args.run_dir), baseline=not args.no_baseline)
 
 
 def _resume_changed(args: argparse.Namespace, catalog: str | None, overrides: list[str], mode: str) -> TrainResult:
     """--resume RUN --catalog NEW (or catalog.* overrides): the run on its changed SKU set."""
+    from skurl.modes import mode_for
     from skurl.train.catalog_change import resume_changed
 
-    if mode == "ray":
-        from skurl.modes.ray import wiring as ray_mode
-
-        address = getattr(args, "address", None)
-        return resume_changed(ray_mode.parts, args.resume, catalog, overrides, baseline=not args.no_baseline,
-                              configure=lambda cfg: ray_mode.with_address(cfg, address))
-    if mode != "colocated":
+    if mode not in ("colocated", "ray"):
         raise UserError(f"skurl train --catalog: --mode {mode} cannot change the SKU set yet; "
                         "expected --mode colocated or ray")
-    from skurl.modes import colocated
-
-    return resume_changed(lambda cfg: colocated.parts(), args.resume, catalog, overrides, baseline=not args.no_baseline)
+    return resume_changed(mode_for(mode), args.resume, catalog, overrides, baseline=not args.no_baseline)
 
 
 def _mode(args: argparse.Namespace) -> str:

@@ -9,26 +9,39 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import IO, Any, cast
 
-from skurl.collect.collectors import Collected, Collectors, LocalCollectors, SampleIndex
+from skurl.collect.collectors import Collected, LocalCollectors, SampleIndex
 from skurl.collect.near_policy import with_staleness
-from skurl.config import Config, load_config
-from skurl.learn.checkpoint import refuse_existing
-from skurl.policy.learned import run_config_file
-from skurl.sync.inproc import InProcWeights
+from skurl.config import Config
+from skurl.learn.learner import Learner
+from skurl.modes.observers import BusinessFigures
 from skurl.telemetry.metrics import business_from_totals, get_metrics
-from skurl.train.evaluation import TRAINED
-from skurl.train.loop import Parts, Trainer, TrainResult
+from skurl.train.core import RunCore
+from skurl.train.mode import Wiring, collector_model, in_process_weights, plain_learner
 
 
-def local_collectors(trainer: Trainer) -> Collectors:
-    """Collectors in this process over the training shards' envs."""
-    core, t = trainer.core, trainer.cfg.train
-    latest = cast(InProcWeights, trainer.weights)  # Parts.weights' default: in_process_weights
-    return with_staleness(t, latest, trainer.run_dir, lambda weights: RecordingCollectors(
-        LocalCollectors(core.local_env, len(core.shards), trainer.model, core.grid, weights, core.timer, train=t),
-        trainer.run_dir.name, trainer.cfg.sim.backorders), trainer.learner.sample_index)
+class Colocated:
+    """The colocated mode: in-process collectors over the training shards' envs, weights
+    in memory, train.staleness's collect-ahead around them."""
+
+    name = "colocated"
+    lead = True
+
+    def learner(self, core: RunCore) -> Learner:
+        return plain_learner(core)
+
+    def build(self, core: RunCore, learner: Learner) -> Wiring:
+        t = core.cfg.train
+        latest, model = in_process_weights(learner), collector_model(learner)
+        collectors = with_staleness(t, latest, core.run_dir, lambda weights: RecordingCollectors(
+            LocalCollectors(core.local_env, len(core.shards), model, core.grid, weights, core.timer, train=t),
+            core.run_dir.name, core.cfg.sim.backorders), learner.sample_index)
+        return Wiring(collectors, latest, observers=[BusinessFigures(core.run_dir.name)])
+
+
+def mode(cfg: Config, run_dir: Path) -> Colocated:
+    """The ModeFor of --mode colocated (train/run.py)."""
+    return Colocated()
 
 
 class RecordingCollectors:
@@ -56,35 +69,3 @@ class RecordingCollectors:
 
     def close(self) -> None:
         self.inner.close()
-
-
-def parts() -> Parts:
-    return Parts("colocated", local_collectors)
-
-
-def trainer(cfg: Config, run_dir: str | Path, *, resume: bool = False, stream: IO[str] | None = None,
-            baseline: bool = True) -> Trainer:
-    """The colocated Trainer; each evaluation's business figures go to Prometheus (as the
-    decoupled learner's do)."""
-    t = Trainer(cfg, run_dir, parts(), resume=resume, stream=stream, baseline=baseline)
-    evaluator = t.evaluator
-    if evaluator is not None:
-        evaluator.on_evaluated.append(
-            lambda it, out: get_metrics().record_business(t.run_dir.name, TRAINED,
-                                                         cast("dict[str, Any]", evaluator.last)))  # set before hooks
-    return t
-
-
-def train(cfg: Config, run_dir: str | Path, *, stream: IO[str] | None = None,
-          stop_after: int | None = None, baseline: bool = True) -> TrainResult:
-    """A new run in `run_dir` (refuses a directory that already holds checkpoints)."""
-    refuse_existing(run_dir)
-    return trainer(cfg, run_dir, stream=stream, baseline=baseline).run(stop_after)
-
-
-def resume(run_dir: str | Path, overrides: list[str] | None = None, *, stream: IO[str] | None = None,
-           stop_after: int | None = None, baseline: bool = True) -> TrainResult:
-    """Continue the run in `run_dir` from its latest checkpoint, with its own config
-    (plus `overrides`, e.g. train.iterations=N to extend it)."""
-    cfg = load_config(run_config_file(run_dir, "--resume"), overrides)
-    return trainer(cfg, run_dir, resume=True, stream=stream, baseline=baseline).run(stop_after)

@@ -8,7 +8,6 @@ import io
 import json
 import logging
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,11 +24,14 @@ from skurl.learn.checkpoint import load_latest, no_checkpoint_error
 from skurl.policy.learned import run_config_file
 from skurl.sim.layout import catalog_widths, schema_for
 from skurl.train.evaluation import BASELINE, BASELINE_FILE, TRAINED
-from skurl.train.seams import TrainerView
+from skurl.train.mode import Observer, Scalars
 
 if TYPE_CHECKING:
     from skurl.collect.evaluate import EvalResult
-    from skurl.train.loop import Parts, TrainResult
+    from skurl.learn.learner import Learner
+    from skurl.train.core import RunCore
+    from skurl.train.loop import TrainResult
+    from skurl.train.run import ModeFor
 
 log = logging.getLogger("skurl.catalog_change")
 
@@ -132,50 +134,52 @@ def trained_widths(run_dir: Path, cfg: Config) -> tuple[int, int]:
     return catalog_widths(load_catalog(cfg.catalog))
 
 
-class ChangeSteps:
+class ChangeSteps(Observer):
     """The steps a changed SKU set adds around a Trainer (built on the changed catalog at
     the network's feature widths, `change.widths`): new SKUs' reward statistics seeded from
     their category's, an evaluation at the change, and new_skus_* scalars. `old_ids` None:
     the SKU set does not change now (a run changed earlier, resumed through here)."""
 
-    def __init__(self, trainer: TrainerView, change: CatalogChange, old_ids: np.ndarray | None) -> None:
-        self.trainer, self.change = trainer, change
+    def __init__(self, core: RunCore, learner: Learner, eval_catalog: Catalog | None, change: CatalogChange,
+                 old_ids: np.ndarray | None) -> None:
+        self.run_dir, self.eval_catalog, self.change = core.run_dir, eval_catalog, change
         self._scores: dict[str, Any] = {}
-        run_dir, learner = trainer.run_dir, trainer.learner
+        run_dir = core.run_dir
         if old_ids is not None and change.added is not None:  # changed now: seed statistics, re-tune the baseline
             baseline = run_dir / BASELINE_FILE
             if baseline.is_file():
                 baseline.rename(run_dir / f"baseline.before_iter_{learner.iteration}.json")
-            seeded = seed_new_sku_stats(learner.reward_scaler, trainer.core.catalog, change.added)
+            seeded = seed_new_sku_stats(learner.reward_scaler, core.catalog, change.added)
             print(f"skurl: --catalog: from iteration {change.iteration} on {change.skus} SKUs: "
                   f"{change.added.size} added, {change.removed} removed (shards recomputed; "
                   f"{seeded} new SKUs' reward statistics start from their category's)", file=sys.stderr)
             change.save(run_dir)
         self.new = np.asarray(change.added if change.added is not None else [], np.int64)
-        trainer.parts.wraps.append(lambda inner: _NewSkuRewards(inner, self.new))
-        trainer.evaluations_due.append(lambda it: bool(self.new.size and change.iteration == it))
-        if trainer.evaluator is not None:
-            trainer.evaluator.on_scored.append(self._scored)
-            trainer.evaluator.on_evaluated.append(self._evaluated)
 
-    def _scored(self, name: str, result: EvalResult) -> None:
+    def wrap(self, inner: Collectors) -> Collectors:
+        """The run's collectors, adding the new SKUs' scalars."""
+        return _NewSkuRewards(inner, self.new)
+
+    def evaluation_due(self, it: int) -> bool:
+        return bool(self.new.size and self.change.iteration == it)
+
+    def on_scored(self, name: str, result: EvalResult) -> None:
         self._scores[name] = result
         if name == BASELINE and self.new.size and self.change.baseline_new_skus_cost is None:
             self.change.baseline_new_skus_cost = self._new_cost(result)
-            self.change.save(self.trainer.run_dir)
+            self.change.save(self.run_dir)
 
-    def _evaluated(self, it: int, out: dict[str, Any]) -> None:
+    def on_evaluated(self, it: int, scalars: Scalars, trained: Scalars) -> None:
         if self.new.size and TRAINED in self._scores:
             cost = self._new_cost(self._scores[TRAINED])
             if cost is not None:
-                out["new_skus_eval_cost"] = cost
+                scalars["new_skus_eval_cost"] = cost
                 if self.change.baseline_new_skus_cost is not None:
-                    out["new_skus_baseline_cost"] = self.change.baseline_new_skus_cost
+                    scalars["new_skus_baseline_cost"] = self.change.baseline_new_skus_cost
 
     def _new_cost(self, result: EvalResult) -> float | None:
-        evaluator = self.trainer.evaluator
-        assert evaluator is not None  # the hooks that call this are registered only with one
-        mask = np.isin(evaluator.catalog.sku_id, self.new)
+        assert self.eval_catalog is not None  # only an evaluating (lead) run scores policies
+        mask = np.isin(self.eval_catalog.sku_id, self.new)
         return float(result.per_sku_cost[mask].mean()) if mask.any() else None
 
 
@@ -227,15 +231,18 @@ def prepare(run_dir: str | Path, catalog_path: str | None, overrides: list[str])
     return cfg, CatalogChange(widths, int(meta["iteration"]), added, removed, len(new)), old_ids
 
 
-def resume_changed(parts_for: Callable[[Config], Parts], run_dir: str | Path, catalog_path: str | None,
+def resume_changed(mode_for: ModeFor, run_dir: str | Path, catalog_path: str | None,
                    overrides: list[str] | None = None, *, baseline: bool = True,
-                   stop_after: int | None = None, configure: Callable[[Config], Config] = lambda c: c) -> TrainResult:
+                   stop_after: int | None = None) -> TrainResult:
     """Resume `run_dir` on `catalog_path` (or on its own catalog, keeping the network's
-    feature widths of an earlier change), with the mode's parts `parts_for(cfg)`."""
+    feature widths of an earlier change), in the mode of `mode_for` (train/run.py)."""
     from skurl.train.loop import Trainer
 
     cfg, change, old_ids = prepare(run_dir, catalog_path, list(overrides or []))
-    cfg = configure(cfg)
-    trainer = Trainer(cfg, run_dir, parts_for(cfg), resume=True, baseline=baseline, at_least=change.widths)
-    ChangeSteps(trainer, change, old_ids)
+    trainer = Trainer(cfg, run_dir, mode_for(cfg, Path(run_dir)), resume=True, baseline=baseline,
+                      at_least=change.widths)
+    evaluator = trainer.evaluator
+    steps = ChangeSteps(trainer.core, trainer.learner, evaluator.catalog if evaluator else None, change, old_ids)
+    trainer.observe(steps)
+    trainer.wrap(steps.wrap)
     return trainer.run(stop_after)

@@ -28,6 +28,7 @@ from skurl.telemetry.stages import StageTimer
 if TYPE_CHECKING:
     from skurl.sim.env import VectorEnv
 
+TRAINED = "ppo"  # the trained policy's name (evaluations, reports) and its weights' model key
 ENV_SPEC_FILE = "env_spec.json"  # the run's observation widths and schema: every part shows these
 
 
@@ -96,6 +97,7 @@ class RunCore:
     widths: tuple[int, int]
     shards: list[np.ndarray]
     grid: ActionGrid
+    resumed: bool = False  # the run continues from its latest checkpoint
     timer: StageTimer = field(default_factory=StageTimer)
     first_scalars: dict[str, Any] = field(default_factory=dict)  # for this process's first record
     _envs: dict[int, Any] = field(default_factory=dict)
@@ -120,7 +122,7 @@ def build_core(cfg: Config, run_dir: Path, *, resume: bool, tune_center: bool = 
     """The run's core; `tune_center` False: the grid's size only (a follower rank)."""
     catalog = load_catalog(cfg.catalog)
     core = RunCore(cfg, run_dir, catalog, run_widths(run_dir, catalog, resume, at_least),
-                   training_shards(catalog, cfg.train.collect_skus), grid_for(cfg))
+                   training_shards(catalog, cfg.train.collect_skus), grid_for(cfg), resumed=resume)
     if tune_center and core.grid.needs_center:
         core.grid = _centred(core, resume)
     return core

@@ -36,8 +36,10 @@ from skurl.telemetry.metrics import get_metrics
 if TYPE_CHECKING:
     from skurl.catalog import Catalog
     from skurl.config import Config
+    from skurl.learn.learner import Learner
     from skurl.sim.env import VectorEnv
-    from skurl.train.seams import TrainerView
+    from skurl.sync.api import WeightPublisher
+    from skurl.train.core import RunCore
 
 log = logging.getLogger("skurl.train")
 
@@ -58,33 +60,33 @@ def row_horizons(catalog: Catalog) -> np.ndarray:
 class DclStep:
     """The Trainer's iteration under train.algo=dcl (Trainer.iteration calls it)."""
 
-    def __init__(self, trainer: TrainerView) -> None:
+    def __init__(self, core: RunCore, learner: Learner, weights: WeightPublisher, *, warm: bool) -> None:
         if dist.is_initialized() and dist.get_world_size() > 1:
             raise UserError("train.algo=dcl: the DDP learner is not built for it (its labelling runs in one "
                             "process); expected one learner process or train.algo=ppo")
-        self.trainer = trainer
+        self.core, self.learner, self.weights, self.warm = core, learner, weights, warm
+        self.cfg = core.cfg
         # the horizon from the whole catalog: one setting for every shard
-        self.spec = dcl_spec(trainer.cfg, trainer.core.catalog)
+        self.spec = dcl_spec(core.cfg, core.catalog)
 
     def env_for(self, it: int) -> VectorEnv:
         """Iteration `it`'s training shard's in-process env (train.collect_skus' round robin)."""
-        core = self.trainer.core
+        core = self.core
         return core.local_env(it % len(core.shards))
 
     def __call__(self, it: int) -> dict[str, Any]:
-        trainer = self.trainer
-        learner, timer = trainer.learner, trainer.core.timer
+        learner, timer = self.learner, self.core.timer
         timer.reset()
         start = time.perf_counter()
         before = learner.weights()
         labs, fit, checks = self._improve(it, before)
-        accepted = checks[-1] is None or not checks[-1].worse(trainer.cfg.dcl.check_z)
+        accepted = checks[-1] is None or not checks[-1].worse(self.cfg.dcl.check_z)
         if not accepted:
             learner.model.load_state_dict(before)
         learner.iteration += 1
         learner.version += 1
         with timer.stage("sync"):
-            trainer.weights.publish(learner.version, learner.weights())
+            self.weights.publish(learner.version, learner.weights())
         get_metrics().record_update({}, learner.version)
         return {"policy_version": learner.version, "iteration_seconds": time.perf_counter() - start,
                 "dcl_accepted": float(accepted), **self._scalars(labs, fit, checks)}
@@ -95,7 +97,7 @@ class DclStep:
         label the states *it* visits too (Q of the incumbent, as before) and refit the
         incumbent on every label so far (learn/dcl_check.py). The labellings, the last fit's
         figures and every check."""
-        core, learner, cfg = self.trainer.core, self.trainer.learner, self.trainer.cfg
+        core, learner, cfg = self.core, self.learner, self.cfg
         env = self.env_for(it)
         grid = bind_to_env(core.grid, env)
         incumbent = LearnedPolicy(ActorCritic.from_state(before), grid)
@@ -124,7 +126,7 @@ class DclStep:
                  checks: list[PairedGain | None]) -> dict[str, Any]:
         states = sum(int(x.demos.labels.shape[0]) for x in labs)
         sku_days = sum(x.sku_days for x in labs)
-        timer = self.trainer.core.timer
+        timer = self.core.timer
         labelling = timer.totals(exclusive=True).get("collect", 0.0)
         last = checks[-1]
         return {
@@ -140,25 +142,24 @@ class DclStep:
 
     def horizons(self, env: VectorEnv) -> np.ndarray | None:
         """Per-row rollout days of `env`'s SKUs under dcl.horizon=0; None: dcl.horizon for all."""
-        return row_horizons(env.catalog) if self.trainer.cfg.dcl.horizon == 0 else None
+        return row_horizons(env.catalog) if self.cfg.dcl.horizon == 0 else None
 
     def _fit_and_check(self, it: int, env: VectorEnv, incumbent: LearnedPolicy, labs: list[Labelled]
                        ) -> tuple[dict[str, float], LearnedPolicy | None, PairedGain | None]:
         """Fit the learner's policy net (holding the incumbent's weights) to every label of
         `labs`; the fit's figures, the fitted candidate and its paired check against the
         incumbent (both None with dcl.check_episodes 0: nothing checks or corrects it)."""
-        trainer = self.trainer
-        learner, cfg = trainer.learner, trainer.cfg
-        with trainer.core.timer.stage("learn"):
+        learner, cfg = self.learner, self.cfg
+        with self.core.timer.stage("learn"):
             # The warm start fitted the observation moments; without one, the first labels do.
-            moments = cfg.ppo.normalize_obs and it == 0 and not trainer.warm
+            moments = cfg.ppo.normalize_obs and it == 0 and not self.warm
             fit = clone(learner.model, merged(labs), steps=cfg.dcl.fit_steps, smoothing=0.0,
                         seed=cfg.train.seed + 1 + it, normalize_obs=moments, stats_decay=cfg.ppo.stats_decay,
                         max_grad_norm=cfg.ppo.max_grad_norm, device=learner.device)
         if cfg.dcl.check_episodes == 0:
             return fit, None, None
         candidate = LearnedPolicy(ActorCritic.from_state(learner.weights()), incumbent.grid)
-        with trainer.core.timer.stage("check"):
+        with self.core.timer.stage("check"):
             check = paired_gain(env, incumbent, candidate, seed=cfg.train.seed,
                                 iteration=it, episodes=cfg.dcl.check_episodes, skip=self.spec.warmup)
         return fit, candidate, check

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from skurl import atomic
@@ -26,25 +25,21 @@ from skurl.train.best import (
     validation_score,
     validation_seed,
 )
-from skurl.train.core import RunCore
+from skurl.train.core import TRAINED, RunCore
 
 if TYPE_CHECKING:
     from skurl.learn.learner import Learner
     from skurl.sim.env import VectorEnv
+    from skurl.train.mode import Observer
 
 BASELINE = "forecast-base-stock"  # the planner's policy (register's backtest; catalog change)
 BASELINE_FILE = "baseline.json"
-TRAINED = "ppo"
-
-Scored = Callable[[str, EvalResult], None]  # (policy name, its result on the held-out seeds)
-Evaluated = Callable[[int, dict[str, Any]], None]  # (iteration, the scalars to log: may add some)
-
 
 class Evaluator:
-    """Scores the learner's policies; `on_scored` and `on_evaluated` let steps around the
-    loop (catalog change, business metrics) read the results without subclassing."""
+    """Scores the learner's policies; `observer` (train/mode.py) lets steps around the loop
+    (catalog change, business metrics) read the results without subclassing."""
 
-    def __init__(self, core: RunCore, learner: Learner, *, baseline: bool) -> None:
+    def __init__(self, core: RunCore, learner: Learner, *, baseline: bool, observer: Observer | None = None) -> None:
         cfg = core.cfg
         self.cfg, self.core, self.learner, self.run_dir = cfg, core, learner, core.run_dir
         self.model = ActorCritic.from_state(learner.weights())  # built once: no RNG draws later
@@ -55,8 +50,7 @@ class Evaluator:
         self.baseline: dict[str, Any] | None = None  # the best of them by the run's objective
         self.best = BestKeeper(self.run_dir, self.catalog, learner.iteration) if cfg.train.keep_best else None
         self.last: dict[str, Any] | None = None
-        self.on_scored: list[Scored] = []
-        self.on_evaluated: list[Evaluated] = []
+        self.observer = observer
 
     def evaluate(self, it: int) -> dict[str, Any]:
         """The greedy policy of the learner's latest weights on held-out seeds; writes
@@ -73,8 +67,8 @@ class Evaluator:
         if self.baseline is not None:
             out["baseline_cost"] = self.baseline["avg_cost_per_sku_day"]
             out["baseline_profit"] = self.baseline["avg_profit_per_sku_day"]
-        for hook in self.on_evaluated:
-            hook(it, out)
+        if self.observer is not None:
+            self.observer.on_evaluated(it, out, self.last)
         return out
 
     def _results(self) -> dict[str, Any]:
@@ -107,8 +101,8 @@ class Evaluator:
 
     def _score(self, policy: LearnedPolicy) -> EvalResult:
         result = self._evaluate_on(policy, self.cfg.eval.seed)
-        for hook in self.on_scored:
-            hook(policy.name, result)
+        if self.observer is not None:
+            self.observer.on_scored(policy.name, result)
         return result
 
     def _evaluate_on(self, policy: LearnedPolicy, seed: int) -> EvalResult:

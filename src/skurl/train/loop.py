@@ -1,6 +1,7 @@
 """The one training loop: announce a version, collect, learn, publish; evaluation,
 keep-best, warm start and checkpoints around it. Every mode runs it: a mode is a choice
-of Parts (where the collectors run, how weights reach them, which learner), not a
+of parts built through the Mode protocol (train/mode.py: where the collectors run, how
+weights reach them, which learner), not a
 subclass (docs/architecture.md, Modes; docs/modes.md)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -19,26 +20,22 @@ from skurl.collect.collectors import Collectors
 from skurl.collect.staleness import refuse_unbuilt
 from skurl.config import Config, config_to_dict
 from skurl.json_ready import read_json_or_none
-from skurl.learn.checkpoint import no_checkpoint_error, restore_latest, save_checkpoint
-from skurl.learn.learner import Learner
+from skurl.learn.checkpoint import save_checkpoint
 from skurl.policy.learned import CONFIG_FILE
-from skurl.policy.nets import ActorCritic
 from skurl.sync.api import WeightPublisher
-from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.logger import RunLogger
 from skurl.telemetry.metrics import get_metrics
 from skurl.telemetry.progress import Progress
 from skurl.telemetry.report import forget_evaluations_from, write_report
-from skurl.train.core import RunCore, build_core, save_env_spec, seed_global_rngs, set_threads
+from skurl.train.core import build_core, save_env_spec, seed_global_rngs, set_threads
 from skurl.train.dcl_step import DclStep
-from skurl.train.evaluation import TRAINED, Evaluator
-from skurl.train.seams import TrainerView
+from skurl.train.evaluation import Evaluator
+from skurl.train.mode import Mode, Observer, Observers
 from skurl.train.warm_start import warm_start
 
 if TYPE_CHECKING:
     import torch
 
-    from skurl.sim.env import VectorEnv
 
 MODE_FILE = "mode.json"  # the --mode a run was started in: --resume continues in it
 MODES = ("colocated", "decoupled", "ray", "ddp")
@@ -60,73 +57,56 @@ def recorded_mode(run_dir: str | Path) -> str | None:
     return mode if mode in MODES else None
 
 
-def plain_learner(core: RunCore, obs_dim: int, n_actions: int) -> Learner:
-    return Learner(core.cfg, obs_dim, n_actions)
-
-
-def restore_checkpoint(trainer: TrainerView) -> dict[str, Any]:
-    """Load the latest checkpoint into the learner; its meta."""
-    restored = restore_latest(trainer.learner, trainer.core.run_dir)
-    if restored is None:
-        raise no_checkpoint_error(trainer.core.run_dir, f"--resume {trainer.core.run_dir}")
-    return restored[1]
-
-
-def in_process_weights(trainer: TrainerView) -> InProcWeights:
-    weights = InProcWeights(TRAINED)
-    weights.publish(trainer.learner.version, trainer.learner.weights())
-    return weights
-
-
-def local_warm_start_env(core: RunCore) -> VectorEnv:
-    """The in-process env the warm start records its baseline on: the first training shard's."""
-    return core.local_env(0)
-
-
-@dataclass
-class Parts:
-    """A mode's parts. Each factory is given the Trainer (or its core) once it holds
-    what the part needs; `lead` False: a follower (a DDP rank > 0) that writes nothing."""
-
-    mode: str
-    collectors: Callable[[Trainer], Collectors]
-    weights: Callable[[Trainer], WeightPublisher] = in_process_weights
-    learner: Callable[[RunCore, int, int], Learner] = plain_learner
-    restore: Callable[[Trainer], dict[str, Any]] = restore_checkpoint
-    warm_start_env: Callable[[RunCore], VectorEnv] = local_warm_start_env
-    around_warm_start: Callable[[Callable[[], dict[str, Any]]], dict[str, Any]] = lambda step: step()
-    lead: bool = True
-    close: Callable[[], None] = lambda: None
-    wraps: list[Wrap] = field(default_factory=list)  # around the collectors, innermost first
-
-
 class Trainer:
-    """The components of one run and the loop over its iterations."""
+    """The components of one run and the loop over its iterations. The mode builds its
+    parts in two phases (train/mode.py); `observe` and `wrap` add steps around them."""
 
-    def __init__(self, cfg: Config, run_dir: str | Path, parts: Parts, *, resume: bool = False,
+    def __init__(self, cfg: Config, run_dir: str | Path, mode: Mode, *, resume: bool = False,
                  stream: IO[str] | None = None, baseline: bool = True,
                  at_least: tuple[int, int] = (0, 0)) -> None:
-        self.cfg, self.parts, self.stream, self.resumed = cfg, parts, stream, resume
+        self.cfg, self.mode, self.stream, self.resumed = cfg, mode, stream, resume
         self._collectors: Collectors | None = None
-        self.metrics_url: str | None = None  # this process's /metrics, where a mode serves one
-        self.before_checkpoint: list[Callable[[int], object]] = []  # before each checkpoint (its iteration)
-        self.on_checkpoint: list[Callable[[int], object]] = []  # after each saved checkpoint
-        self.evaluations_due: list[Callable[[int], bool]] = []  # extra evaluations (catalog change)
+        self.wraps: list[Wrap] = []  # around the collectors, innermost first (catalog change, tests)
+        self.observers = Observers()
+        refuse_unbuilt(cfg.train, mode.name)
+        self.threads = set_threads(cfg)
+        seed_global_rngs(cfg.train.seed)  # a resume then restores the checkpoint's states
+        self.core = build_core(cfg, Path(run_dir), resume=resume, tune_center=mode.lead, at_least=at_least)
+        self.learner = mode.learner(self.core)
+        self.wiring = mode.build(self.core, self.learner)
         try:
-            refuse_unbuilt(cfg.train, parts.mode)
-            self.threads = set_threads(cfg)
-            seed_global_rngs(cfg.train.seed)  # a resume then restores the checkpoint's states
-            self.core = build_core(cfg, Path(run_dir), resume=resume, tune_center=parts.lead, at_least=at_least)
-            self.learner = parts.learner(self.core, self.core.schema.dim, self.core.grid.n)
-            self.meta: dict[str, Any] = parts.restore(self) if resume else {}
-            self.weights = parts.weights(self)
-            self.model = ActorCritic.from_state(self.learner.weights())  # the collectors' copy
-            self.evaluator = Evaluator(self.core, self.learner, baseline=baseline) if parts.lead else None
+            self.observers.observers.extend(self.wiring.observers)
+            self.evaluator = (Evaluator(self.core, self.learner, baseline=baseline, observer=self.observers)
+                              if mode.lead else None)
             # train.algo: how an iteration improves the policy (the rest of the loop is shared)
-            self.step: Callable[[int], dict[str, Any]] = DclStep(self) if cfg.train.algo == "dcl" else self.ppo_step
+            self.step: Callable[[int], dict[str, Any]] = (
+                DclStep(self.core, self.learner, self.wiring.weights, warm=self.warm)
+                if cfg.train.algo == "dcl" else self.ppo_step)
         except BaseException:
-            parts.close()  # a mode's processes or actors started for this run
+            self.wiring.close()  # a mode's processes or actors started for this run
             raise
+
+    @property
+    def weights(self) -> WeightPublisher:
+        return self.wiring.weights
+
+    @weights.setter
+    def weights(self, weights: WeightPublisher) -> None:
+        """Put a wrapper around the publisher (tests wait or count there)."""
+        self.wiring.weights = weights
+
+    @property
+    def metrics_url(self) -> str | None:
+        """This process's /metrics, where the mode serves one."""
+        return self.wiring.metrics_url
+
+    def observe(self, observer: Observer) -> None:
+        self.observers.add(observer)
+
+    def wrap(self, wrap: Wrap) -> None:
+        """Put `wrap` around the collectors (before the first iteration)."""
+        assert self._collectors is None, "wrappers go around the collectors before they are used"
+        self.wraps.append(wrap)
 
     @property
     def run_dir(self) -> Path:
@@ -136,8 +116,8 @@ class Trainer:
     def collectors(self) -> Collectors:
         """Built on first use (a mode's parts may start late), with the wrappers around."""
         if self._collectors is None:
-            collectors = self.parts.collectors(self)
-            for wrap in self.parts.wraps:
+            collectors = self.wiring.collectors
+            for wrap in [*self.wraps, *self.wiring.around]:
                 collectors = wrap(collectors)
             self._collectors = collectors
         return self._collectors
@@ -154,14 +134,15 @@ class Trainer:
         """Iterate from the restored iteration to train.iterations (or stop after
         `stop_after` iterations in total, as an interruption would)."""
         try:
-            return self._lead(stop_after) if self.parts.lead else self._follow(stop_after)
+            return self._lead(stop_after) if self.mode.lead else self._follow(stop_after)
         finally:
             self.close()
 
     def close(self) -> None:
-        if self._collectors is not None:
-            self._collectors.close()
-        self.parts.close()
+        try:
+            (self._collectors or self.wiring.collectors).close()
+        finally:
+            self.wiring.close()
 
     def _end(self, stop_after: int | None) -> int:
         total = self.cfg.train.iterations
@@ -169,7 +150,9 @@ class Trainer:
 
     def _warm_start(self, start: int, end: int) -> dict[str, Any]:
         if start == 0 and self.warm and end > 0:
-            return self.parts.around_warm_start(lambda: warm_start(self))
+            env = self.wiring.warm_start_env or self.core.local_env(0)
+            return self.wiring.around_warm_start(lambda: warm_start(self.core, self.learner, self.weights, env,
+                                                                    self.evaluator))
         return {}
 
     def _follow(self, stop_after: int | None) -> TrainResult:
@@ -217,7 +200,7 @@ class Trainer:
     def _write_run_files(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic.write_text(self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(self.cfg), sort_keys=False))
-        atomic.write_text(self.run_dir / MODE_FILE, json.dumps({"mode": self.parts.mode}) + "\n")
+        atomic.write_text(self.run_dir / MODE_FILE, json.dumps({"mode": self.mode.name}) + "\n")
         save_env_spec(self.run_dir, self.core.widths, self.core.catalog.has_network)
 
     def _progress_fields(self, scalars: dict[str, Any]) -> dict[str, Any]:
@@ -229,7 +212,7 @@ class Trainer:
 
     def evaluation_due(self, it: int, end: int) -> bool:
         """Every train.eval_every iterations, the last, and where a step asks for one."""
-        return _due(it, self.cfg.train.eval_every, end) or any(due(it) for due in self.evaluations_due)
+        return _due(it, self.cfg.train.eval_every, end) or self.observers.evaluation_due(it)
 
     def checkpoint(self, it: int) -> bool:
         """Save the learner's state after iteration `it` when train.checkpoint_every says so.
@@ -239,11 +222,9 @@ class Trainer:
         being evaluated)."""
         if not _due(it, self.cfg.train.checkpoint_every, self.cfg.train.iterations):
             return False
-        for hook in self.before_checkpoint:
-            hook(self.learner.iteration)
+        self.observers.before_checkpoint(self.learner.iteration)
         save_checkpoint(self.run_dir, self.learner, keep=self.cfg.train.keep_checkpoints)
-        for hook in self.on_checkpoint:
-            hook(it)
+        self.observers.on_checkpoint(it)
         return True
 
     def iteration(self, it: int) -> dict[str, Any]:

@@ -9,19 +9,21 @@ from skurl.catalog import Catalog
 from skurl.telemetry.stages import StageTimer
 
 if TYPE_CHECKING:
+    from skurl.learn.learner import Learner
+    from skurl.sim.env import VectorEnv
+    from skurl.sync.api import WeightPublisher
     from skurl.train.core import RunCore
-    from skurl.train.seams import TrainerView
+    from skurl.train.evaluation import Evaluator
 
 
-def warm_start(trainer: TrainerView) -> dict[str, Any]:
+def warm_start(core: RunCore, learner: Learner, weights: WeightPublisher, env: VectorEnv,
+               evaluator: Evaluator | None) -> dict[str, Any]:
     """Scalars for the first iteration's record (each step's seconds and the clone's
-    evaluation). `trainer`: its core, learner, weights, the parts' warm-start env."""
+    evaluation): the baseline recorded on `env`, cloned into `learner`, published."""
     from skurl.learn.imitate import clone, record
     from skurl.policy.baselines import make_policy
 
-    core, learner = trainer.core, trainer.learner
     cfg, t = core.cfg, core.cfg.train
-    env = trainer.parts.warm_start_env(core)
     steps = StageTimer(prometheus=False)  # its parts, for the first record
     with core.timer.stage("warm_start"):
         with steps.stage("tune"):
@@ -35,12 +37,12 @@ def warm_start(trainer: TrainerView) -> dict[str, Any]:
                         seed=t.seed, normalize_obs=cfg.ppo.normalize_obs, stats_decay=cfg.ppo.stats_decay,
                         max_grad_norm=cfg.ppo.max_grad_norm, device=learner.device)
             learner.version += 1  # the clone is a policy of its own
-            trainer.weights.publish(learner.version, learner.weights())
+            weights.publish(learner.version, learner.weights())
     out: dict[str, Any] = {**demos.scalars(), **fit, "warm_start_tuned_objective": objective,
                            "warm_start_seconds": sum(steps.totals().values())}
-    if t.eval_every > 0 and trainer.evaluator is not None:
+    if t.eval_every > 0 and evaluator is not None:
         with steps.stage("eval"):
-            out.update({f"warm_start_{k}": v for k, v in trainer.evaluator.evaluate(-1).items()})
+            out.update({f"warm_start_{k}": v for k, v in evaluator.evaluate(-1).items()})
     out.update({f"warm_start_{name}_seconds": s for name, s in steps.totals().items()})
     return out
 

@@ -28,7 +28,7 @@ from skurl.config.flags import add_config_flags, config_from_args
 from skurl.errors import ConfigError, UserError
 from skurl.learn.checkpoint import latest_checkpoint
 from skurl.learn.ddp import DDPLearner
-from skurl.modes.ddp.parts import RankParts, check_ddp, init_distributed
+from skurl.modes.ddp.parts import RankMode, check_ddp, init_distributed
 from skurl.train.loop import Trainer, TrainResult
 
 if TYPE_CHECKING:
@@ -103,8 +103,8 @@ def _run_rank(cfg: Config, args: argparse.Namespace, device: torch.device) -> Tr
     metrics = serve_metrics(port, addr=args.host) if lead else None
     try:
         with process_role("learner"):
-            rank = RankParts(cfg, device, weights, wait_s=args.wait_s, poll_s=args.poll_s)
-            ddp = Trainer(cfg, args.run_dir, rank.parts(), resume=resume, baseline=not args.no_baseline)
+            rank = RankMode(cfg, device, weights, wait_s=args.wait_s, poll_s=args.poll_s)
+            ddp = Trainer(cfg, args.run_dir, rank, resume=resume, baseline=not args.no_baseline)
             try:
                 result = ddp.run()
             finally:

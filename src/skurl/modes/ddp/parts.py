@@ -7,9 +7,9 @@ its decisions through tensor broadcasts and write nothing."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -28,91 +28,96 @@ from skurl.modes.ddp.feed import (
     broadcast_ints,
     broadcast_state,
 )
+from skurl.modes.decoupled.driven import StoreCleanup
 from skurl.store import open_store
+from skurl.train.mode import (
+    Observer,
+    Scalars,
+    WarmStep,
+    Wiring,
+    in_process_weights,
+    restore_checkpoint,
+)
 
 if TYPE_CHECKING:
+    from skurl.learn.learner import Learner
     from skurl.modes.decoupled.grpc_collectors import WireBackend
     from skurl.sync.api import WeightPublisher
     from skurl.train.core import RunCore
-    from skurl.train.seams import TrainerView
-from skurl.train.loop import Parts, in_process_weights, restore_checkpoint
 
 MODE = "ddp"  # recorded in mode.json: `skurl train --resume` names the DDP learner command
 
 
-class RankParts:
-    """One rank's choice of parts; `backend`: rank 0's weights backend (None: in process)."""
+class RankMode:
+    """One rank's mode; `backend`: rank 0's weights backend (None: in process)."""
+
+    name = MODE
 
     def __init__(self, cfg: Config, device: torch.device, backend: WireBackend | None, *, wait_s: float, poll_s: float) -> None:
         self.cfg, self.device, self.backend = cfg, device, backend
         self.lead = not dist.is_initialized() or dist.get_rank() == 0
         self.store = open_store(cfg.store)
         self.wait_s, self.poll_s = wait_s, poll_s
-        self.reader: ShardReader | None = None
-        self.shards: StoredShards | DrivenShards | None = None
-        self._learner: DDPLearner | None = None
 
-    def parts(self) -> Parts:
-        return Parts(MODE, self.collectors, weights=self.weights, learner=self.learner, restore=self.restore,
-                     around_warm_start=self.around_warm_start, lead=self.lead)
+    def learner(self, core: RunCore) -> DDPLearner:
+        """The rank's learner; on a resume rank 0 restores first: it moves damaged
+        checkpoints aside, which the others then skip."""
+        learner = DDPLearner(core.cfg, core.schema.dim, core.grid.n, self.device)
+        if core.resumed:
+            if self.lead:
+                restore_checkpoint(core, learner)
+            if dist.is_initialized():
+                dist.barrier()
+            if not self.lead:
+                restore_checkpoint(core, learner)
+        return learner
 
-    def learner(self, core: RunCore, obs_dim: int, n_actions: int) -> DDPLearner:
-        self._learner = DDPLearner(core.cfg, obs_dim, n_actions, self.device)
-        return self._learner
-
-    def restore(self, trainer: TrainerView) -> dict[str, Any]:
-        """Rank 0 first: it moves damaged checkpoints aside, which the others then skip."""
-        meta = restore_checkpoint(trainer) if self.lead else {}
-        if dist.is_initialized():
-            dist.barrier()
-        return meta if self.lead else restore_checkpoint(trainer)
-
-    def weights(self, trainer: TrainerView) -> WeightPublisher:
-        """Rank 0's publisher: wire versions on the backend, driving collectors or not."""
-        core = trainer.core
-        self.reader = ShardReader(self.store, ShardAssembly(core.catalog.sku_id, self.cfg.sim.days,
-                                                            trainer.learner.model.obs_dim),
-                                  wait_s=self.wait_s, poll_s=self.poll_s)
+    def build(self, core: RunCore, learner: Learner) -> Wiring:
+        """Rank 0's publisher (wire versions on the backend, driving collectors or not) and
+        every rank's feed of the shards."""
+        reader = ShardReader(self.store, ShardAssembly(core.catalog.sku_id, self.cfg.sim.days, learner.model.obs_dim),
+                             wait_s=self.wait_s, poll_s=self.poll_s)
+        warm = partial(around_warm_start, learner, self.lead, self.device)
         if not self.lead:
-            return in_process_weights(trainer)
-        trainer.on_checkpoint.append(lambda it: self.store.delete_before(trainer.learner.iteration))
+            return Wiring(RankFeed(None, reader, self.device), in_process_weights(learner), around_warm_start=warm)
+        observers: list[Observer] = [StoreCleanup(self.store, learner)]
         if self.cfg.deploy.collector_addresses:
-            from skurl.modes.decoupled.grpc_collectors import driven_collectors
+            from skurl.modes.decoupled.driven import driven_collectors
 
             recording = RecordingStore(self.store)
             assert self.backend is not None  # sync.backend=inproc with collectors to drive is refused
-            grpc = driven_collectors(trainer, self.cfg.deploy.collector_addresses, self.backend, recording,
-                                     resumed=trainer.resumed, run_name=core.run_dir.name,
-                                     assembly=self.reader.assembly)
-            self.shards = DrivenShards(grpc, recording)
-            return grpc.weights
-        self.shards = StoredShards(self.reader, self.cfg.deploy.collectors)
+            grpc = driven_collectors(core, learner, self.cfg.deploy.collector_addresses, self.backend, recording,
+                                     assembly=reader.assembly)
+            return Wiring(RankFeed(DrivenShards(grpc, recording), reader, self.device), grpc.weights,
+                          close=grpc.close, observers=observers, around_warm_start=warm)
+        shards = StoredShards(reader, self.cfg.deploy.collectors)
+        return Wiring(RankFeed(shards, reader, self.device), self._publisher(core, learner), observers=observers,
+                      around_warm_start=warm)
+
+    def _publisher(self, core: RunCore, learner: Learner) -> WeightPublisher:
+        """Weights for others' collectors, which take them from the backend (None: in process)."""
         if self.backend is None:
-            return in_process_weights(trainer)
+            return in_process_weights(learner)
         from skurl.modes.decoupled.grpc_collectors import WirePublisher
         from skurl.sync.wire_versions import WIRE_FILE, WireVersions
 
         weights = WirePublisher(self.backend, WireVersions(core.run_dir / WIRE_FILE))
-        held = self.backend.published_version()  # others' collectors take these weights from the backend
+        held = self.backend.published_version()
         weights.wire.raise_floor(0 if held is None else held + 1)
-        weights.publish(trainer.learner.version, trainer.learner.weights())
+        weights.publish(learner.version, learner.weights())
         return weights
 
-    def collectors(self, trainer: TrainerView) -> RankFeed:
-        assert self.reader is not None
-        return RankFeed(self.shards, self.reader, self.device)
 
-    def around_warm_start(self, step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """Rank 0 clones the baseline (its statistics its own); every rank takes its weights."""
-        learner = self._learner
-        assert learner is not None, "the learner is built first"
-        out: dict[str, Any] = {}
-        if self.lead:
-            with learner.local_statistics():
-                out = step()
-        broadcast_state(learner.model.state_dict())
-        learner.version = broadcast_ints([learner.version], self.device)[0]
-        return out
+def around_warm_start(learner: Learner, lead: bool, device: torch.device, step: WarmStep) -> Scalars:
+    """Rank 0 clones the baseline (its statistics its own); every rank takes its weights."""
+    assert isinstance(learner, DDPLearner)
+    out: Scalars = {}
+    if lead:
+        with learner.local_statistics():
+            out = step()
+    broadcast_state(learner.model.state_dict())
+    learner.version = broadcast_ints([learner.version], device)[0]
+    return out
 
 
 def init_distributed(cfg: Config, wait_s: float) -> torch.device:

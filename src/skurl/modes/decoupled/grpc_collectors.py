@@ -14,35 +14,28 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 import numpy as np
 
 from skurl.buffer.assemble import ShardAssembly, sample_mask
 from skurl.buffer.rollout import Rollout
-from skurl.collect.breaker import max_lag_of
-from skurl.collect.collectors import Collected, Collectors, NewestWeights, SampleIndex, WeightSource
+from skurl.collect.collectors import Collected, SampleIndex
 from skurl.collect.lost_share import judge_loss
-from skurl.collect.near_policy import with_staleness
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.modes.decoupled.collect_report import CollectReport, report_scalars, rollout_scalars
 from skurl.modes.decoupled.collector_client import CollectorClient
 from skurl.modes.decoupled.lag_watch import CollectorLagWatch, held_wire_of, newest_wire
-from skurl.modes.decoupled.shard_stream import CONSUMER, StreamShares, open_stream, uses_stream
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
 from skurl.store import CorruptShardError, ShardManifest
 from skurl.sync.wire_versions import WireVersions
 from skurl.telemetry.metrics import business_from_totals, get_metrics
 
 if TYPE_CHECKING:
-    from skurl.collect.bounded import BoundedStaleness
     from skurl.store.api import RolloutStore
-    from skurl.store.shard_queue_redis import RedisShardQueue
-    from skurl.sync.api import WeightPublisher
     from skurl.telemetry.stages import StageTimer
-    from skurl.train.seams import TrainerView
 
 log = logging.getLogger("skurl.modes")
 _UNAVAILABLE_PAUSE_S = 0.5
@@ -371,72 +364,3 @@ def _meta(manifest: ShardManifest) -> dict[str, Any]:
     """A shard's collector meta with the manifest's own fields it was split from."""
     return {**manifest.meta, "policy_version": manifest.policy_version,
             "sku_count": manifest.sku_count, "rows": manifest.rows}
-
-
-def driven_collectors(trainer: TrainerView, addresses: Sequence[str], backend: WireBackend, store: RolloutStore, *,
-                      resumed: bool, run_name: str, assembly: ShardAssembly | None = None) -> GrpcCollectors:
-    """GrpcCollectors over `addresses` for `trainer` (its core and learner), their weights
-    on `backend` under wire versions, starting above what any collector or the backend holds."""
-    from skurl.modes.decoupled.remote_grid import publish_center
-    from skurl.sync.wire_versions import WIRE_FILE, WireVersions
-
-    core, learner, cfg = trainer.core, trainer.learner, trainer.cfg
-    assembly = assembly or ShardAssembly(core.catalog.sku_id, cfg.sim.days, learner.model.obs_dim)
-    grpc_collectors = GrpcCollectors(
-        cfg, addresses, store, WirePublisher(backend, WireVersions(core.run_dir / WIRE_FILE)),
-        learner.weights, assembly, core.timer, resumed=resumed, run_name=run_name,
-        grid_center=publish_center(store, core.grid.tuned))  # the collectors' cover grid
-    grpc_collectors.weights.wire.raise_floor(grpc_collectors.version_floor(backend))
-    return grpc_collectors
-
-
-class Driven:
-    """Decoupled mode's collectors and weights for the loop's Parts, built together:
-    GrpcCollectors publish under wire versions on the sync backend. Under train.staleness
-    the loop's publisher stays in process and the collectors publish each iteration's
-    behaviour version, from the weight history, to the wire (collect/staleness.py), so a
-    collector holds exactly that version when it collects."""
-
-    def __init__(self, addresses: Sequence[str], backend: WireBackend, store: RolloutStore) -> None:
-        self.addresses, self.backend, self.store = addresses, backend, store
-        self.grpc: GrpcCollectors | None = None
-        self.stream: RedisShardQueue | None = None  # the run's shard stream (bounded staleness, weights through Redis)
-
-    def weights(self, trainer: TrainerView) -> WeightPublisher:
-        self.grpc = driven_collectors(trainer, self.addresses, self.backend, self.store,
-                                      resumed=trainer.resumed, run_name=trainer.run_dir.name)
-        if trainer.cfg.train.staleness == 0:
-            return self.grpc.weights
-        from skurl.train.loop import in_process_weights
-
-        return in_process_weights(trainer)
-
-    def collectors(self, trainer: TrainerView) -> Collectors:
-        grpc_collectors = self.grpc
-        assert grpc_collectors is not None, "weights are built first"
-        t = trainer.cfg.train
-        if t.staleness == 0:
-            return grpc_collectors
-
-        def from_history(history: WeightSource) -> GrpcCollectors:
-            grpc_collectors.weights_of = lambda: history.wait_for(grpc_collectors.version, timeout=60.0)[1]
-            return grpc_collectors
-
-        latest = cast("NewestWeights", trainer.weights)  # in process under train.staleness (weights above)
-        collectors = with_staleness(t, latest, trainer.run_dir, from_history, trainer.learner.sample_index)
-        if t.staleness_mode == "bounded":  # collectors use the newest weights: watch their lag
-            watched = cast("BoundedStaleness", collectors)  # what with_staleness builds when bounded
-            grpc_collectors.watch = CollectorLagWatch(max_lag_of(t), watched.learner_version, watched.ahead,
-                                                      grpc_collectors.weights.wire.map.get)
-        if uses_stream(trainer.cfg):  # shards announced on the run's Redis Stream
-            self.stream = open_stream(trainer.cfg, trainer.run_dir.name, CONSUMER)
-            shares = StreamShares(self.stream, grpc_collectors, trainer.run_dir, trainer.learner.iteration,
-                                  resumed=trainer.resumed)
-            return shares.attach(cast("BoundedStaleness", collectors), trainer)
-        return collectors
-
-    def close(self) -> None:
-        if self.grpc is not None:
-            self.grpc.close()
-        if self.stream is not None:
-            self.stream.close()

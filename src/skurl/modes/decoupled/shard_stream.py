@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from skurl import atomic
 from skurl.collect.bounded import BoundedStaleness
@@ -19,11 +19,12 @@ from skurl.collect.collectors import Collected
 from skurl.errors import UserError
 from skurl.json_ready import read_json_or_none
 from skurl.store.shard_queue import Ledger, QueueEntry
+from skurl.train.mode import Observer
 
 if TYPE_CHECKING:
     from skurl.config import Config
+    from skurl.modes.decoupled.grpc_collectors import GrpcCollectors
     from skurl.store.shard_queue_redis import RedisShardQueue
-    from skurl.train.seams import TrainerView
 
 log = logging.getLogger(__name__)
 LEDGER_DIR = "shard_queue"
@@ -61,23 +62,26 @@ def trained_ids(run_dir: Path, iteration: int) -> list[str]:
     return ids
 
 
-class StreamShares:
+class StreamShares(Observer):
     """The learner's side of the stream for one BoundedStaleness over GrpcCollectors."""
 
-    def __init__(self, queue: RedisShardQueue, grpc: Any, run_dir: Path, iteration: int, *, resumed: bool) -> None:
+    def __init__(self, queue: RedisShardQueue, grpc: GrpcCollectors, run_dir: Path, iteration: int, *, resumed: bool) -> None:
         self.queue, self.grpc, self.run_dir = queue, grpc, run_dir
         if not resumed:  # a fresh start: entries of an earlier run of this name are not ours
             queue.clear()
         self.ledger = Ledger(queue, trained_ids=trained_ids(run_dir, iteration) if resumed else ())
         self._warned = False
 
-    def attach(self, bounded: BoundedStaleness, trainer: TrainerView) -> BoundedStaleness:
+    def attach(self, bounded: BoundedStaleness) -> BoundedStaleness:
+        """`bounded`, taking and refusing through the ledger (this is also the loop's
+        Observer: checkpoints record and commit it)."""
         bounded.recover = self.recover
         bounded.on_take.append(self.took)
         bounded.on_refuse.append(self.refused)
-        trainer.before_checkpoint.append(self.before_checkpoint)
-        trainer.on_checkpoint.append(lambda it: self.ledger.commit_all())
         return bounded
+
+    def on_checkpoint(self, it: int) -> None:
+        self.ledger.commit_all()
 
     def _read_all(self) -> None:
         """Every entry announced so far into the ledger (own pending ones first)."""
@@ -128,7 +132,7 @@ class StreamShares:
         version is there and verifies; None otherwise."""
         wire = {e.manifest.policy_version for e in entries}
         versions = {self.grpc.weights.wire.map.get(v) for v in wire}
-        if len(versions) != 1 or None in versions or len({e.manifest.collector_id for e in entries}) < len(
-                self.grpc.clients):
+        version = versions.pop() if len(versions) == 1 else None
+        if version is None or len({e.manifest.collector_id for e in entries}) < len(self.grpc.clients):
             return None
-        return self.grpc.stored_rollout(episode, versions.pop())
+        return self.grpc.stored_rollout(episode, version)

@@ -29,13 +29,13 @@ from skurl.errors import ConfigError
 from skurl.modes.ray.collectors import CollectorsLost, Placement, RayCollectors, Share
 
 if TYPE_CHECKING:
+    from skurl.learn.learner import Learner
     from skurl.modes.ray.weights import RayWeights
     from skurl.policy.nets import ActorCritic
     from skurl.store.api import RolloutStore
     from skurl.sync.api import WeightPublisher
     from skurl.telemetry.stages import StageTimer
     from skurl.train.core import RunCore
-    from skurl.train.seams import TrainerView
 
 
 def start_ray(rc: RayConfig) -> bool:
@@ -66,17 +66,17 @@ def check_resources(rc: RayConfig) -> None:
 
 
 class RayCluster:
-    """The run's actors and the SKU sets placed on them. `core`, `model` and `timer` are
-    read from the loop's trainer, known once its collectors are built (RayCollectors reads
-    them), as is `resumed_from`, the iteration the run resumed at."""
+    """The run's actors and the SKU sets placed on them, for the run of `core`; `model` is
+    the collectors' copy of the network. `resumed_from`: the iteration a restarted learner
+    resumed at (it trains on that iteration's stored shards)."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, core: RunCore, model: ActorCritic, resumed_from: int | None = None) -> None:
         from skurl.modes.ray.weights import start_weight_slot
 
         if cfg.sync.backend != "inproc":
             raise ConfigError(f"config key 'sync.backend': got {cfg.sync.backend!r}, expected 'inproc' "
                               "under --mode ray (weights travel through a Ray weight slot)")
-        self.cfg = cfg
+        self.cfg, self.core, self.model, self.resumed_from = cfg, core, model, resumed_from
         self.owns_ray = start_ray(cfg.ray)
         self.placements: dict[int, Placement] = {}
         self.replacements: dict[int, int] = {}  # collector index -> actors started in its place
@@ -84,8 +84,6 @@ class RayCluster:
         self.collector_actors: list[Any] = []
         self.slot: Any = None  # the weight slot's Ray actor handle
         self._store: RolloutStore | None = None
-        self.trainer: TrainerView | None = None
-        self.resumed_from: int | None = None  # a restarted learner trains on this iteration's stored shards
         self.slot_weights: RayWeights | None = None
         try:
             check_resources(cfg.ray)
@@ -94,41 +92,24 @@ class RayCluster:
             self.close()
             raise
 
-    def weights(self, trainer: TrainerView) -> WeightPublisher:
-        """The loop's publisher: the Ray weight slot; under train.staleness an in-process
-        one, and the collectors put each iteration's behaviour version into the slot."""
+    def wire(self, learner: Learner) -> tuple[Collectors, WeightPublisher]:
+        """The loop's collectors and publisher: the Ray weight slot; under train.staleness an
+        in-process publisher, and the collectors put each iteration's behaviour version
+        into the slot."""
+        from skurl.collect.near_policy import with_staleness
         from skurl.modes.ray.weights import RayWeights
         from skurl.train.evaluation import TRAINED
-        from skurl.train.loop import in_process_weights
+        from skurl.train.mode import in_process_weights
 
-        self.slot_weights = RayWeights(self.slot, TRAINED, self.cfg.ray.get_timeout_s)
-        if self.cfg.train.staleness:
-            return in_process_weights(trainer)
-        self.slot_weights.publish(trainer.learner.version, trainer.learner.weights())
-        return self.slot_weights
-
-    def collectors(self, trainer: TrainerView) -> Collectors:
-        from skurl.collect.near_policy import with_staleness
-
-        self.trainer = trainer
-        self.resumed_from = trainer.learner.iteration if trainer.resumed else None  # fixed at the start
+        slot = self.slot_weights = RayWeights(self.slot, TRAINED, self.cfg.ray.get_timeout_s)
         t = self.cfg.train
         if t.staleness == 0:
-            return RayIterations(self, cast("RayWeights", trainer.weights))  # the slot's (weights above)
-        latest = cast("NewestWeights", trainer.weights)  # in process under train.staleness (weights above)
-        return with_staleness(t, latest, trainer.run_dir,
-                              lambda history: RayIterations(self, history, slot=self.slot_weights),
-                              trainer.learner.sample_index)
-
-    @property
-    def core(self) -> RunCore:
-        assert self.trainer is not None, "collectors are built first"
-        return self.trainer.core
-
-    @property
-    def model(self) -> ActorCritic:
-        assert self.trainer is not None, "collectors are built first"
-        return self.trainer.model
+            slot.publish(learner.version, learner.weights())
+            return RayIterations(self, slot), slot
+        latest = in_process_weights(learner)
+        return with_staleness(t, cast("NewestWeights", latest), self.core.run_dir,
+                              lambda history: RayIterations(self, history, slot=slot),
+                              learner.sample_index), latest
 
     @property
     def timer(self) -> StageTimer:
