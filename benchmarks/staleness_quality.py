@@ -1,4 +1,4 @@
-"""Train and evaluate fixed near-on-policy variants (train.staleness, issue 24) on Zipkin's
+"""Train and evaluate fixed near-on-policy variants (collect.staleness, issue 24) on Zipkin's
 lost-sales instances; print each variant's cost and gap to the optimum next to strict's.
 
 Each (instance, variant) is exactly what lost_sales_grid.py runs (the shipped config, the
@@ -23,13 +23,13 @@ from lost_sales_grid import parse_instances, run_instance
 
 # variant name -> train.* overrides (fixed staleness mode, the default; collect_ahead default on)
 VARIANTS = {
-    "strict": ["train.staleness=0"],
-    "s1": ["train.staleness=1"],
-    "s2": ["train.staleness=2"],
-    "s2-none": ["train.staleness=2", "train.staleness_correction=none"],
-    "s8": ["train.staleness=8", "train.staleness_correction=vtrace"],
-    "s8-none": ["train.staleness=8", "train.staleness_correction=none"],
-    "s8-behaviour": ["train.staleness=8", "train.staleness_correction=vtrace", "train.staleness_clip=behaviour"],
+    "strict": ["collect.staleness=0"],
+    "s1": ["collect.staleness=1"],
+    "s2": ["collect.staleness=2"],
+    "s2-none": ["collect.staleness=2", "collect.staleness_correction=none"],
+    "s8": ["collect.staleness=8", "collect.staleness_correction=vtrace"],
+    "s8-none": ["collect.staleness=8", "collect.staleness_correction=none"],
+    "s8-behaviour": ["collect.staleness=8", "collect.staleness_correction=vtrace", "collect.staleness_clip=behaviour"],
 }
 
 

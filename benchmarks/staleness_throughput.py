@@ -1,4 +1,4 @@
-"""Iteration wall time and learner idle share of train.staleness=1 against 0 (issue 24's
+"""Iteration wall time and learner idle share of collect.staleness=1 against 0 (issue 24's
 throughput acceptance: at most 0.6x, idle at most 10%), in paired, interleaved rounds.
 
 More: docs/benchmarks.md (benchmarks/staleness_throughput.py)."""
@@ -22,7 +22,7 @@ def bench(args: argparse.Namespace, staleness: int, keep: Path) -> dict:
     cmd = ["nice", "-n", str(args.nice), sys.executable, "-m", "skurl.cli", "bench", "modes", "--modes", "colocated",
            "--json", "--keep", str(keep), "--skus", str(args.skus), "--days", str(args.days),
            "--iterations", str(args.iterations), *(["--config", args.config] if args.config else [])]
-    for kv in [*THREADS, *args.set, f"train.staleness={staleness}"]:
+    for kv in [*THREADS, *args.set, f"collect.staleness={staleness}"]:
         cmd += ["--set", kv]
     load = os.getloadavg()[0]
     env = {**os.environ, "NUMBA_NUM_THREADS": "1"}

@@ -33,7 +33,7 @@ from skurl.sync.wire_versions import WireVersions
 from skurl.telemetry.stages import StageTimer
 
 SETTINGS = ["catalog.skus=90", "sim.days=6", "policy.hidden=[16,16]", "sim.threads=1",
-            "train.infer_dtype=float32", "deploy.sim_servers=2", "deploy.collectors=2",
+            "collect.infer_dtype=float32", "deploy.sim_servers=2", "deploy.collectors=2",
             "sync.backend=grpc", "sync.timeout_s=30", "rpc.timeout_s=60"]
 SEED = 11
 
@@ -54,9 +54,8 @@ def local(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
     weights = InProcWeights()
     weights.publish(0, model.state_dict())
     env = make_env(catalog, cfg.sim, catalog_widths(catalog))
-    t = cfg.train
     yield LocalCollectors(lambda shard: env, 1, ActorCritic.from_state(model.state_dict()), grid_for(cfg),
-                          weights, StageTimer(prometheus=False), train=t)
+                          weights, StageTimer(prometheus=False), collect=cfg.collect)
 
 
 def grpc(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
@@ -89,14 +88,12 @@ def on_ray(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
 
     cfg = load_config(None, [*SETTINGS, f"store.url={cfg.store.url}", "sync.backend=inproc", "ray.num_cpus=2",
                              "ray.num_workers=2"])
-    cluster = RayCluster(cfg)
+    core = build_core(cfg, Path(cfg.store.url), resume=False, tune_center=False)
+    cluster = RayCluster(cfg, core, ActorCritic.from_state(model.state_dict()))
     try:
-        learner = SimpleNamespace(version=0, iteration=0, weights=model.state_dict)
-        trainer: Any = SimpleNamespace(core=build_core(cfg, Path(cfg.store.url), resume=False, tune_center=False),
-                                       model=ActorCritic.from_state(model.state_dict()), learner=learner,
-                                       resumed=False)
-        trainer.weights = cluster.weights(trainer)
-        yield cluster.collectors(trainer)
+        learner: Any = SimpleNamespace(version=0, iteration=0, weights=model.state_dict)
+        collectors, _ = cluster.wire(learner)
+        yield collectors
     finally:
         cluster.close()
 

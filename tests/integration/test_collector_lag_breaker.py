@@ -3,7 +3,7 @@ staleness, weights from the learner's WeightSyncService through a TCP proxy that
 carrying bytes for a few seconds (a partition between the collectors and the learner's
 weights). The collectors keep collecting with what they hold until asked for newer
 weights they cannot get; the learner trains what it has and goes on. Their lag passes
-train.max_lag: each stalled collector is named in one line, pauses, and resumes with its
+collect.max_lag: each stalled collector is named in one line, pauses, and resumes with its
 own line once its feed is back; the run ends within the staleness bound."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class StallAt:
 def test_collectors_whose_weights_stall_trip_the_breaker_and_resume(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     iterations = 6
-    cfg = tiny("sync.backend=grpc", "train.staleness=1", "train.staleness_mode=bounded", "train.max_lag=1",
+    cfg = tiny("sync.backend=grpc", "collect.staleness=1", "collect.staleness_mode=bounded", "collect.max_lag=1",
                f"train.iterations={iterations}", "sync.timeout_s=60")
     weights = HostedWeights(cfg)
     assert weights.address is not None
@@ -75,5 +75,5 @@ def test_collectors_whose_weights_stall_trip_the_breaker_and_resume(
     assert paused == resumed == {"c0", "c1"} and len(lines) == 4, lines  # each named once each way
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert records[-1]["collector_breaker_trips"] == 2
-    assert max(r["collector_lag_max"] for r in records) > 1  # past train.max_lag
+    assert max(r["collector_lag_max"] for r in records) > 1  # past collect.max_lag
     assert_bounded(tmp_path / "run", 1, iterations)  # and nothing older was trained

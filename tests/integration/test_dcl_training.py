@@ -26,7 +26,7 @@ DCL = [
     "train.checkpoint_every=1", "train.eval_every=0", "train.warm_start=capped-base-stock",
     "train.warm_start_steps=30", "train.warm_start_skus=60", "eval.days=10", "eval.warmup=2",
     "dcl.states=60", "dcl.budget=12", "dcl.warmup=3", "dcl.spread=3", "dcl.fit_steps=20", "dcl.temperature=1",
-    "train.torch_threads=1", "sim.threads=1", "train.infer_dtype=float32",
+    "train.torch_threads=1", "sim.threads=1", "collect.infer_dtype=float32",
     "deploy.sim_servers=1", "deploy.collectors=1", "sync.timeout_s=20",
 ]
 
@@ -63,12 +63,12 @@ def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path) -> None:
 
 
 def test_dcl_refuses_staleness() -> None:
-    with pytest.raises(ConfigError, match=r"train\.staleness.*train\.algo=dcl"):
-        load_config(None, ["train.algo=dcl", "train.staleness=1"])
+    with pytest.raises(ConfigError, match=r"collect\.staleness.*train\.algo=dcl"):
+        load_config(None, ["train.algo=dcl", "collect.staleness=1"])
 
 
 def test_dcl_labels_each_iterations_training_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """train.collect_skus splits the catalog into shards visited round robin; DCL labels
+    """collect.skus splits the catalog into shards visited round robin; DCL labels
     iteration k's shard, as PPO collects it, so every SKU's states are labelled in turn."""
     from skurl.train import dcl_step
 
@@ -81,7 +81,7 @@ def test_dcl_labels_each_iterations_training_shard(tmp_path: Path, monkeypatch: 
 
     label_states = dcl_step.label_states
     monkeypatch.setattr(dcl_step, "label_states", spy)
-    cfg = load_config(None, [*DCL, "train.collect_skus=30", "dcl.states=30"])
+    cfg = load_config(None, [*DCL, "collect.skus=30", "dcl.states=30"])
     training.start(colocated.mode, cfg, tmp_path / "run", baseline=False)
     assert [len(s) for s in labelled] == [30, 30, 30]
     assert labelled[0] != labelled[1] and labelled[2] == labelled[0]  # two shards, in turn

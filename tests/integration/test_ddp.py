@@ -251,7 +251,7 @@ def test_learner_entry_reports_missing_shards_in_one_line(tmp_path: Path,
     assert code == 2 and len(errors) == 1 and "iteration 0 has 0 shards" in errors[0], errors
 
 
-@pytest.mark.parametrize(("setting", "key"), [("train.collect_skus=3", "train.collect_skus"),
+@pytest.mark.parametrize(("setting", "key"), [("collect.skus=3", "collect.skus"),
                                             ("deploy.collector_addresses=[127.0.0.1:1]", "sync.backend")])
 def test_learner_entry_refuses_what_it_cannot_do_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str, key: str) -> None:

@@ -26,7 +26,7 @@ from skurl.train import run as training
 SETTINGS = [
     "catalog.skus=240", "sim.days=8", "policy.hidden=[16,16]", "ppo.epochs=2", "ppo.minibatch=256",
     "train.iterations=2", "train.checkpoint_every=1", "train.eval_every=1", "train.torch_threads=1",
-    "sim.threads=1", "train.infer_dtype=float32", "deploy.sim_servers=2", "deploy.collectors=2",
+    "sim.threads=1", "collect.infer_dtype=float32", "deploy.sim_servers=2", "deploy.collectors=2",
     "train.keep_best=true", "train.warm_start=base-stock", "train.warm_start_episodes=1",
     "train.warm_start_steps=20", "train.warm_start_critic=1", "eval.days=20", "eval.warmup=5", "eval.skus=60",
     "sync.timeout_s=120", "rpc.timeout_s=120",  # generous: a shared 2-core machine

@@ -29,7 +29,7 @@ from skurl.train import run as training
 TINY = [
     "catalog.skus=240", "sim.days=8", "policy.hidden=[16,16]", "ppo.epochs=2", "ppo.minibatch=256",
     "train.iterations=3", "train.checkpoint_every=1", "train.eval_every=0", "eval.days=4",
-    "eval.warmup=2", "train.torch_threads=1", "sim.threads=1", "train.infer_dtype=float32",
+    "eval.warmup=2", "train.torch_threads=1", "sim.threads=1", "collect.infer_dtype=float32",
     "deploy.sim_servers=2", "deploy.collectors=2", "sync.timeout_s=20",
 ]
 
@@ -199,7 +199,7 @@ def test_a_cover_grid_decoupled_training_equals_colocated(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(("setting", "match"), [
     ("sync.backend=inproc", "sync.backend = 'inproc'"),
-    ("train.collect_skus=50", "train.collect_skus = 50"),
+    ("collect.skus=50", "collect.skus = 50"),
     ("deploy.collectors=3", "deploy.collectors = 3"),
 ])
 def test_settings_decoupled_mode_cannot_use_are_one_line(tmp_path: Path, setting: str,

@@ -67,7 +67,7 @@ class Chain:
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
     base = ["catalog.skus=16", "catalog.seed=2", "sim.days=4", "sim.threads=1",
-            "policy.hidden=[8,8]", "train.torch_threads=1", "train.infer_dtype=float32",
+            "policy.hidden=[8,8]", "train.torch_threads=1", "collect.infer_dtype=float32",
             "sync.backend=grpc", "sync.timeout_s=10", "rpc.timeout_s=30"]
     cfg0 = load_config(None, base)
     sim = serve_env(load_catalog(cfg0.catalog), cfg0.sim, cfg0.rpc)

@@ -25,7 +25,7 @@ def _soak(tmp_path: Path, *args: str) -> dict:
 def test_colocated_training_survives_random_kills(tmp_path: Path) -> None:
     """Under fixed staleness 2 (collect/staleness.py): the resumed run reads the weight
     versions its restored iteration collects with back from RUN_DIR/stale_weights."""
-    out = _soak(tmp_path, "--kills", "2", "--seed", "4", "--set", "train.iterations=12", "--set", "train.staleness=2")
+    out = _soak(tmp_path, "--kills", "2", "--seed", "4", "--set", "train.iterations=12", "--set", "collect.staleness=2")
     assert out["same_result"] and out["kills"] >= 1, out
 
 
@@ -35,5 +35,5 @@ def test_decoupled_training_survives_random_kills(tmp_path: Path, redis_url: str
     weights through a real Redis, shards in the run's local rollout store; fixed staleness 1
     (the behaviour versions published to Redis from the weight history)."""
     out = _soak(tmp_path, "--mode", "decoupled", "--kills", "2", "--seed", "7", "--set", "train.iterations=12",
-                "--set", "sync.backend=redis", "--set", f"sync.redis_url={redis_url}", "--set", "train.staleness=1")
+                "--set", "sync.backend=redis", "--set", f"sync.redis_url={redis_url}", "--set", "collect.staleness=1")
     assert out["same_result"] and out["kills"] >= 1, out

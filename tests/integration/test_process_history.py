@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 PPO = ["catalog.skus=240", "sim.days=8", "policy.hidden=[16,16]", "ppo.epochs=2", "ppo.minibatch=256",
        "train.iterations=2", "train.checkpoint_every=1", "train.eval_every=0", "train.torch_threads=1",
-       "sim.threads=1", "train.infer_dtype=float32"]
+       "sim.threads=1", "collect.infer_dtype=float32"]
 # Another catalog, reward and action grid: before the fix, running this first changed PPO's weights.
 BEFORE = ["catalog.kind=uniform", "catalog.skus=60", "catalog.lead_time=2", "catalog.lost_sale_cost=9",
           "sim.days=24", "sim.backorders=false", "sim.reward=cost", "policy.actions.kind=units",

@@ -158,7 +158,7 @@ def scraped_run(tmp_path_factory: pytest.TempPathFactory, prometheus_binary: str
     cfg = load_config(None, [
         "catalog.skus=120", "sim.days=6", "policy.hidden=[16,16]", "ppo.epochs=1",
         "ppo.minibatch=256", f"train.iterations={ITERATIONS}", "train.eval_every=0", "eval.days=3",
-        "eval.warmup=1", "train.torch_threads=1", "sim.threads=1", "train.infer_dtype=float32",
+        "eval.warmup=1", "train.torch_threads=1", "sim.threads=1", "collect.infer_dtype=float32",
         f"deploy.sim_servers={SIMS}", f"deploy.collectors={COLLECTORS}", "sync.backend=grpc",
         "sync.timeout_s=60", f"deploy.metrics_base_port={base}"])
     try:

@@ -45,7 +45,7 @@ def local_ray() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def cfg() -> Config:
     return load_config(None, ["catalog.skus=240", "catalog.seed=3", f"sim.days={DAYS}", "sim.threads=1",
-                              "policy.hidden=[16,16]", "train.infer_dtype=float32", "train.torch_threads=1",
+                              "policy.hidden=[16,16]", "collect.infer_dtype=float32", "train.torch_threads=1",
                               "policy.actions.kind=units"])  # multiplier orders of the exploding SKU would exceed 1e9
 
 

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 def bounded_cfg(url: str, key: str, store: Path, *extra: str) -> Config:
     return tiny("sync.backend=redis", f"sync.redis_url={url}", f"sync.key={key}", "sync.poll_s=0.1",
-                f"store.url={store}", "train.staleness=2", "train.staleness_mode=bounded", *extra)
+                f"store.url={store}", "collect.staleness=2", "collect.staleness_mode=bounded", *extra)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fixed staleness (train.staleness = N, collect/staleness.py) in every mode: iteration k is
+"""Fixed staleness (collect.staleness = N, collect/staleness.py) in every mode: iteration k is
 collected with exactly version max(0, k - N), so decoupled (gRPC collectors, the
 behaviour version published to the wire from the weight history) and ray (the behaviour
 version put into the Ray weight slot) train bit for bit as colocated does. Bounded
@@ -35,7 +35,7 @@ def assert_bounded(run_dir: Path, n: int, iterations: int) -> None:
 
 @pytest.mark.slow
 def test_decoupled_fixed_staleness_equals_colocated(tmp_path: Path, redis_url: str, unique_name: str) -> None:
-    cfg = tiny("sync.backend=redis", f"sync.redis_url={redis_url}", f"sync.key={unique_name}", "train.staleness=1")
+    cfg = tiny("sync.backend=redis", f"sync.redis_url={redis_url}", f"sync.key={unique_name}", "collect.staleness=1")
     training.start(colocated.mode, cfg, tmp_path / "colocated", baseline=False)
     roles = InProcessRoles(cfg)  # collectors as servers in this process: the same gRPC services
     try:
@@ -58,10 +58,10 @@ def test_ray_fixed_staleness_equals_colocated_and_bounded_runs(tmp_path: Path) -
 
     started = start_ray(RayConfig(num_cpus=2))
     try:
-        cfg = config("train.staleness=1")
+        cfg = config("collect.staleness=1")
         training.start(colocated.mode, cfg, tmp_path / "colocated", baseline=False)
         training.start(ray_mode.mode, cfg, tmp_path / "ray", baseline=False)
-        training.start(ray_mode.mode, config("train.staleness=1", "train.staleness_mode=bounded"), tmp_path / "bounded",
+        training.start(ray_mode.mode, config("collect.staleness=1", "collect.staleness_mode=bounded"), tmp_path / "bounded",
                        baseline=False)
     finally:
         if started:

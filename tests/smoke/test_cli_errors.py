@@ -125,8 +125,8 @@ def test_a_bad_staleness_key_is_one_line_before_anything_is_written(
     """A breaker threshold below the staleness it guards is one line naming the key."""
     run = tmp_path / "run"
     code = main(["train", "--mode", mode, "--run-dir", str(run), "--set", "sync.backend=grpc",
-                 "--set", "catalog.skus=40", "--set", "train.staleness=2", "--set", "train.staleness_mode=bounded",
-                 "--set", "train.max_lag=1"])
+                 "--set", "catalog.skus=40", "--set", "collect.staleness=2", "--set", "collect.staleness_mode=bounded",
+                 "--set", "collect.max_lag=1"])
     line = _one_line_error(capsys.readouterr().err)
-    assert code == 2 and "train.max_lag" in line, line
+    assert code == 2 and "collect.max_lag" in line, line
     assert not any(run.rglob("*")) if run.exists() else True  # no decoupled/, rollouts/, config

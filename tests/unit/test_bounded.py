@@ -1,6 +1,6 @@
 """Bounded staleness (collect/bounded.py): a collection thread runs ahead with the newest
 weights, the learner trains rollouts at most N versions old and refuses older ones, the
-breaker pauses the thread while the weights it can get lag past train.max_lag; and the
+breaker pauses the thread while the weights it can get lag past collect.max_lag; and the
 colocated loop trains and resumes with it."""
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def test_a_rollout_older_than_n_is_refused_counted_and_logged(metrics: SkurlMetr
     assert collectors.refused == 1 and got[-1][1].scalars["stale_rollouts_refused"] == 1.0
     assert metrics.registry.get_sample_value("stale_shards_refused_total") == 1
     line, = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
-    assert "policy version 1: 3 versions behind the learner's 4 > train.staleness 1" in line
+    assert "policy version 1: 3 versions behind the learner's 4 > collect.staleness 1" in line
 
 
 def test_the_breaker_pauses_the_thread_while_its_weights_lag_past_max_lag(
@@ -141,7 +141,7 @@ def test_the_breaker_pauses_the_thread_while_its_weights_lag_past_max_lag(
     collectors.close()
     assert got and got[0].rollout.policy_version == 4 and breaker.trips == 1
     lines = [r.getMessage() for r in caplog.records if r.name == "skurl.collect.breaker"]
-    assert len(lines) == 2 and "paused: lag 4 versions > train.max_lag 2" in lines[0] and "resumed" in lines[1]
+    assert len(lines) == 2 and "paused: lag 4 versions > collect.max_lag 2" in lines[0] and "resumed" in lines[1]
     assert got[0].scalars["collector_idle_seconds"] >= 0.2  # the pause counts as collector idle time
 
 
@@ -166,7 +166,7 @@ def records(run: Path) -> list[dict[str, Any]]:
 def test_colocated_bounded_trains_and_resumes(tmp_path: Path) -> None:
     """The colocated loop with a bounded collection thread: every update's rollout lags at
     most N, an interrupted run resumes from its checkpoint and finishes."""
-    cfg = tiny("train.staleness=2", "train.staleness_mode=bounded", "train.eval_every=2")
+    cfg = tiny("collect.staleness=2", "collect.staleness_mode=bounded", "train.eval_every=2")
     run = tmp_path / "run"
     train(cfg, run, baseline=False, stop_after=3)
     out = resume(run, baseline=False)

@@ -1,4 +1,4 @@
-"""The circuit breaker (collect/breaker.py): pauses collectors past train.max_lag, one line
+"""The circuit breaker (collect/breaker.py): pauses collectors past collect.max_lag, one line
 per trip and per resume, trips and paused seconds counted; no threads: the clock, the sleep
 and the version sources are injected (the sleep is where the fake learner gets work done)."""
 
@@ -69,9 +69,9 @@ def test_one_line_per_trip_and_per_resume(metrics: SkurlMetrics, caplog: pytest.
             breaker.update(lag)
     lines = breaker_lines(caplog)
     assert len(lines) == 4 and breaker.trips == 2
-    assert lines[0] == "circuit breaker: collectors paused: lag 2 versions > train.max_lag 1"
+    assert lines[0] == "circuit breaker: collectors paused: lag 2 versions > collect.max_lag 1"
     assert lines[1].startswith("circuit breaker: collectors resumed after ") and lines[1].endswith(
-        ": lag 1 versions <= train.max_lag 1")
+        ": lag 1 versions <= collect.max_lag 1")
     assert "paused: lag 4 versions" in lines[2]
 
 
@@ -179,7 +179,7 @@ def test_a_collector_stuck_on_old_weights_trips_while_the_learner_publishes(metr
 
 def test_inside_fixed_staleness_it_never_trips_at_max_lag_equal_n(metrics: SkurlMetrics) -> None:
     """Fixed staleness collects iteration k with version k - min(k, N): its lag is at most N,
-    so the breaker at train.max_lag = N (its default) stays closed however long the run."""
+    so the breaker at collect.max_lag = N (its default) stays closed however long the run."""
     n, weights = 2, InProcWeights()
     writer = ShardWriter(MemoryShardQueue(MemoryStream(), "producer"))
     breaker = CircuitBreaker(n, clock=Clock(), sleep=lambda s: pytest.fail("paused"))

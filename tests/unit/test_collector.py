@@ -174,10 +174,10 @@ def test_infer_dtype_names() -> None:
         resolve_infer_dtype("fp8")
 
 
-def test_from_config_reads_the_collection_settings_of_the_train_section() -> None:
-    from skurl.config import TrainConfig
+def test_from_config_reads_the_collection_settings_of_the_collect_section() -> None:
+    from skurl.config import CollectConfig
 
     base, env = make(np.arange(4))
-    train = TrainConfig(chunk=3, infer_dtype="float32", collect_values=False)
-    c = Collector.from_config(env, base.model, base.grid, train)
+    settings = CollectConfig(chunk=3, infer_dtype="float32", values=False)
+    c = Collector.from_config(env, base.model, base.grid, settings)
     assert (c.chunk, c.dtype, c.record_values) == (3, torch.float32, False)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from skurl.cli import main
-from skurl.config import Config, config_to_dict, load_config
+from skurl.config import MOVED, Config, config_to_dict, load_config
 from skurl.errors import ConfigError
 
 
@@ -148,3 +148,24 @@ def test_config_show_bad_set_is_exit_2(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["config", "show", "--set", "sim.days=-3"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "sim.days" in err
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_a_key_moved_to_the_collect_section_is_one_line_naming_it(old: str, tmp_path: Path) -> None:
+    new = MOVED[old]
+    with pytest.raises(ConfigError, match=f"'{old}' moved to '{new}'"):
+        load_config(None, [f"{old}=1"])
+    section, key = old.split(".")
+    path = tmp_path / "run.yaml"
+    path.write_text(f"{section}:\n  {key}: 1\n")
+    with pytest.raises(ConfigError, match=f"'{old}' moved to '{new}'"):
+        load_config(path)
+
+
+def test_the_collect_section_holds_the_collectors_settings() -> None:
+    cfg = load_config(None, ["collect.staleness=2", "collect.max_lag=3", "collect.skus=10", "collect.values=true"])
+    assert (cfg.collect.staleness, cfg.collect.max_lag, cfg.collect.skus, cfg.collect.values) == (2, 3, 10, True)
+    with pytest.raises(ConfigError, match=r"collect\.max_lag"):
+        load_config(None, ["collect.staleness=2", "collect.max_lag=1"])
+    with pytest.raises(ConfigError, match=r"collect\.staleness"):
+        load_config(None, ["collect.staleness=1", "train.algo=dcl"])

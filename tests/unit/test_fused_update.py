@@ -53,8 +53,8 @@ def trained(fused: bool, extra: list[str], stale: bool = False, value_only: bool
     dict(extra=[]),
     dict(extra=["ppo.side_by_side=true"], threads=2),
     dict(extra=["ppo.amp=bf16"]),
-    dict(extra=["train.staleness=1"], stale=True),
-    dict(extra=["train.staleness=1", "train.staleness_clip=behaviour"], stale=True),
+    dict(extra=["collect.staleness=1"], stale=True),
+    dict(extra=["collect.staleness=1", "collect.staleness_clip=behaviour"], stale=True),
     dict(extra=[], value_only=True),
 ], ids=["fp32", "side-by-side", "bf16", "stale-weighted", "stale-behaviour", "value-only"])
 def test_fused_update_is_bit_identical_to_autograd(case: dict) -> None:

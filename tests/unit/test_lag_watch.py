@@ -52,7 +52,7 @@ def test_a_waiting_collector_with_old_weights_trips_and_resumes(caplog: pytest.L
         watch.wait({"c0": done_future(), "c1": slow}, held_wire)
     assert set(reads) == {"c1"}  # only the one still waiting
     lines = [r.getMessage() for r in caplog.records]
-    assert lines[0] == "circuit breaker: collector c1 paused: lag 5 versions > train.max_lag 1"
+    assert lines[0] == "circuit breaker: collector c1 paused: lag 5 versions > collect.max_lag 1"
     assert lines[-1].startswith("circuit breaker: collector c1 resumed after") and len(lines) == 2
     assert watch.take_figures() == {"collector_breaker_trips": 1.0, "collector_lag_max": 5.0}
     assert watch.take_figures()["collector_lag_max"] == 0.0  # since the last call

@@ -82,7 +82,7 @@ def test_stale_rollout_uses_the_recorded_behaviour() -> None:
 
 
 def test_stale_rollout_without_recorded_values_is_refused() -> None:
-    # Collectors skip the value net unless train.collect_values (their rollouts carry NaN):
+    # Collectors skip the value net unless collect.values (their rollouts carry NaN):
     # fine at the learner's version (it recomputes), refused when stale.
     learner = Learner(cfg(), OBS, ACTIONS, "cpu")
     rollout = bandit_rollout(learner, 16, 0)
@@ -90,7 +90,7 @@ def test_stale_rollout_without_recorded_values_is_refused() -> None:
     rollout.bootstrap[:] = np.nan
     assert np.isfinite(learner.update(rollout)["policy_loss"])
     rollout.policy_version = learner.version - 1
-    with pytest.raises(UserError, match=r"train\.collect_values"):
+    with pytest.raises(UserError, match=r"collect\.values"):
         learner.update(rollout)
 
 

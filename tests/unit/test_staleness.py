@@ -76,12 +76,12 @@ def lag_sum() -> float:
 
 
 class TodaysMode(Colocated):
-    """The loop as it was before train.staleness: LocalCollectors on the learner's weights."""
+    """The loop as it was before collect.staleness: LocalCollectors on the learner's weights."""
 
     def build(self, core: RunCore, learner: Learner) -> Wiring:
         weights = in_process_weights(learner)
         return Wiring(LocalCollectors(core.local_env, len(core.shards), collector_model(learner), core.grid,
-                                      weights, core.timer, train=core.cfg.train), weights)
+                                      weights, core.timer, collect=core.cfg.collect), weights)
 
 
 def test_staleness_zero_is_todays_loop(tmp_path: Path) -> None:
@@ -97,9 +97,9 @@ def test_fixed_staleness_trains_on_version_k_minus_n_deterministically(tmp_path:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     seen = trained_versions(monkeypatch)
     lag_before = lag_sum()
-    train(tiny(f"train.staleness={n}"), tmp_path / "a", baseline=False)
+    train(tiny(f"collect.staleness={n}"), tmp_path / "a", baseline=False)
     assert seen == [(k, max(0, k - n)) for k in range(5)]  # no warm start: version k at iteration k
-    train(tiny(f"train.staleness={n}"), tmp_path / "b", baseline=False)
+    train(tiny(f"collect.staleness={n}"), tmp_path / "b", baseline=False)
     assert_same(final_weights(tmp_path / "a"), final_weights(tmp_path / "b"))
     records = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     assert [r["behaviour_version"] for r in records] == [max(0, k - n) for k in range(5)]
@@ -118,7 +118,7 @@ def test_fixed_staleness_trains_on_version_k_minus_n_deterministically(tmp_path:
 @pytest.mark.parametrize("extra", [(), WARM], ids=["default", "warm_start"])
 def test_resume_in_the_middle_is_bit_identical(tmp_path: Path, extra: tuple[str, ...],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = tiny("train.staleness=2", *extra)
+    cfg = tiny("collect.staleness=2", *extra)
     seen = trained_versions(monkeypatch)
     train(cfg, tmp_path / "straight", baseline=False)
     v0 = 1 if extra else 0  # the warm start's clone is version 1
@@ -146,12 +146,12 @@ def test_weight_history_is_exact_kept_and_pruned(tmp_path: Path) -> None:
 
 def test_unbuilt_modes_are_one_line(tmp_path: Path) -> None:
     for mode in ("colocated", "decoupled", "ray"):  # fixed staleness is built in every mode
-        refuse_unbuilt(tiny("train.staleness=1").train, mode)
-    with pytest.raises(UserError, match=r"train.staleness = 1: .* not built for ddp"):
-        refuse_unbuilt(tiny("train.staleness=1").train, "ddp")
-    refuse_unbuilt(tiny().train, "ddp")  # staleness 0 runs everywhere
+        refuse_unbuilt(tiny("collect.staleness=1").collect, mode)
+    with pytest.raises(UserError, match=r"collect.staleness = 1: .* not built for ddp"):
+        refuse_unbuilt(tiny("collect.staleness=1").collect, "ddp")
+    refuse_unbuilt(tiny().collect, "ddp")  # staleness 0 runs everywhere
     for mode in ("colocated", "decoupled", "ray"):  # and so does bounded staleness
-        refuse_unbuilt(tiny("train.staleness=1", "train.staleness_mode=bounded").train, mode)
+        refuse_unbuilt(tiny("collect.staleness=1", "collect.staleness_mode=bounded").collect, mode)
 
 
 def test_collecting_ahead_in_a_thread_changes_no_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,11 +164,11 @@ def test_collecting_ahead_in_a_thread_changes_no_bit(tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(LocalCollectors, "collect", spy)
     # evaluations (every 2nd iteration) simulate while the next rollout is collected ahead
-    train(tiny("train.staleness=1", "train.eval_every=2", "train.collect_ahead=false"), tmp_path / "sync",
+    train(tiny("collect.staleness=1", "train.eval_every=2", "collect.ahead=false"), tmp_path / "sync",
           baseline=False)
     assert threads == ["MainThread"] * 5
     threads.clear()
-    train(tiny("train.staleness=1", "train.eval_every=2"), tmp_path / "ahead", baseline=False)
+    train(tiny("collect.staleness=1", "train.eval_every=2"), tmp_path / "ahead", baseline=False)
     # iteration 0 in the loop's thread, 1..4 collected ahead while the learner trained
     assert threads[0] == "MainThread" and all(t.startswith("collect-ahead") for t in threads[1:]), threads
     assert len(threads) == 5  # none past the last iteration
@@ -183,8 +183,8 @@ def test_collecting_ahead_in_a_thread_changes_no_bit(tmp_path: Path, monkeypatch
 def test_collecting_ahead_draws_the_next_iterations_sku_sample(tmp_path: Path) -> None:
     # ppo.sample_skus: collectors keep the observations of the learner's sample, drawn per
     # iteration; collecting k + 1 ahead asks for update k + 1's (Learner.sample_index).
-    sampled = ("train.staleness=1", "ppo.sample_skus=20")
-    train(tiny(*sampled, "train.collect_ahead=false"), tmp_path / "sync", baseline=False)
+    sampled = ("collect.staleness=1", "ppo.sample_skus=20")
+    train(tiny(*sampled, "collect.ahead=false"), tmp_path / "sync", baseline=False)
     train(tiny(*sampled), tmp_path / "ahead", baseline=False)
     assert_same(final_weights(tmp_path / "sync"), final_weights(tmp_path / "ahead"))
 

@@ -1,5 +1,5 @@
 """V-trace targets (learn/vtrace.py) on a hand-computed case, against the defining sum, and
-equal to GAE bit for bit on-policy; the Learner's near-on-policy path (train.staleness > 0)."""
+equal to GAE bit for bit on-policy; the Learner's near-on-policy path (collect.staleness > 0)."""
 
 from __future__ import annotations
 
@@ -119,8 +119,8 @@ def _same_weights(a: Learner, b: Learner) -> bool:
 
 
 def test_staleness_zero_update_is_todays() -> None:
-    # The on-policy path is taken whatever train.staleness says: same update bit for bit.
-    today, near = Learner(cfg(), OBS, ACTIONS, "cpu"), Learner(cfg("train.staleness=2"), OBS, ACTIONS, "cpu")
+    # The on-policy path is taken whatever collect.staleness says: same update bit for bit.
+    today, near = Learner(cfg(), OBS, ACTIONS, "cpu"), Learner(cfg("collect.staleness=2"), OBS, ACTIONS, "cpu")
     today.update(rollout_of(today))
     near.update(rollout_of(near))
     assert _same_weights(today, near)
@@ -129,7 +129,7 @@ def test_staleness_zero_update_is_todays() -> None:
 def test_stale_rollout_with_pi_equal_mu_gives_the_on_policy_update() -> None:
     # A stale rollout whose recorded log-probs are exactly the learner's (pi = mu) takes the
     # V-trace path with all ratios 1: the same weights as the on-policy update, bit for bit.
-    on = Learner(cfg("train.staleness=1"), OBS, ACTIONS, "cpu")
+    on = Learner(cfg("collect.staleness=1"), OBS, ACTIONS, "cpu")
     stale = copy.deepcopy(on)
     rollout = rollout_of(on)
     probe = copy.deepcopy(on)
@@ -144,10 +144,10 @@ def test_stale_rollout_with_pi_equal_mu_gives_the_on_policy_update() -> None:
 
 @pytest.mark.parametrize("clip", ["behaviour", "proximal"])
 def test_stale_rollout_ratio_is_against_mu_and_needs_no_recorded_values(clip: str) -> None:
-    learner = Learner(cfg("train.staleness=1", f"train.staleness_clip={clip}"), OBS, ACTIONS, "cpu")
+    learner = Learner(cfg("collect.staleness=1", f"collect.staleness_clip={clip}"), OBS, ACTIONS, "cpu")
     rollout = rollout_of(learner)
     rollout.policy_version = learner.version - 1
-    rollout.values[:] = np.nan  # train.collect_values=false: V-trace uses the learner's critic
+    rollout.values[:] = np.nan  # collect.values=false: V-trace uses the learner's critic
     rollout.bootstrap[:] = np.nan
     rollout.logp[:] -= 0.5  # mu: less likely to take these actions (pi is near the recorded logp)
     stats = learner.update(rollout)
@@ -163,22 +163,22 @@ def test_stale_rollout_ratio_is_against_mu_and_needs_no_recorded_values(clip: st
 
 def test_correction_none_differs_from_vtrace() -> None:
     def trained(*extra: str) -> Learner:
-        learner = Learner(cfg("train.staleness=1", *extra), OBS, ACTIONS, "cpu")
+        learner = Learner(cfg("collect.staleness=1", *extra), OBS, ACTIONS, "cpu")
         rollout = rollout_of(learner)
         rollout.policy_version = learner.version - 1
         rollout.logp[:] += np.random.default_rng(1).normal(0, 0.3, rollout.logp.shape).astype(np.float32)
         learner.update(rollout)
         return learner
 
-    assert not _same_weights(trained(), trained("train.staleness_correction=none"))
-    assert not _same_weights(trained(), trained("train.staleness_clip=behaviour"))
+    assert not _same_weights(trained(), trained("collect.staleness_correction=none"))
+    assert not _same_weights(trained(), trained("collect.staleness_clip=behaviour"))
 
 
 def test_proximal_clip_weights_rows_by_truncated_pi_over_mu() -> None:
     # Decoupled PPO: old_logp is the learner's own (the first minibatch's ratio is 1) and the
     # weight is min(rho-bar, pi/mu) per row, by hand for mu = pi - 0.5 on half the rows and
     # pi + 0.5 on the other half.
-    learner = Learner(cfg("train.staleness=1", "train.vtrace_rho_bar=1.2"), OBS, ACTIONS, "cpu")
+    learner = Learner(cfg("collect.staleness=1", "collect.vtrace_rho_bar=1.2"), OBS, ACTIONS, "cpu")
     rollout = rollout_of(learner)
     probe = copy.deepcopy(learner)
     own, _ = probe._prepare(probe._to_device(rollout), behaviour=True)
@@ -189,17 +189,17 @@ def test_proximal_clip_weights_rows_by_truncated_pi_over_mu() -> None:
     assert torch.equal(batch.old_logp, own.old_logp)
     expected = np.minimum(np.exp(shift.reshape(-1)), 1.2)
     np.testing.assert_allclose(batch.weight.numpy(), expected, rtol=1e-5)
-    none = Learner(cfg("train.staleness=1", "train.staleness_correction=none"), OBS, ACTIONS, "cpu")
+    none = Learner(cfg("collect.staleness=1", "collect.staleness_correction=none"), OBS, ACTIONS, "cpu")
     plain, _ = none._prepare(none._to_device(rollout), behaviour=False)
     assert plain.weight is None and torch.equal(plain.old_logp, own.old_logp)
 
 
-@pytest.mark.parametrize(("key", "match"), [("train.staleness=-1", "train.staleness"),
-                                             ("train.vtrace_c_bar=2", "train.vtrace_c_bar"),
-                                             ("train.vtrace_rho_bar=0", "train.vtrace_rho_bar"),
-                                             ("train.staleness_mode=later", "train.staleness_mode")])
+@pytest.mark.parametrize(("key", "match"), [("collect.staleness=-1", "collect.staleness"),
+                                             ("collect.vtrace_c_bar=2", "collect.vtrace_c_bar"),
+                                             ("collect.vtrace_rho_bar=0", "collect.vtrace_rho_bar"),
+                                             ("collect.staleness_mode=later", "collect.staleness_mode")])
 def test_bad_keys_are_named(key: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         cfg(key)
-    with pytest.raises(ConfigError, match=r"train\.max_lag': got 1, expected 0 or an integer >= train.staleness"):
-        cfg("train.staleness=2", "train.max_lag=1")
+    with pytest.raises(ConfigError, match=r"collect\.max_lag': got 1, expected 0 or an integer >= collect.staleness"):
+        cfg("collect.staleness=2", "collect.max_lag=1")

@@ -1,4 +1,4 @@
-"""Bounded staleness around the Collectors seam (train.staleness = N, staleness_mode=bounded).
+"""Bounded staleness around the Collectors seam (collect.staleness = N, staleness_mode=bounded).
 
 A collection thread runs ahead of the learner: it always collects with the newest weights
 the learner has published and queues the rollouts; the learner trains the oldest queued
@@ -6,9 +6,9 @@ rollout that lags at most N versions and refuses older ones (counted, one line e
 queue is bounded by the lag its next rollout would have when trained (queued + the one in
 training): the thread waits while that would pass N, so at steady state it collects
 update k + 1 while the learner trains k. Versions follow timing, so runs are not
-bit-reproducible; train.staleness_mode=fixed is (collect/staleness.py). The circuit
+bit-reproducible; collect.staleness_mode=fixed is (collect/staleness.py). The circuit
 breaker (collect/breaker.py) pauses the thread while the weights it can get lag the
-learner by more than train.max_lag (a stalled weight sync), with one line each way.
+learner by more than collect.max_lag (a stalled weight sync), with one line each way.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from skurl.collect.breaker import CircuitBreaker, max_lag_of
 from skurl.collect.collectors import Collected, Collectors, NewestWeights, SampleIndex, WeightSource
 from skurl.collect.staleness import LagFigures, WeightHistory
-from skurl.config import TrainConfig
+from skurl.config import CollectConfig
 from skurl.telemetry.metrics import get_metrics
 
 _log = logging.getLogger(__name__)
@@ -106,11 +106,11 @@ class BoundedStaleness:
         self.refused += 1
         get_metrics().stale_shards_refused_total.inc()
         if lag < 0:  # read back after a restart: its weights were lost with the crashed learner
-            _log.warning("train.staleness_mode=bounded: refused a rollout of policy version %d: newer than "
+            _log.warning("collect.staleness_mode=bounded: refused a rollout of policy version %d: newer than "
                          "the learner's %d (weights it no longer has)", batch.rollout.policy_version, version)
         else:
-            _log.warning("train.staleness_mode=bounded: refused a rollout of policy version %d: %d versions "
-                         "behind the learner's %d > train.staleness %d", batch.rollout.policy_version, lag,
+            _log.warning("collect.staleness_mode=bounded: refused a rollout of policy version %d: %d versions "
+                         "behind the learner's %d > collect.staleness %d", batch.rollout.policy_version, lag,
                          version, self.staleness)
         for hook in self.on_refuse:
             hook(batch)
@@ -169,10 +169,10 @@ class BoundedStaleness:
         self.inner.close()
 
 
-def bounded(train: TrainConfig, latest: NewestWeights,
+def bounded(collect: CollectConfig, latest: NewestWeights,
             local: Callable[[WeightSource], Collectors]) -> BoundedStaleness:
     """BoundedStaleness over `local(history)`, the newest weights from `latest` (the
     learner's in-process publisher)."""
     history = WeightHistory(2, None, keep_back=0)
-    breaker = CircuitBreaker(max_lag_of(train), who="collection thread")
-    return BoundedStaleness(local(history), latest, history, train.staleness, breaker)
+    breaker = CircuitBreaker(max_lag_of(collect), who="collection thread")
+    return BoundedStaleness(local(history), latest, history, collect.staleness, breaker)

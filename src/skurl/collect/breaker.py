@@ -1,4 +1,4 @@
-"""The circuit breaker of near-on-policy training (train.max_lag): collectors pause while
+"""The circuit breaker of near-on-policy training (collect.max_lag): collectors pause while
 the data they would collect now would lag the learner by more than max_lag versions, so no
 collector keeps producing shards the learner must refuse or weight down to nothing.
 
@@ -16,16 +16,16 @@ import time
 from collections.abc import Callable
 
 from skurl.collect.collectors import Collected, Collectors, SampleIndex
-from skurl.config import TrainConfig
+from skurl.config import CollectConfig
 from skurl.telemetry.metrics import get_metrics
 
 log = logging.getLogger(__name__)
 Lag = Callable[[], "int | None"]  # versions the next collection would lag; None: unknown now
 
 
-def max_lag_of(train: TrainConfig) -> int:
-    """train.max_lag, whose 0 means train.staleness."""
-    return int(train.max_lag or train.staleness)
+def max_lag_of(collect: CollectConfig) -> int:
+    """collect.max_lag, whose 0 means collect.staleness."""
+    return int(collect.max_lag or collect.staleness)
 
 
 class CircuitBreaker:
@@ -54,11 +54,11 @@ class CircuitBreaker:
             self.open, self._opened_at, self._counted_to = True, now, now
             self.trips += 1
             get_metrics().collector_breaker_trips_total.inc()
-            log.warning("circuit breaker: %s paused: lag %d versions > train.max_lag %d", self.who, lag,
+            log.warning("circuit breaker: %s paused: lag %d versions > collect.max_lag %d", self.who, lag,
                         self.max_lag)
         elif self.open and lag <= self.max_lag:
             self.open = False
-            log.warning("circuit breaker: %s resumed after %.1f s: lag %d versions <= train.max_lag %d",
+            log.warning("circuit breaker: %s resumed after %.1f s: lag %d versions <= collect.max_lag %d",
                         self.who, now - self._opened_at, lag, self.max_lag)
         return self.open
 

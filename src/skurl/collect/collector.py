@@ -22,7 +22,7 @@ import torch
 from skurl.buffer.rollout import Rollout
 from skurl.catalog.schema import Catalog
 from skurl.collect.reward_range import check_rewards, reward_bounds
-from skurl.config import TrainConfig
+from skurl.config import CollectConfig
 from skurl.errors import UserError
 from skurl.policy.action_noise import ActionUniforms
 from skurl.policy.actions import ActionGrid, bind_to_env, report_clipped
@@ -49,7 +49,7 @@ def resolve_infer_dtype(name: str) -> torch.dtype:
     if name == "float32":
         return torch.float32
     if name == "bfloat16":
-        warn_if_emulated(log, "train.infer_dtype=bfloat16", "auto or float32")
+        warn_if_emulated(log, "collect.infer_dtype=bfloat16", "auto or float32")
         return torch.bfloat16
     if name == "auto":
         return torch.bfloat16 if cpu_has_bf16() else torch.float32
@@ -110,7 +110,7 @@ class Collector:
         if self.sku_ids.shape != (env.num_skus,):
             raise ValueError(f"collector: {self.sku_ids.shape[0]} sku_ids for {env.num_skus} SKUs")
         self.timer: Timer = timer or _NoTimer()
-        # Without values (train.collect_values=false) rollouts carry NaN values and
+        # Without values (collect.values=false) rollouts carry NaN values and
         # bootstraps: the learner recomputes both for rollouts at its version and refuses
         # stale ones without them. The value net is half of the inference cost.
         self.record_values = bool(record_values)
@@ -121,12 +121,12 @@ class Collector:
         self._reward_bound = self._bounds(catalog if catalog is not None else getattr(env, "catalog", None))
 
     @classmethod
-    def from_config(cls, env: Env, model: ActorCritic, grid: ActionGrid, train: TrainConfig, *,
+    def from_config(cls, env: Env, model: ActorCritic, grid: ActionGrid, collect: CollectConfig, *,
                     timer: Timer | None = None, catalog: Catalog | None = None) -> Collector:
-        """A Collector with the collection settings of `train` (chunk, infer_dtype,
-        collect_values): the one place that reads them, for every mode."""
-        return cls(env, model, grid, chunk=train.chunk, infer_dtype=train.infer_dtype, timer=timer,
-                   record_values=train.collect_values, catalog=catalog)
+        """A Collector with the collection settings of `collect` (chunk, infer_dtype,
+        values): the one place that reads them, for every mode."""
+        return cls(env, model, grid, chunk=collect.chunk, infer_dtype=collect.infer_dtype, timer=timer,
+                   record_values=collect.values, catalog=catalog)
 
     def _bounds(self, catalog: Catalog | None) -> np.ndarray:
         """Per-SKU reward range (collect/reward_range.py); only finiteness is checked for

@@ -14,7 +14,7 @@ import torch
 
 from skurl.buffer.rollout import Rollout
 from skurl.collect.collector import Collector
-from skurl.config import TrainConfig
+from skurl.config import CollectConfig
 from skurl.policy.actions import ActionGrid
 from skurl.policy.nets import ActorCritic
 from skurl.sim.api import Env
@@ -69,13 +69,13 @@ class LocalCollectors:
 
     def __init__(self, env_of: Callable[[int], Env], shards: int, model: ActorCritic, grid: ActionGrid,
                  weights: WeightSource,
-                 timer: StageTimer, *, train: TrainConfig) -> None:
+                 timer: StageTimer, *, collect: CollectConfig) -> None:
         self.env_of, self.shards, self.model, self.grid, self.weights = env_of, shards, model, grid, weights
-        self.timer, self.train = timer, train
+        self.timer, self.settings = timer, collect
 
     def collect(self, iteration: int, seed: int, version: int, sample: SampleIndex) -> Collected:
         collector = Collector.from_config(self.env_of(iteration % self.shards), self.model, self.grid,
-                                          self.train, timer=self.timer)
+                                          self.settings, timer=self.timer)
         with self.timer.stage("sync"):
             held, tensors = self.weights.wait_for(version, timeout=60.0)
             collector.set_weights(held, tensors)

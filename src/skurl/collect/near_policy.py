@@ -1,4 +1,4 @@
-"""The run's collectors under train.staleness: the inner ones at 0 (the sync barrier),
+"""The run's collectors under collect.staleness: the inner ones at 0 (the sync barrier),
 FixedStaleness (collect/staleness.py) or BoundedStaleness (collect/bounded.py) around them."""
 
 from __future__ import annotations
@@ -9,21 +9,21 @@ from pathlib import Path
 from skurl.collect.bounded import bounded
 from skurl.collect.collectors import Collectors, NewestWeights, WeightSource
 from skurl.collect.staleness import HISTORY_DIR, FixedStaleness, SampleAt, WeightHistory
-from skurl.config import TrainConfig
+from skurl.config import CollectConfig, TrainConfig
 
 
-def with_staleness(train: TrainConfig, latest: NewestWeights, run_dir: Path,
+def with_staleness(collect: CollectConfig, train: TrainConfig, latest: NewestWeights, run_dir: Path,
                    local: Callable[[WeightSource], Collectors],
                    sample_at: SampleAt | None = None) -> Collectors:
-    """The run's collectors: `local(latest)` at train.staleness 0 (the sync barrier), else
+    """The run's collectors: `local(latest)` at collect.staleness 0 (the sync barrier), else
     FixedStaleness over `local(history)` (`sample_at`: the learner's SKU sample of a given
     iteration, for collecting ahead under ppo.sample_skus), or BoundedStaleness
     (collect/bounded.py) under staleness_mode=bounded."""
-    n = train.staleness
+    n = collect.staleness
     if n == 0:
         return local(latest)
-    if train.staleness_mode == "bounded":
-        return bounded(train, latest, local)
+    if collect.staleness_mode == "bounded":
+        return bounded(collect, latest, local)
     history = WeightHistory(n + 1, run_dir / HISTORY_DIR, keep_back=n + train.keep_checkpoints * train.checkpoint_every)
-    return FixedStaleness(local(history), latest, history, n, ahead=train.collect_ahead, iterations=train.iterations,
+    return FixedStaleness(local(history), latest, history, n, ahead=collect.ahead, iterations=train.iterations,
                           sample_at=sample_at)

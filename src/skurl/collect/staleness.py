@@ -1,4 +1,4 @@
-"""Fixed staleness around the Collectors seam (train.staleness = N, staleness_mode=fixed).
+"""Fixed staleness around the Collectors seam (collect.staleness = N, staleness_mode=fixed).
 
 Iteration k of the PPO loop is collected with exactly policy version v_0 + max(0, k - N)
 (v_0: the version the loop started from, the warm start's clone or the initial weights),
@@ -24,7 +24,7 @@ from safetensors.torch import load, save
 
 from skurl import atomic
 from skurl.collect.collectors import Collected, Collectors, SampleIndex, WeightSource
-from skurl.config import TrainConfig
+from skurl.config import CollectConfig
 from skurl.errors import UserError
 from skurl.telemetry.metrics import get_metrics
 
@@ -35,14 +35,14 @@ Tensors = dict[str, torch.Tensor]
 SampleAt = Callable[[int, int], "np.ndarray | None"]  # (N SKUs, iteration) -> that update's SKU sample
 
 
-def refuse_unbuilt(train: TrainConfig, mode: str) -> None:
-    """train.staleness > 0 runs where it is built (fixed and bounded: colocated, decoupled,
+def refuse_unbuilt(collect: CollectConfig, mode: str) -> None:
+    """collect.staleness > 0 runs where it is built (fixed and bounded: colocated, decoupled,
     ray): one line elsewhere."""
-    if train.staleness == 0:
+    if collect.staleness == 0:
         return
     if mode not in ("colocated", "decoupled", "ray"):
-        raise UserError(f"train.staleness = {train.staleness}: near-on-policy training is not built for "
-                        f"{mode} yet; expected train.staleness=0")
+        raise UserError(f"collect.staleness = {collect.staleness}: near-on-policy training is not built for "
+                        f"{mode} yet; expected collect.staleness=0")
 
 
 class WeightHistory:
@@ -86,9 +86,9 @@ class WeightHistory:
         if version not in self._held:
             path = None if self.directory is None else self.directory / f"v{version:09d}.safetensors"
             if path is None or not path.is_file():
-                raise UserError(f"train.staleness: the weights of policy version {version} are not kept "
+                raise UserError(f"collect.staleness: the weights of policy version {version} are not kept "
                                 f"(expected {path or 'them in memory'}); resume from a later checkpoint "
-                                "or with train.staleness=0")
+                                "or with collect.staleness=0")
             self._held[version] = load(path.read_bytes())
         return version, self._held[version]
 
@@ -148,7 +148,7 @@ class FixedStaleness:
         batch = future.result()  # waits; re-raises the collection's error here
         same_sample = all(_same_index(index, sample(n)) for n, index in drawn)
         if not same_sample and self._pool is not None:
-            _log.warning("train.collect_ahead: the learner's SKU sample of an iteration is drawn when it "
+            _log.warning("collect.ahead: the learner's SKU sample of an iteration is drawn when it "
                          "trains it (ppo.sample_skus); collecting in the loop from here on")
             self._pool.shutdown(wait=False)
             self._pool = None

@@ -65,12 +65,14 @@ def peak_rss_mb() -> float:
 def configured_skus(args: argparse.Namespace, default: int) -> int:
     """--skus when given, else catalog.skus when the --config file or a --set gives it
     (a bench must simulate the catalog it is told to), else the bench's `default`."""
-    from skurl.config import Config
+    from skurl.config import Config, refuse_moved
     from skurl.config.loader import apply_overrides, read_yaml
 
     if args.skus is not None:
         return int(args.skus)
-    data = apply_overrides(read_yaml(args.config) if args.config else {}, list(args.overrides), Config)
+    data = read_yaml(args.config) if args.config else {}
+    refuse_moved(data, list(args.overrides))
+    data = apply_overrides(data, list(args.overrides), Config)
     catalog = data.get("catalog")
     if isinstance(catalog, dict) and "skus" in catalog:
         return int(config_from_args(args).catalog.skus)

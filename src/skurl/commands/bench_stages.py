@@ -71,7 +71,7 @@ def run_train_stages(args: argparse.Namespace) -> int:
     learner = Learner(cfg, env.schema.dim, grid.n)
     learner.fused = not args.autograd
     model = ActorCritic.from_state(learner.weights())
-    collector = Collector.from_config(env, model, grid, cfg.train)
+    collector = Collector.from_config(env, model, grid, cfg.collect)
     load_before = os.getloadavg()[0]
     runs = [_iteration(learner, collector, model, cfg, it) for it in range(args.iterations + 1)][1:]
     bounds = [_bound(learner, cfg)]

@@ -74,9 +74,9 @@ def run_collect(args: argparse.Namespace) -> int:
     # The warm-up subset shows the whole catalog's feature widths (the model's input width).
     warm_env = make_env(catalog.subset(np.arange(min(1000, len(catalog)))), cfg.sim, catalog_widths(catalog))
     warm = Collector(warm_env, model, grid,
-                     chunk=cfg.train.chunk, infer_dtype=cfg.train.infer_dtype)
+                     chunk=cfg.collect.chunk, infer_dtype=cfg.collect.infer_dtype)
     warm.collect(cfg.train.seed, 0, record=False)  # JIT compilation and thread pools
-    collector = Collector.from_config(env, model, grid, cfg.train)
+    collector = Collector.from_config(env, model, grid, cfg.collect)
     collector.collect(cfg.train.seed, 0, record=False)
     s = collector.stats
     out = {
@@ -85,7 +85,7 @@ def run_collect(args: argparse.Namespace) -> int:
         "simulate_seconds": round(s.sim_seconds, 4), "infer_seconds": round(s.infer_seconds, 4),
         "infer_dtype": str(collector.dtype).removeprefix("torch."), "native_bf16": cpu_has_bf16(),
         "hidden": list(cfg.policy.hidden),
-        "obs_dim": env.schema.dim, "actions": grid.n, "chunk": cfg.train.chunk, "threads": threads,
+        "obs_dim": env.schema.dim, "actions": grid.n, "chunk": cfg.collect.chunk, "threads": threads,
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
     _print(args, out, f"collect: {out['transitions_per_s']:,.0f} transitions/s "

@@ -16,6 +16,7 @@ from skurl.config.catalog import (
     SyntheticConfig,
     check_uniform_bounds,
 )
+from skurl.config.collect import MOVED, CollectConfig, refuse_moved
 from skurl.config.dcl import (
     DclConfig,
     auto_horizon,
@@ -61,10 +62,12 @@ from skurl.config.tracking import (
 __all__ = [
     "DEVICE_PATTERN",
     "MAX_SEED",
+    "MOVED",
     "POLICY_NAMES",
     "UNIFORM_COLUMNS",
     "ActionsConfig",
     "CatalogConfig",
+    "CollectConfig",
     "Config",
     "DclConfig",
     "DemandConfig",
@@ -95,6 +98,7 @@ __all__ = [
     "load_config",
     "opt",
     "read_yaml",
+    "refuse_moved",
     "section",
     "to_dict",
 ]

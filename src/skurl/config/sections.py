@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from skurl.config.catalog import CatalogConfig, DemandConfig, SerialConfig, SyntheticConfig
+from skurl.config.collect import CollectConfig, refuse_moved
 from skurl.config.dcl import DclConfig
 from skurl.config.loader import (
     apply_overrides,
@@ -239,8 +240,6 @@ class TrainConfig:
         "common-random-number rollouts (settings: dcl.*) and fit the policy to the labels"
     )
     seed: int = opt(0, "run seed: demand draws, network init, sampling")
-    collect_skus: int = opt(0, "SKUs simulated per iteration; 0 = the whole catalog")
-    chunk: int = opt(4096, "SKUs per inference batch in the collector")
     checkpoint_every: int = opt(5, "iterations between checkpoints")
     eval_every: int = opt(5, "iterations between evaluations on held-out seeds")
     device: str = opt("auto", "learner device: auto | cpu | cuda | cuda:N")
@@ -250,46 +249,7 @@ class TrainConfig:
         "(compiles on the first update; needs a C++ compiler on CPU). Off by default: not bit-identical "
         "to the default update, whose arithmetic is autograd's own (docs/performance.md)"
     )
-    infer_dtype: Literal["auto", "float32", "bfloat16"] = opt(
-        "auto", "collector inference precision: auto (bfloat16 where the CPU has native bf16) | float32 | bfloat16"
-    )
-    collect_values: bool = opt(
-        False, "collectors also record value estimates; the learner recomputes values of rollouts "
-        "at its own version in fp32, so only stale rollouts need them (halves collector inference)"
-    )
     keep_checkpoints: int = opt(3, "checkpoints kept in RUN_DIR/checkpoints (older ones are deleted)")
-    staleness: int = opt(
-        0, "policy versions collectors may run behind the learner (near-on-policy training, "
-        "docs/near_on_policy.md); 0 = the sync barrier: every rollout comes from the newest weights"
-    )
-    staleness_mode: Literal["fixed", "bounded"] = opt(
-        "fixed", "with train.staleness > 0: fixed = iteration k trains on rollouts of exactly version "
-        "max(0, k - staleness) (deterministic); bounded = collectors use the newest weights they hold "
-        "and the learner trains the oldest rollout at most train.staleness versions old, refusing older ones "
-        "(not reproducible: versions follow timing)"
-    )
-    max_lag: int = opt(
-        0, "circuit breaker: collectors pause while they lag more than this many versions; "
-        "0 = train.staleness, else an integer >= train.staleness"
-    )
-    staleness_correction: Literal["vtrace", "none"] = opt(
-        "vtrace", "stale rollouts: vtrace = V-trace value targets and advantages (truncated importance "
-        "weights, Espeholt et al. 2018) and PPO's ratio corrected as train.staleness_clip says; none = "
-        "no correction: GAE and PPO as if the learner's policy had collected them"
-    )
-    staleness_clip: Literal["proximal", "behaviour"] = opt(
-        "proximal", "PPO's ratio on stale rollouts (with staleness_correction=vtrace): proximal = clipped "
-        "around the learner's policy at the update's start, each row weighted by its pi/mu truncated at "
-        "train.vtrace_rho_bar (decoupled PPO, Hilton et al. 2021); behaviour = clipped around the "
-        "recorded behaviour log-probs mu (use it at staleness > 2 with a fast-moving policy: proximal "
-        "diverged there, docs/near_on_policy.md)"
-    )
-    collect_ahead: bool = opt(
-        True, "with train.staleness >= 1 (fixed): a background thread collects iteration k + 1 while "
-        "the learner trains on k (its version is fixed by k, not by timing: results are unchanged)"
-    )
-    vtrace_rho_bar: float = opt(1.0, "V-trace truncation of the importance weight on each TD error (rho-bar > 0)")
-    vtrace_c_bar: float = opt(1.0, "V-trace truncation of the trace-cutting weights c (c-bar > 0, <= rho-bar)")
     keep_best: bool = opt(
         False, "the run's result is the evaluated policy with the best objective on a validation seed "
         "(never a held-out one), kept in RUN_DIR/best: the final eval.json and `skurl eval --run` use it"
@@ -316,8 +276,6 @@ class TrainConfig:
         check_seed(self.seed, "train.seed")
         check(DEVICE_PATTERN.fullmatch(self.device) is not None, "train.device", self.device,
               "auto, cpu, cuda or cuda:N")
-        check(self.chunk >= 1, "train.chunk", self.chunk, "an integer >= 1")
-        check(self.collect_skus >= 0, "train.collect_skus", self.collect_skus, "an integer >= 0 (0 = the whole catalog)")
         check(self.checkpoint_every >= 1, "train.checkpoint_every", self.checkpoint_every, ">= 1")
         check(self.eval_every >= 0, "train.eval_every", self.eval_every, "an integer >= 0 (0 = only at the end)")
         check(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints, "an integer >= 1")
@@ -328,14 +286,6 @@ class TrainConfig:
         check(0.0 <= self.warm_start_smoothing < 1.0, "train.warm_start_smoothing", self.warm_start_smoothing,
               "a number in [0, 1)")
         check(self.warm_start_critic >= 0, "train.warm_start_critic", self.warm_start_critic, "an integer >= 0")
-        check(self.staleness >= 0, "train.staleness", self.staleness, "an integer >= 0 (0 = the sync barrier)")
-        check(self.algo == "ppo" or self.staleness == 0, "train.staleness", self.staleness,
-              "0 with train.algo=dcl (its states come from the learner's own policy)")
-        check(self.max_lag == 0 or self.max_lag >= self.staleness, "train.max_lag", self.max_lag,
-              f"0 or an integer >= train.staleness ({self.staleness})")
-        check(self.vtrace_rho_bar > 0, "train.vtrace_rho_bar", self.vtrace_rho_bar, "a number > 0")
-        check(0 < self.vtrace_c_bar <= self.vtrace_rho_bar, "train.vtrace_c_bar", self.vtrace_c_bar,
-              f"a number in (0, train.vtrace_rho_bar = {self.vtrace_rho_bar}]")
 
 
 @dataclass(frozen=True)
@@ -377,6 +327,7 @@ class Config:
     policy: PolicyConfig = section(PolicyConfig, "policy network and action grid")
     ppo: PPOConfig = section(PPOConfig, "PPO learner")
     train: TrainConfig = section(TrainConfig, "the training loop")
+    collect: CollectConfig = section(CollectConfig, "the collectors: SKUs per iteration, inference, near-on-policy staleness")
     dcl: DclConfig = section(DclConfig, "train.algo=dcl: state sampling and rollout Q estimates")
     eval: EvalConfig = section(EvalConfig, "evaluation on held-out seeds")
     sync: SyncConfig = section(SyncConfig, "weight sync between learner and collectors")
@@ -386,10 +337,15 @@ class Config:
     ray: RayConfig = section(RayConfig, "--mode ray: simulator and collector actors, resources")
     tracking: TrackingConfig = section(TrackingConfig, "experiment tracking and model registry (MLflow)")
 
+    def __post_init__(self) -> None:
+        check(self.train.algo == "ppo" or self.collect.staleness == 0, "collect.staleness", self.collect.staleness,
+              "0 with train.algo=dcl (its states come from the learner's own policy)")
+
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Config from an optional YAML file plus `a.b=value` overrides, validated."""
     data: dict[str, Any] = read_yaml(path) if path else {}
+    refuse_moved(data, list(overrides or []))
     data = apply_overrides(data, list(overrides or []), Config)
     return build(Config, data)
 

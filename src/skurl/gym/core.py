@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from skurl.catalog import Catalog, load_catalog
-from skurl.config import Config, config_to_dict, load_config
+from skurl.config import Config, config_to_dict, load_config, refuse_moved
 from skurl.config.loader import apply_overrides, build
 from skurl.errors import ConfigError
 from skurl.policy.actions import ActionGrid, report_clipped
@@ -32,6 +32,7 @@ ConfigSource = str | Path | Config | None
 def resolve_config(config: ConfigSource = None, overrides: Sequence[str] = ()) -> Config:
     """A Config from a YAML path (or a Config, or the defaults) plus `a.b=value` overrides."""
     if isinstance(config, Config):
+        refuse_moved({}, list(overrides))
         return build(Config, apply_overrides(config_to_dict(config), list(overrides), Config))
     return load_config(config, list(overrides))
 

@@ -100,18 +100,18 @@ def ppo_minibatch_loss(forward: Forward, mb: PreparedBatch, clip: float, vf_coef
 def recorded_behaviour(data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The collector's log-probs, values and bootstraps of a rollout from an older policy
     version (the learner cannot recompute them). Collectors record values only with
-    train.collect_values (NaN otherwise): refuse rather than train on NaN."""
+    collect.values (NaN otherwise): refuse rather than train on NaN."""
     values, bootstrap = data[Columns.VALUES].reshape(-1).float(), data[Columns.BOOTSTRAP].float()
     if bool(torch.isnan(values).any()) or bool(torch.isnan(bootstrap).any()):
         raise UserError("learner: a rollout from an older policy version has no recorded values "
-                        "(its collectors ran with train.collect_values=false); expected "
-                        "train.collect_values=true when rollouts can be stale")
+                        "(its collectors ran with collect.values=false); expected "
+                        "collect.values=true when rollouts can be stale")
     return data[Columns.LOGP].reshape(-1).float(), values, bootstrap
 
 
 def behaviour_logp(data: dict[str, torch.Tensor], logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The collector's recorded log-probs mu of a stale rollout's actions and log pi/mu
-    against the learner's current `logp` (train.staleness > 0); values are the learner's
+    against the learner's current `logp` (collect.staleness > 0); values are the learner's
     own (V-trace corrects them), so only the log-probs must have been recorded."""
     mu = data[Columns.LOGP].reshape(-1).float()
     if not bool(torch.isfinite(mu).all()):
@@ -264,9 +264,9 @@ class Learner:
             self.model.obs_norm.update(obs, self.ppo.stats_decay)
             self.preserve_obs_norm(before)
         norm_obs = torch.cat([self.model.normalize(c) for c in obs.split(EVAL_ROWS)])
-        log_ratio = None  # log pi/mu of a stale rollout's actions under train.staleness > 0
+        log_ratio = None  # log pi/mu of a stale rollout's actions under collect.staleness > 0
         weight = None
-        if behaviour or self.cfg.train.staleness > 0:  # recomputed: bf16 collectors cannot bias the ratio
+        if behaviour or self.cfg.collect.staleness > 0:  # recomputed: bf16 collectors cannot bias the ratio
             old_logp, values = self._logp_values(norm_obs, actions)
             bootstrap = self._values(self.model.normalize(data[Columns.LAST_OBS]))
             if not behaviour:  # near-on-policy: corrected for the policy that collected
@@ -287,7 +287,7 @@ class Learner:
         mean, std = allreduce_mean_std(adv)
         batch = PreparedBatch(norm_obs, actions, old_logp, (adv - mean) / (std + 1e-8), returns, values, weight)
         stats = {
-            **ratio_stats(log_ratio, self.cfg.train.vtrace_rho_bar),
+            **ratio_stats(log_ratio, self.cfg.collect.vtrace_rho_bar),
             "explained_variance": _explained_variance(values, returns),
             "value_mean": float(values.mean()),
             "return_mean": float(returns.mean()),
@@ -300,9 +300,9 @@ class Learner:
                     logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """For a stale rollout whose actions have log-probs `logp` under the current policy:
         the log-probs PPO's ratio is clipped against, log pi/mu for the targets (None: GAE)
-        and the surrogate's weight (None: 1), by train.staleness_correction and
-        train.staleness_clip (docs/near_on_policy.md)."""
-        t = self.cfg.train
+        and the surrogate's weight (None: 1), by collect.staleness_correction and
+        collect.staleness_clip (docs/near_on_policy.md)."""
+        t = self.cfg.collect
         if t.staleness_correction == "none":  # as if on-policy: the baseline the correction is judged by
             return logp, None, None
         mu, log_ratio = behaviour_logp(data, logp)
@@ -347,7 +347,7 @@ class Learner:
                                log_ratio: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE(gamma, gae_lambda) advantages [T, N] and the value targets: the same GAE's
         returns, or TD(vf_lambda) returns when ppo.vf_lambda is set apart. With `log_ratio`
-        (a stale rollout's log pi/mu, [B]) and train.staleness_correction=vtrace, V-trace's
+        (a stale rollout's log pi/mu, [B]) and collect.staleness_correction=vtrace, V-trace's
         (learn/vtrace.py), which equal GAE's where pi = mu."""
         dones, terminals = data[Columns.DONES], data[Columns.TERMINALS]
         targets = self._targets(log_ratio, values.shape)
@@ -358,7 +358,7 @@ class Learner:
 
     def _targets(self, log_ratio: torch.Tensor | None, shape: torch.Size) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
         """gae, or vtrace bound to the rollout's ratios and the config's truncation levels."""
-        t = self.cfg.train
+        t = self.cfg.collect
         if log_ratio is None or t.staleness_correction == "none":
             return gae
         return partial(vtrace, log_ratio=log_ratio.reshape(shape), rho_bar=t.vtrace_rho_bar, c_bar=t.vtrace_c_bar)

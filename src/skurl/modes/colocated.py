@@ -1,7 +1,7 @@
 """`skurl train` (--mode colocated): simulator, collectors and learner in one process.
 
 The one loop (train/loop.py) with in-process collectors over the training shards' envs,
-weights in memory (the sync barrier), and train.staleness's collect-ahead around them
+weights in memory (the sync barrier), and collect.staleness's collect-ahead around them
 (collect/staleness.py). Like Sample Factory's serial runner: a mode is where the parts live.
 """
 
@@ -22,7 +22,7 @@ from skurl.train.mode import Wiring, collector_model, in_process_weights, plain_
 
 class Colocated:
     """The colocated mode: in-process collectors over the training shards' envs, weights
-    in memory, train.staleness's collect-ahead around them."""
+    in memory, collect.staleness's collect-ahead around them."""
 
     name = "colocated"
     lead = True
@@ -31,10 +31,10 @@ class Colocated:
         return plain_learner(core)
 
     def build(self, core: RunCore, learner: Learner) -> Wiring:
-        t = core.cfg.train
+        c = core.cfg.collect
         latest, model = in_process_weights(learner), collector_model(learner)
-        collectors = with_staleness(t, latest, core.run_dir, lambda weights: RecordingCollectors(
-            LocalCollectors(core.local_env, len(core.shards), model, core.grid, weights, core.timer, train=t),
+        collectors = with_staleness(c, core.cfg.train, latest, core.run_dir, lambda weights: RecordingCollectors(
+            LocalCollectors(core.local_env, len(core.shards), model, core.grid, weights, core.timer, collect=c),
             core.run_dir.name, core.cfg.sim.backorders), learner.sample_index)
         return Wiring(collectors, latest, observers=[BusinessFigures(core.run_dir.name)])
 

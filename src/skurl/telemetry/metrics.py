@@ -72,7 +72,7 @@ ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
                   "collector_episodes_total", "collector_steps_per_second",
                   "collector_episode_duration_seconds", "collector_buffer_size", *_BUSINESS),
 }
-# Near-on-policy training (train.staleness): the learner's lag figures, and the collection
+# Near-on-policy training (collect.staleness): the learner's lag figures, and the collection
 # thread's idle time and breaker trips (it runs in the learner's process: collect/bounded.py,
 # collect/staleness.py; a collector process counts its own).
 _STALENESS = ("policy_lag_versions", "sample_freshness", "stale_shards_refused_total", "learner_idle_seconds_total",
@@ -181,7 +181,7 @@ class SkurlMetrics:
         self.barrier_wait_seconds = Histogram(
             "barrier_wait_seconds", "Seconds a collector waited at the weight-sync barrier",
             registry=r, buckets=_SLOW_BUCKETS)
-        # near-on-policy training (train.staleness, collect/staleness.py)
+        # near-on-policy training (collect.staleness, collect/staleness.py)
         self.policy_lag_versions = Histogram(
             "policy_lag_versions", "Policy versions between the learner and the rollout it trains on",
             registry=r, buckets=(0, 1, 2, 3, 4, 5, 6, 8, 10, 16, 32))
@@ -189,7 +189,7 @@ class SkurlMetrics:
             "sample_freshness", "Share of the transitions trained on so far that were collected at lag 0",
             registry=r)
         self.stale_shards_refused_total = Counter(
-            "stale_shards_refused_total", "Rollout shards refused for lagging more than train.staleness",
+            "stale_shards_refused_total", "Rollout shards refused for lagging more than collect.staleness",
             registry=r)
         self.learner_idle_seconds_total = Counter(
             "learner_idle_seconds_total", "Seconds the learner waited for rollouts", registry=r)
@@ -197,7 +197,7 @@ class SkurlMetrics:
             "collector_idle_seconds_total", "Seconds collectors waited for the learner", registry=r)
         self.collector_breaker_trips_total = Counter(
             "collector_breaker_trips_total",
-            "Times the circuit breaker paused collectors: their lag passed train.max_lag", registry=r)
+            "Times the circuit breaker paused collectors: their lag passed collect.max_lag", registry=r)
         self.shard_queue_refused_total = Counter(
             "shard_queue_refused_total", "Shard-queue entries refused as malformed (acked, never trained)",
             registry=r)

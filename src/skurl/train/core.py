@@ -122,7 +122,7 @@ def build_core(cfg: Config, run_dir: Path, *, resume: bool, tune_center: bool = 
     """The run's core; `tune_center` False: the grid's size only (a follower rank)."""
     catalog = load_catalog(cfg.catalog)
     core = RunCore(cfg, run_dir, catalog, run_widths(run_dir, catalog, resume, at_least),
-                   training_shards(catalog, cfg.train.collect_skus), grid_for(cfg), resumed=resume)
+                   training_shards(catalog, cfg.collect.skus), grid_for(cfg), resumed=resume)
     if tune_center and core.grid.needs_center:
         core.grid = _centred(core, resume)
     return core

@@ -70,7 +70,7 @@ class DclStep:
         self.spec = dcl_spec(core.cfg, core.catalog)
 
     def env_for(self, it: int) -> VectorEnv:
-        """Iteration `it`'s training shard's in-process env (train.collect_skus' round robin)."""
+        """Iteration `it`'s training shard's in-process env (collect.skus' round robin)."""
         core = self.core
         return core.local_env(it % len(core.shards))
 

@@ -68,7 +68,7 @@ class Trainer:
         self._collectors: Collectors | None = None
         self.wraps: list[Wrap] = []  # around the collectors, innermost first (catalog change, tests)
         self.observers = Observers()
-        refuse_unbuilt(cfg.train, mode.name)
+        refuse_unbuilt(cfg.collect, mode.name)
         self.threads = set_threads(cfg)
         seed_global_rngs(cfg.train.seed)  # a resume then restores the checkpoint's states
         self.core = build_core(cfg, Path(run_dir), resume=resume, tune_center=mode.lead, at_least=at_least)

@@ -137,11 +137,11 @@ def init_distributed(cfg: Config, wait_s: float) -> torch.device:
 
 def check_ddp(cfg: Config) -> None:
     """What the DDP learner cannot do: one line naming the key."""
-    if cfg.train.staleness:
-        raise ConfigError(f"train.staleness = {cfg.train.staleness}: the DDP learner trains strictly "
+    if cfg.collect.staleness:
+        raise ConfigError(f"collect.staleness = {cfg.collect.staleness}: the DDP learner trains strictly "
                           "on-policy so far; expected 0")
-    if cfg.train.collect_skus:
-        raise ConfigError(f"train.collect_skus = {cfg.train.collect_skus}: the DDP learner trains on "
+    if cfg.collect.skus:
+        raise ConfigError(f"collect.skus = {cfg.collect.skus}: the DDP learner trains on "
                           "every SKU of the collectors' shards; expected 0 (use ppo.sample_skus)")
     if cfg.deploy.collector_addresses and cfg.sync.backend == "inproc":
         raise ConfigError("sync.backend = 'inproc': the DDP learner's weights cannot reach the "

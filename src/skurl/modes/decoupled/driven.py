@@ -1,5 +1,5 @@
 """Decoupled mode's collectors and weights, built together for the loop (train/mode.py):
-GrpcCollectors publish under wire versions on the sync backend. Under train.staleness the
+GrpcCollectors publish under wire versions on the sync backend. Under collect.staleness the
 loop's publisher stays in process and the collectors publish each iteration's behaviour
 version, from the weight history, to the wire (collect/staleness.py), so a collector holds
 exactly that version when it collects."""
@@ -67,8 +67,8 @@ class Driven:
         """The loop's collectors and weight publisher; `observers` then holds what follows the loop."""
         grpc_collectors = self.grpc = driven_collectors(core, learner, self.addresses, self.backend, self.store)
         self.observers = [StoreCleanup(self.store, learner)]
-        t = core.cfg.train
-        if t.staleness == 0:
+        c = core.cfg.collect
+        if c.staleness == 0:
             return grpc_collectors, grpc_collectors.weights
         latest = in_process_weights(learner)
 
@@ -76,10 +76,10 @@ class Driven:
             grpc_collectors.weights_of = lambda: history.wait_for(grpc_collectors.version, timeout=60.0)[1]
             return grpc_collectors
 
-        collectors = with_staleness(t, cast(NewestWeights, latest), core.run_dir, from_history, learner.sample_index)
-        if t.staleness_mode == "bounded":  # collectors use the newest weights: watch their lag
+        collectors = with_staleness(c, core.cfg.train, cast(NewestWeights, latest), core.run_dir, from_history, learner.sample_index)
+        if c.staleness_mode == "bounded":  # collectors use the newest weights: watch their lag
             watched = cast("BoundedStaleness", collectors)  # what with_staleness builds when bounded
-            grpc_collectors.watch = CollectorLagWatch(max_lag_of(t), watched.learner_version, watched.ahead,
+            grpc_collectors.watch = CollectorLagWatch(max_lag_of(c), watched.learner_version, watched.ahead,
                                                       grpc_collectors.weights.wire.map.get)
         if uses_stream(core.cfg):  # shards announced on the run's Redis Stream
             self.stream = open_stream(core.cfg, core.run_dir.name, CONSUMER)

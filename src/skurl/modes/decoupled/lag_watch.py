@@ -1,4 +1,4 @@
-"""The circuit breaker for remote collectors (train.max_lag, decoupled bounded staleness).
+"""The circuit breaker for remote collectors (collect.max_lag, decoupled bounded staleness).
 
 A collector asked for the newest weights (the Collect request's min_version) waits until
 its weight feed brings them. While it waits, the lag of the shard it would collect with

@@ -51,11 +51,11 @@ def check_decoupled(cfg: Config) -> None:
         raise ConfigError(f"deploy.collectors = {cfg.deploy.collectors}: expected at most "
                           f"deploy.sim_servers = {cfg.deploy.sim_servers} (each collector drives "
                           "whole sim servers)")
-    if cfg.train.collect_skus:
-        raise ConfigError(f"train.collect_skus = {cfg.train.collect_skus}: --mode decoupled "
+    if cfg.collect.skus:
+        raise ConfigError(f"collect.skus = {cfg.collect.skus}: --mode decoupled "
                           "collects every SKU of the sim servers each iteration; expected 0 "
                           "(use ppo.sample_skus to train on a sample)")
-    refuse_unbuilt(cfg.train, "decoupled")  # before any process, directory or store exists
+    refuse_unbuilt(cfg.collect, "decoupled")  # before any process, directory or store exists
 
 
 class RoleCollectorServicer(CollectorServicer):
@@ -237,7 +237,7 @@ class CollectorProcess:
             self._closers.append(env)
             grid = grid_for(cfg)
             model = ActorCritic(env.schema.dim, grid.n, cfg.policy.hidden)
-            collector = Collector.from_config(env, model, grid, cfg.train, timer=StageTimer(),
+            collector = Collector.from_config(env, model, grid, cfg.collect, timer=StageTimer(),
                                               catalog=_catalog_rows(cfg, env) if needs_raw(cfg) else None)
             self.servicer = RoleCollectorServicer(collector_id, collector, env, cfg,
                                                   open_store(cfg.store), run_name, shard_envs)

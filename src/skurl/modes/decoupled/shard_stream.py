@@ -34,7 +34,7 @@ _READ = 256
 
 def uses_stream(cfg: Config) -> bool:
     """Decoupled bounded staleness with weights through Redis: shards go through its stream."""
-    t = cfg.train
+    t = cfg.collect
     return t.staleness > 0 and t.staleness_mode == "bounded" and cfg.sync.backend == "redis"
 
 

@@ -291,7 +291,7 @@ class CollectorWorker:
         if self.model is None:
             self.model = ActorCritic.from_state(tensors)
         if key not in self.collectors:
-            collector = Collector.from_config(self.envs[key], self.model, grid_for(self.cfg), self.cfg.train,
+            collector = Collector.from_config(self.envs[key], self.model, grid_for(self.cfg), self.cfg.collect,
                                               catalog=self.catalogs.get(key))
             if self.centers.get(key) is not None:
                 collector.use_center(self.centers[key])

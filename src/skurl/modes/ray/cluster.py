@@ -93,7 +93,7 @@ class RayCluster:
             raise
 
     def wire(self, learner: Learner) -> tuple[Collectors, WeightPublisher]:
-        """The loop's collectors and publisher: the Ray weight slot; under train.staleness an
+        """The loop's collectors and publisher: the Ray weight slot; under collect.staleness an
         in-process publisher, and the collectors put each iteration's behaviour version
         into the slot."""
         from skurl.collect.near_policy import with_staleness
@@ -102,12 +102,12 @@ class RayCluster:
         from skurl.train.mode import in_process_weights
 
         slot = self.slot_weights = RayWeights(self.slot, TRAINED, self.cfg.ray.get_timeout_s)
-        t = self.cfg.train
-        if t.staleness == 0:
+        c = self.cfg.collect
+        if c.staleness == 0:
             slot.publish(learner.version, learner.weights())
             return RayIterations(self, slot), slot
         latest = in_process_weights(learner)
-        return with_staleness(t, cast("NewestWeights", latest), self.core.run_dir,
+        return with_staleness(c, self.cfg.train, cast("NewestWeights", latest), self.core.run_dir,
                               lambda history: RayIterations(self, history, slot=slot),
                               learner.sample_index), latest
 
@@ -227,7 +227,7 @@ class RayIterations:
 
     def __init__(self, cluster: RayCluster, weights: WeightSource, slot: RayWeights | None = None) -> None:
         # `slot`: put the weights collected with into the Ray slot first (they come from a
-        # weight history under train.staleness, not from the slot itself)
+        # weight history under collect.staleness, not from the slot itself)
         self.cluster, self.weights, self.slot = cluster, weights, slot
         self.fanout: Callable[[RayCluster, Placement], RayCollectors] = RayCollectors  # (cluster, placement) -> one iteration's fan-out (tests wrap it)
 
