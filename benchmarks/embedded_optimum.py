@@ -108,7 +108,7 @@ def tuned_params(name: str, cfg: Config, full: Catalog, cache: str | None) -> di
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files}
     result = tune(name, full, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
-                  sku_days=cfg.eval.tune_sku_days)
+                  sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus)
     params = {k: np.broadcast_to(np.asarray(v, np.float64), (len(full),)).copy() for k, v in result.params.items()}
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

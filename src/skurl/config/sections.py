@@ -299,6 +299,11 @@ class EvalConfig:
         "catalog, up to 16 per 2,000,000): each SKU's pick is made on its own simulation, so fewer "
         "SKU-days pick more on noise (docs/dcl.md: 4,400 SKUs, 2 M: +1.95% against per-type tuning, 8 M: +0.75%)"
     )
+    tune_max_skus: int = opt(
+        50_000, "a baseline tuned per SKU on a larger catalog is tuned on a stratified sample of about this many "
+        "SKUs (whole substitution groups), and every other SKU takes the median knob of the tuned SKUs most like "
+        "it (policy/tuning_sample.py); 0 = tune every SKU"
+    )
     baselines: list[str] = opt(
         ["forecast-base-stock", "capped-base-stock", "forecast-s-S"], "baselines tuned per SKU and evaluated "
         "beside the trained policy (training reports compare with each; 'best baseline' is the best of them on "
@@ -317,6 +322,7 @@ class EvalConfig:
         check(self.skus >= 0, "eval.skus", self.skus, "an integer >= 0 (0 = the whole catalog)")
         check(1 <= self.tune_sku_days <= 10**10, "eval.tune_sku_days", self.tune_sku_days,
               "an integer from 1 to 10,000,000,000")
+        check(self.tune_max_skus >= 0, "eval.tune_max_skus", self.tune_max_skus, "an integer >= 0 (0 = every SKU)")
         check_seed(self.seed, "eval.seed")
 
 

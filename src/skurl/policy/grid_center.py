@@ -79,7 +79,7 @@ def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
 
     teacher = cfg.policy.actions.center_policy
     result = tune(teacher, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
-                  sku_days=cfg.eval.tune_sku_days)
+                  sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus)
     ids = np.asarray(catalog.sku_id, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
 

@@ -32,6 +32,7 @@ from skurl.policy.baselines import (
     static_level,
     summarize,
 )
+from skurl.policy.tuning_sample import extend_knob, stratified_rows
 from skurl.policy.tuning_scorer import CandidateScorer, Progress, TuneResult, objective_is
 
 TUNE_SEED_OFFSET = 7_777_777
@@ -230,18 +231,19 @@ MEMO_SIZE = 4
 
 def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, days: int, warmup: int,
          uniform_skus: int = 1000, max_uniform_skus: int = 16_000, per_sku_days: int = 100,
-         per_sku_warmup: int = 30, sku_days: int = PER_SKU_DAY_BUDGET,
+         per_sku_warmup: int = 30, sku_days: int = PER_SKU_DAY_BUDGET, max_skus: int = 0,
          progress: Progress | None = None) -> TuneResult:
     """`tune_uncached`'s result, computed once per process for the same inputs (callers must
     not modify its arrays)."""
     check_policy_name(name)
     key = json.dumps([name, catalog_digest(catalog), dataclasses.asdict(sim_cfg), eval_seed, days, warmup,
-                      uniform_skus, max_uniform_skus, per_sku_days, per_sku_warmup, sku_days], sort_keys=True)
+                      uniform_skus, max_uniform_skus, per_sku_days, per_sku_warmup, sku_days, max_skus],
+                     sort_keys=True)
     if key not in _MEMO:
         result = tune_uncached(name, catalog, sim_cfg, eval_seed=eval_seed, days=days, warmup=warmup,
                                uniform_skus=uniform_skus, max_uniform_skus=max_uniform_skus,
                                per_sku_days=per_sku_days, per_sku_warmup=per_sku_warmup, sku_days=sku_days,
-                               progress=progress)
+                               max_skus=max_skus, progress=progress)
         while len(_MEMO) >= MEMO_SIZE:
             _MEMO.pop(next(iter(_MEMO)))
         _MEMO[key] = result
@@ -250,7 +252,7 @@ def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, day
 
 def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, days: int, warmup: int,
                   uniform_skus: int = 1000, max_uniform_skus: int = 16_000, per_sku_days: int = 100,
-                  per_sku_warmup: int = 30, sku_days: int = PER_SKU_DAY_BUDGET,
+                  per_sku_warmup: int = 30, sku_days: int = PER_SKU_DAY_BUDGET, max_skus: int = 0,
                   progress: Progress | None = None) -> TuneResult:
     """Tune baseline `name` for `catalog` on tuning seeds derived from `eval_seed` (never
     the evaluation seeds), simulating warmup + days per candidate. Uniform catalogs: exact
@@ -259,7 +261,8 @@ def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed:
     ~11-20 candidates, so their horizon is capped at per_sku_warmup + per_sku_days (a
     20k-SKU tune then stays well under a minute on 2 cores), and a small catalog is
     simulated as several replicas (per_sku_replicas: `sku_days` SKU-days a candidate,
-    eval.tune_sku_days).
+    eval.tune_sku_days). A catalog of more than `max_skus` SKUs (> 0) tunes a stratified sample
+    of them and extends its knobs to the rest (policy/tuning_sample.py, eval.tune_max_skus).
     `progress` gets a line per candidate run; by default a line every 5 s at most goes to
     stderr (a minute of tuning before training must not look like a hang in a log)."""
     check_policy_name(name)
@@ -278,9 +281,15 @@ def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed:
         return tune_uniform(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup,
                             skus=uniform_skus, max_skus=max_uniform_skus, progress=progress)
     days, warmup = min(days, per_sku_days), min(warmup, per_sku_warmup)
-    copies = per_sku_replicas(len(catalog), days, sku_days)
-    scorer = CandidateScorer(name, replicate(catalog, copies), sim_cfg, seed=seed, days=days, warmup=warmup)
-    params, obj, details = tune_per_sku(scorer, catalog, progress)
+    rows = stratified_rows(catalog, max_skus, seed) if 0 < max_skus < len(catalog) else None
+    tuned = catalog if rows is None else catalog.subset(rows)
+    copies = per_sku_replicas(len(tuned), days, sku_days)
+    scorer = CandidateScorer(name, replicate(tuned, copies), sim_cfg, seed=seed, days=days, warmup=warmup)
+    params, obj, details = tune_per_sku(scorer, tuned, progress)
+    if rows is not None:
+        knobs = {k.name: extend_knob(catalog, rows, details[f"{k.name}_chosen"]) for k in KNOBS[name]}
+        params = knob_params(name, catalog, sim_cfg, knobs)
+        details = {**details, **{f"{k}_chosen": v for k, v in knobs.items()}, "tuned_skus": rows.size}
     finite = np.isfinite(obj)
     return TuneResult(
         name=name, params=params, method="per-sku-grid", seed=seed, days=days, warmup=warmup,
