@@ -70,7 +70,7 @@ def ray_shards(catalog: Catalog, cfg: Config, max_restarts: int) -> tuple[list[W
     parts = partition(catalog, 2)
     slots, envs = [], []
     for w, rows in enumerate(parts):
-        slot = WorkerSlot(w, 0.5, 1, max_restarts, TIMEOUT_S)
+        slot = WorkerSlot(w, RayConfig(cpus_per_worker=0.5, max_restarts=max_restarts, get_timeout_s=TIMEOUT_S), 1)
         sub = catalog.subset(rows)
         ref = ray.put(sub)
         widths = catalog_widths(catalog)  # the run's, as every shard is built
@@ -122,6 +122,22 @@ def test_worker_killed_mid_episode_is_rebuilt_by_replay(catalog: Catalog, cfg: C
     assert got.transitions == DAYS * len(catalog)  # none lost, none duplicated
     for name, arr in expected.arrays().items():
         assert np.array_equal(getattr(got, name), arr), name
+    for slot in slots:
+        slot.kill()
+
+
+def test_a_worker_restarted_before_a_new_client_calls_is_rebuilt_for_it(catalog: Catalog, cfg: Config) -> None:
+    """A worker restarted by Ray (its node lost, say) while no task of this client was in
+    flight answers a missing shard; the client rebuilds it instead of failing (the
+    replacement collector of tests/integration/test_ray_multinode.py meets exactly this)."""
+    slots, envs, _ = ray_shards(catalog, cfg, max_restarts=1)
+    expected = envs[0].info()
+    pid = ray.get(slots[0].handle.ping.remote(), timeout=TIMEOUT_S)
+    ray.kill(slots[0].handle, no_restart=False)
+    assert ray.get(slots[0].alive().ping.remote(), timeout=TIMEOUT_S) != pid
+    fresh = ray_shard_env(slots[0], "k", envs[0].catalog_ref, envs[0].sku_ids, envs[0].schema, cfg.sim, TIMEOUT_S,
+                          widths=catalog_widths(catalog))
+    assert fresh.info()["num_skus"] == expected["num_skus"] and fresh.recoveries == 1
     for slot in slots:
         slot.kill()
 

@@ -27,7 +27,7 @@ DEPLOY = ROOT / "deploy"
 CONFIG_MOUNT = "/etc/skurl"
 # Values Kubernetes substitutes for $(VAR) at run time, to parse the command lines here.
 POD_ENV = {"POD_INDEX": "1"}
-IMAGES = {"skurl-cpu": "Dockerfile.cpu", "skurl-learner": "Dockerfile.learner"}
+IMAGES = {"skurl-cpu": "Dockerfile.cpu", "skurl-learner": "Dockerfile.learner", "skurl-ray": "Dockerfile.ray"}
 
 
 def objects() -> list[dict[str, Any]]:
@@ -206,6 +206,9 @@ def test_dockerfiles_install_the_package_with_the_constraints(name: str) -> None
     assert extras and all(e in declared for group in extras for e in group.split(","))
     assert re.search(r"pip install -c constraints\.txt", text)
     assert any(line.startswith("USER ") and "root" not in line for line in lines)
+    if name == "Dockerfile.ray":  # KubeRay writes each pod's command (ray start)
+        assert not any(line.startswith("ENTRYPOINT") for line in lines)
+        return
     entry = next(line for line in lines if line.startswith("ENTRYPOINT"))
     assert ("skurl" in entry) == (name == "Dockerfile.cpu") and ("torchrun" in entry) == (name != "Dockerfile.cpu")
 
@@ -230,3 +233,50 @@ def test_grpc_servers_are_probed_with_grpc_health_on_their_own_port() -> None:
         port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert c[kind]["grpc"] == {"port": port}, (c["name"], kind)
+
+
+def _ray_start_resources(params: dict[str, str]) -> dict[str, float]:
+    """KubeRay's rayStartParams `resources`: a JSON object inside a quoted string."""
+    import json
+
+    text = params.get("resources", '"{}"')
+    return {k: float(v) for k, v in json.loads(json.loads(text)).items()}
+
+
+def test_the_rayjob_trains_mode_ray_on_its_worker_group(tmp_path: Path) -> None:
+    """deploy/k8s/rayjob.yaml (KubeRay): the entrypoint parses with the CLI, its config
+    loads and suits --mode ray, the actors fit the worker group and never the head."""
+    import shlex
+
+    (job,) = find("RayJob")
+    argv = shlex.split(job["spec"]["entrypoint"])
+    assert argv[0] == "skurl"
+    args = build_parser().parse_args(argv[1:])
+    assert args.command == "train" and args.mode == "ray" and args.config == f"{CONFIG_MOUNT}/config.yaml"
+    (cm,) = find("ConfigMap", "skurl-config")
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"])
+    cfg = load_config(path, args.overrides)
+    assert cfg.sync.backend == "inproc" and cfg.ray.address == "auto" and cfg.ray.actor_resource
+    spec = job["spec"]["rayClusterSpec"]
+    head = spec["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0"  # the learner's node runs no actor
+    assert cfg.ray.actor_resource not in _ray_start_resources(head["rayStartParams"])
+    cpus = units = 0.0
+    for group in spec["workerGroupSpecs"]:
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+        cpus += group["replicas"] * float(group["rayStartParams"]["num-cpus"])
+        units += group["replicas"] * _ray_start_resources(group["rayStartParams"]).get(cfg.ray.actor_resource, 0)
+    rc = cfg.ray
+    assert cpus >= rc.num_workers * rc.cpus_per_worker + rc.collectors * rc.cpus_per_collector
+    assert units >= rc.num_workers + rc.collectors
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    pods = [head["template"]["spec"]] + [g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+    for pod in pods:
+        for c in pod["containers"]:
+            name, _, tag = c["image"].partition(":")
+            assert name == "skurl-ray" and tag == version, c["image"]
+            assert f"-t {c['image']} ." in (DEPLOY / "docker" / IMAGES[name]).read_text()
+    head_mounts = {m["mountPath"] for m in head["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert CONFIG_MOUNT in head_mounts and str(Path(args.run_dir).parent) in head_mounts  # driver: config, runs
+    assert "ray" in (DEPLOY / "docker" / "Dockerfile.ray").read_text().split("'.[")[1].split("]")[0]

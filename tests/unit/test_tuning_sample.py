@@ -1,17 +1,17 @@
 """Tuning a large catalog on a stratified sample (eval.tune_max_skus): whole groups, every
-stratum, knobs spread by cell medians, and held-out results close to tuning every SKU."""
+stratum, knobs spread from the nearest tuned SKUs, and held-out results close to tuning every SKU."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from skurl.catalog import load_catalog
+from skurl.catalog.partition import units
 from skurl.catalog.uniform import uniform_catalog
 from skurl.collect.evaluate import evaluate
 from skurl.config import CatalogConfig, DemandConfig, load_config
 from skurl.policy.baselines import make_policy
 from skurl.policy.tuning import tune
-from skurl.catalog.partition import units
 from skurl.policy.tuning_sample import extend_knob, strata, stratified_rows
 
 

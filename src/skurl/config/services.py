@@ -272,7 +272,17 @@ class RayConfig:
         "rebuilt by replaying the episode's orders"
     )
 
+    actor_resource: str | None = opt(
+        None, "a custom Ray resource each simulator worker and collector actor takes one unit of: actors then "
+        "run only on nodes started with it (ray start --resources '{\"skurl\": 8}', a KubeRay worker group), "
+        "off the head; null = any node with CPUs free"
+    )
+    spread: bool = opt(False, "place the actors with Ray's SPREAD strategy (across the nodes) instead of packed")
+
     def __post_init__(self) -> None:
+        check(self.actor_resource is None or (self.actor_resource.strip() == self.actor_resource != ""
+                                             and self.actor_resource not in ("CPU", "GPU", "memory")),
+              "ray.actor_resource", self.actor_resource, "null or a custom resource name (not CPU, GPU, memory)")
         check(self.address is None or bool(self.address.strip()), "ray.address", self.address,
               "null or host:port / auto / ray://host:port")
         check(self.num_cpus >= 0, "ray.num_cpus", self.num_cpus, "an integer >= 0")

@@ -25,7 +25,7 @@ import torch
 from ray.exceptions import ActorUnavailableError, RayActorError
 
 from skurl.catalog.schema import Catalog
-from skurl.config import Config, SimConfig
+from skurl.config import Config, RayConfig, SimConfig
 from skurl.modes.ray.weights import RayTimeoutError, RayWeights
 from skurl.modes.ray.weights import ray_get as get
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
@@ -82,6 +82,11 @@ class LeanDay:
         return StepResult(self.obs(schema), self.reward, self.done, metrics, failed)
 
 
+class ShardMissing(KeyError):
+    """A SimWorker does not hold the shard asked for: Ray restarted it (on another node, say)
+    after a fault this caller never saw, so its state is gone and the shard must be rebuilt."""
+
+
 class SimWorker:
     """Simulator shards in one Ray worker process (a Ray actor class: see `WorkerSlot`).
     Every shard is built at the run's observation widths (train/core.py, the env spec), so
@@ -103,11 +108,16 @@ class SimWorker:
         self.envs[key] = VectorEnv(catalog, sim, min_widths=widths)
         return self.envs[key].schema
 
+    def env(self, key: str) -> Any:
+        if key not in self.envs:
+            raise ShardMissing(f"ray sim worker {self.worker_id} (pid {os.getpid()}) holds no shard '{key}'")
+        return self.envs[key]
+
     def reset(self, key: str, seed: int, episode: int) -> Obs:
-        return self.envs[key].reset(seed, episode)
+        return self.env(key).reset(seed, episode)
 
     def step(self, key: str, orders: np.ndarray) -> StepResult:
-        return self.envs[key].step(orders)
+        return self.env(key).step(orders)
 
     def reset_lean(self, key: str, seed: int, episode: int, raw: bool = False) -> LeanDay:
         return LeanDay.of(self.reset(key, seed, episode), raw=raw)
@@ -118,14 +128,14 @@ class SimWorker:
 
     def replay(self, key: str, seed: int, episode: int, orders: list[np.ndarray]) -> int:
         """Rebuild an episode's state: reset, then step through the recorded orders."""
-        env = self.envs[key]
+        env = self.env(key)
         env.reset(seed, episode)
         for day_orders in orders:
             env.step(day_orders)
         return int(env.day)
 
     def info(self, key: str) -> dict[str, Any]:
-        return self.envs[key].info()
+        return self.env(key).info()
 
     def drop_env(self, key: str) -> None:
         env = self.envs.pop(key, None)
@@ -136,15 +146,15 @@ class SimWorker:
 class WorkerSlot:
     """A SimWorker actor and the means to replace it once Ray stops restarting it."""
 
-    def __init__(self, worker_id: int, cpus: float, threads: int, max_restarts: int, timeout_s: float) -> None:
-        self.worker_id, self.cpus, self.threads = worker_id, cpus, threads
-        self.max_restarts, self.timeout_s = max_restarts, timeout_s
+    def __init__(self, worker_id: int, rc: RayConfig, threads: int) -> None:
+        self.worker_id, self.cpus, self.threads, self.placement = worker_id, rc.cpus_per_worker, threads, placement(rc)
+        self.max_restarts, self.timeout_s = rc.max_restarts, rc.get_timeout_s
         self.handle = self._spawn()
         self.replacements = 0
 
     def _spawn(self) -> Any:
         cls = ray.remote(SimWorker).options(num_cpus=self.cpus, max_restarts=self.max_restarts,
-                                            max_task_retries=0, name=None)
+                                            max_task_retries=0, name=None, **self.placement)
         return cls.remote(self.worker_id, self.threads)
 
     def alive(self) -> Any:
@@ -209,7 +219,8 @@ class RayShard:
         pass  # the worker holds the shard until drop_env; nothing is open here
 
     def lost(self, exc: BaseException) -> bool:
-        return isinstance(exc, RayActorError)
+        """The worker died, or it was restarted before this call and holds no shard now."""
+        return isinstance(exc, (RayActorError, ShardMissing))
 
     def rebuild(self, episode: EpisodeLog, cause: BaseException) -> None:
         handle = self.slot.alive()
@@ -336,6 +347,17 @@ def _rows_in_env_order(specs: list[ShardSpec], timeout_s: float, key: str) -> Ca
     return Catalog.concat(parts).subset(order)
 
 
+def placement(rc: RayConfig) -> dict[str, object]:
+    """Actor options that place simulator workers and collectors (ray.actor_resource, ray.spread)."""
+    options: dict[str, object] = {}
+    if rc.actor_resource is not None:
+        options["resources"] = {rc.actor_resource: 1.0}
+    if rc.spread:
+        options["scheduling_strategy"] = "SPREAD"
+    return options
+
+
 def start_collector(collector_id: str, cfg: Config, weights_slot: Any) -> Any:
-    cls = ray.remote(CollectorWorker).options(num_cpus=cfg.ray.cpus_per_collector, max_restarts=0)
+    cls = ray.remote(CollectorWorker).options(num_cpus=cfg.ray.cpus_per_collector, max_restarts=0,
+                                              **placement(cfg.ray))
     return cls.remote(collector_id, cfg, weights_slot)

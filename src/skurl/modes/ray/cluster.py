@@ -58,7 +58,14 @@ def check_resources(rc: RayConfig) -> None:
     import ray
 
     need = rc.num_workers * rc.cpus_per_worker + rc.collectors * rc.cpus_per_collector
-    have = float(ray.cluster_resources().get("CPU", 0.0))
+    resources = ray.cluster_resources()
+    have = float(resources.get("CPU", 0.0))
+    if rc.actor_resource is not None:
+        units = float(resources.get(rc.actor_resource, 0.0))
+        if units < rc.num_workers + rc.collectors:
+            raise ConfigError(f"config key 'ray.actor_resource': the Ray cluster has {units:g} units of "
+                              f"'{rc.actor_resource}', expected at least {rc.num_workers + rc.collectors} "
+                              "(one per simulator worker and collector)")
     if need > have:
         raise ConfigError(f"config key 'ray.cpus_per_worker': {rc.num_workers} workers x {rc.cpus_per_worker:g} "
                           f"+ {rc.collectors} collectors x {rc.cpus_per_collector:g} CPUs = {need:g}, "
@@ -181,7 +188,7 @@ class RayCluster:
             return
         rc = self.cfg.ray
         threads = threads_for(rc.cpus_per_worker, self.cfg.sim.threads)
-        self.sim_workers = [WorkerSlot(w, rc.cpus_per_worker, threads, rc.max_restarts, rc.get_timeout_s)
+        self.sim_workers = [WorkerSlot(w, rc, threads)
                             for w in range(rc.num_workers)]
         self.collector_actors = [start_collector(f"ray-collector-{c}", self.cfg, self.slot)
                                  for c in range(rc.collectors)]

@@ -70,7 +70,12 @@ class WeightSlot:
 
 
 def start_weight_slot() -> Any:
-    return ray.remote(WeightSlot).options(num_cpus=0, max_concurrency=64).remote()
+    """The slot on the driver's (the learner's) node: it lives as long as the run, whichever
+    other node is lost."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(WeightSlot).options(num_cpus=0, max_concurrency=64, scheduling_strategy=here).remote()
 
 
 class RayWeights:
