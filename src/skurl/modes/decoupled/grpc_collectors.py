@@ -1,8 +1,8 @@
 """Decoupled mode's collectors for the one loop (train/loop.py): GrpcCollectors (`skurl
-collector` processes over gRPC, shards through the rollout store) and the weights under
-wire versions. The minibatch order depends only on (seed, iteration), so the weights
-equal `--mode colocated`'s bit for bit. The weights go out under wire versions
-(sync/wire.py's WirePublisher on the run's sync backend).
+collector` processes over gRPC, shards through the rollout store), their weights under
+wire versions (sync/wire.py's WirePublisher on the run's sync backend). The minibatch
+order depends only on (seed, iteration), so the weights equal `--mode colocated`'s bit
+for bit.
 """
 
 from __future__ import annotations
