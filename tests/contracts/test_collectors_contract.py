@@ -29,7 +29,7 @@ from skurl.policy.nets import ActorCritic
 from skurl.sim.layout import catalog_widths, layout_for
 from skurl.store import CorruptShardError, open_store
 from skurl.sync.inproc import InProcWeights
-from skurl.sync.wire_versions import WireVersions
+from skurl.sync.wire import WireVersions
 from skurl.telemetry.stages import StageTimer
 
 SETTINGS = ["catalog.skus=90", "sim.days=6", "policy.hidden=[16,16]", "sim.threads=1",
@@ -59,12 +59,13 @@ def local(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
 
 
 def grpc(cfg: Config, model: ActorCritic) -> Iterator[Collectors]:
-    from skurl.modes.decoupled.grpc_collectors import GrpcCollectors, WirePublisher
-    from skurl.modes.decoupled.learner_weights import HostedWeights
+    from skurl.modes.decoupled.grpc_collectors import GrpcCollectors
     from skurl.modes.decoupled.supervisor import InProcessRoles
+    from skurl.sync.grpc import HostedGrpcWeights
+    from skurl.sync.wire import WirePublisher
 
     catalog = load_catalog(cfg.catalog)
-    hosted = HostedWeights(cfg)
+    hosted = HostedGrpcWeights(cfg.rpc, cfg.sync.key, port=cfg.deploy.weights_port)
     roles = InProcessRoles(cfg, hosted.address)
     store = open_store(cfg.store)
     wire = WirePublisher(hosted, WireVersions(Path(cfg.store.url) / "wire.jsonl"))

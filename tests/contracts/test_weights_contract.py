@@ -1,8 +1,9 @@
-"""One contract suite for every weight-sync backend: in-process, Redis (weights in Redis or
-in the object store), gRPC (WeightSyncService on loopback) and Ray (a WeightSlot actor).
+"""One contract suite for every weight-sync backend of skurl.sync: in-process, Redis
+(weights in Redis or in the object store), gRPC (a WeightSyncService on loopback, and one
+hosted by the learner) and Ray (a WeightSlot actor).
 
-Every backend is driven only through WeightPublisher / WeightSubscriber; damage is done
-from outside (a raw Redis client writing bad bytes the way a broken writer would).
+Every backend is driven only through WeightBackend / WeightSubscriber; damage is done
+from outside (a raw client writing bad bytes the way a broken writer would).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +20,8 @@ from typing import Any
 import pytest
 import torch
 
-from skurl.sync.api import Tensors, WeightPublisher, WeightSubscriber, WeightSyncTimeout
-from skurl.sync.codec import WeightIntegrityError, encode_weights
+from skurl.sync.api import Tensors, WeightBackend, WeightSubscriber, WeightSyncTimeout
+from skurl.weights.codec import WeightIntegrityError, encode_weights
 
 WAIT_S = 10.0  # generous upper bound for anything that should happen at once
 SILENCE_S = 0.3  # how long "nothing arrives" is watched
@@ -46,19 +48,18 @@ def assert_bit_exact(a: Tensors, b: Tensors) -> None:
 @dataclass
 class Backend:
     name: str
-    publisher: WeightPublisher
+    publisher: WeightBackend
     new_subscriber: Callable[..., WeightSubscriber]  # (like=None) -> subscriber
     # (version, how) -> inject damage; True when it reached the subscribers, False when
     # the transport refused it on the way (the publisher's side saw the error).
     corrupt: Callable[[int, str], bool] | None = None
     rejection_log: str = ""  # what a subscriber logs for a rejected version, {v} = version
-    checks_model_shapes: bool = True
+    no_shape_check: str = ""  # why the subscriber-side shape check does not apply
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def subscriber(self, **kwargs: Any) -> WeightSubscriber:
         sub = self.new_subscriber(**kwargs)
-        if hasattr(sub, "close"):
-            self.closers.append(sub.close)
+        self.closers.append(sub.close)
         return sub
 
 
@@ -85,13 +86,8 @@ def redis_backend(url: str, key: str, store_root: Path | None) -> Backend:
     import redis
 
     from skurl.store.local import LocalRolloutStore
-    from skurl.sync.redis_sync import (
-        RedisWeightPublisher,
-        RedisWeightSubscriber,
-        updates_channel,
-        version_key,
-        weights_key,
-    )
+    from skurl.sync.redis import RedisWeightPublisher, updates_channel, version_key, weights_key
+    from skurl.sync.redis_subscriber import RedisWeightSubscriber
 
     store = None if store_root is None else LocalRolloutStore(store_root)
     publisher = RedisWeightPublisher(url, key, store=store)
@@ -119,18 +115,24 @@ def redis_backend(url: str, key: str, store_root: Path | None) -> Backend:
     return backend
 
 
-def grpc_backend(key: str) -> Backend:
+def grpc_backend(key: str, hosted: bool = False) -> Backend:
     import grpc
 
     from skurl.config import RpcConfig
     from skurl.rpc.gen import skurl_pb2 as pb
     from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
-    from skurl.rpc.weights_client import GrpcWeightPublisher, GrpcWeightSubscriber
     from skurl.rpc.weights_server import WeightSyncServer
+    from skurl.sync.grpc import GrpcWeightPublisher, GrpcWeightSubscriber, HostedGrpcWeights
 
-    server = WeightSyncServer(RpcConfig(timeout_s=10))
-    publisher = GrpcWeightPublisher(server.address, model_key=key)
-    channel = grpc.insecure_channel(server.address)
+    rpc = RpcConfig(timeout_s=10)
+    if hosted:  # the learner's own service (sync.backend=grpc): publishing skips the network
+        publisher: WeightBackend = HostedGrpcWeights(rpc, key)
+        address = publisher.address
+    else:
+        server = WeightSyncServer(rpc)
+        address = server.address
+        publisher = GrpcWeightPublisher(address, model_key=key)
+    channel = grpc.insecure_channel(address)
     raw = pb_grpc.WeightSyncServiceStub(channel)
 
     def corrupt(version: int, how: str) -> bool:
@@ -143,16 +145,18 @@ def grpc_backend(key: str) -> Backend:
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         return False
 
-    backend = Backend("grpc", publisher,
-                      lambda **_: GrpcWeightSubscriber(server.address, model_key=key), corrupt,
-                      rejection_log="dropping weights v{v}", checks_model_shapes=False)
-    backend.closers += [server.stop, channel.close, publisher.close]
+    backend = Backend("grpc-hosted" if hosted else "grpc", publisher,
+                      lambda **kw: GrpcWeightSubscriber(address, model_key=key, **kw), corrupt,
+                      rejection_log="dropping weights v{v}",
+                      no_shape_check="its first publish fixes the model the server takes; the server's refusal "
+                                     "is tested in tests/integration/test_rpc_hardening.py" if hosted else "")
+    backend.closers += [channel.close, publisher.close] if hosted else [server.stop, channel.close, publisher.close]
     return backend
 
 
 def ray_backend(key: str) -> Backend:
-    from skurl.modes.ray.weights import RayWeights, start_weight_slot
-    from skurl.sync.codec import WeightBlob
+    from skurl.sync.ray import RayWeights, start_weight_slot
+    from skurl.weights.codec import WeightBlob
 
     slot = start_weight_slot()
     publisher = RayWeights(slot, key, timeout_s=30)
@@ -191,7 +195,7 @@ def local_ray() -> Iterator[None]:
         ray.shutdown()
 
 
-@pytest.fixture(params=["inproc", "redis", "redis+store", "grpc", "ray"])
+@pytest.fixture(params=["inproc", "redis", "redis+store", "grpc", "grpc-hosted", "ray"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> Iterator[Backend]:
     if request.param == "inproc":
         b = inproc_backend()
@@ -203,7 +207,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) ->
         store_root = tmp_path / "store" if request.param == "redis+store" else None
         b = redis_backend(url, unique_name, store_root)
     else:
-        b = grpc_backend(unique_name)
+        b = grpc_backend(unique_name, hosted=request.param == "grpc-hosted")
     yield b
     for close in reversed(b.closers):
         close()
@@ -312,8 +316,8 @@ def test_weights_unlike_the_model_are_rejected(
 ) -> None:
     if backend.name == "inproc":
         pytest.skip("inproc: publisher and subscriber share one model, shapes cannot differ")
-    if not backend.checks_model_shapes:
-        pytest.skip(f"{backend.name}: its subscriber takes no model to check shapes against")
+    if backend.no_shape_check:
+        pytest.skip(f"{backend.name}: {backend.no_shape_check}")
     sub = backend.subscriber(like=model_tensors(0))
     wider = model_tensors(2, hidden=32)
     with caplog.at_level(logging.ERROR):
@@ -345,3 +349,54 @@ def test_a_late_subscriber_gets_the_current_version(backend: Backend) -> None:
     version, got = sub.wait_for(1, timeout=WAIT_S)
     assert version == 4
     assert_bit_exact(got, model_tensors(4))
+
+
+def test_subscribers_hold_copies_the_learner_cannot_change(backend: Backend) -> None:
+    """The in-process backend hands tensors over without encoding: still copies, as the
+    bytes of a network backend are, so the learner's next in-place update reaches nobody."""
+    sub = backend.subscriber()
+    tensors = model_tensors(1)
+    backend.publisher.publish(1, tensors)
+    _, got = sub.wait_for(1, timeout=WAIT_S)
+    for t in tensors.values():
+        t.add_(1)  # what an optimizer step does to the learner's parameters
+    assert_bit_exact(got, model_tensors(1))
+    latest = sub.latest()
+    assert latest is not None
+    assert_bit_exact(latest[1], model_tensors(1))
+    assert_bit_exact(sub.wait_for(1, timeout=WAIT_S)[1], model_tensors(1))
+
+
+def _threads_left(before: set[int]) -> list[str]:
+    """Threads started since `before` still alive after a grace period (gRPC and Redis
+    clients wind theirs down asynchronously); the test's gRPC server keeps its idle handler
+    pool (ThreadPoolExecutor-*), which is the server's, not a subscriber's."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()
+                and not t.name.startswith("ThreadPoolExecutor")]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def test_a_closed_subscriber_stops_waiting_and_leaves_no_thread(backend: Backend) -> None:
+    before = {t.ident for t in threading.enumerate() if t.ident is not None}
+    subs = [backend.new_subscriber() for _ in range(3)]  # closed here, not by the fixture
+    backend.publisher.publish(1, model_tensors(1))
+    assert all(sub.wait_for(1, timeout=WAIT_S)[0] == 1 for sub in subs)
+    for sub in subs:
+        sub.close()
+    started = time.monotonic()
+    with pytest.raises(WeightSyncTimeout):
+        subs[0].wait_for(2, timeout=WAIT_S)  # a closed subscriber never blocks for the timeout
+    assert time.monotonic() - started < WAIT_S / 2
+    assert _threads_left(before) == []
+
+
+def test_closing_twice_is_harmless(backend: Backend) -> None:
+    sub = backend.new_subscriber()
+    backend.publisher.publish(1, model_tensors(1))
+    sub.wait_for(1, timeout=WAIT_S)
+    sub.close()
+    sub.close()

@@ -18,9 +18,9 @@ from tcp_proxy import PausableProxy
 from test_decoupled import tiny
 from test_staleness_modes import assert_bounded
 
-from skurl.modes.decoupled.learner_weights import HostedWeights
 from skurl.modes.decoupled.supervisor import InProcessRoles
 from skurl.modes.decoupled.wiring import run_with_collectors
+from skurl.sync.grpc import HostedGrpcWeights
 from skurl.telemetry.logger import read_metrics
 
 pytestmark = pytest.mark.integration
@@ -51,7 +51,7 @@ def test_collectors_whose_weights_stall_trip_the_breaker_and_resume(
     iterations = 6
     cfg = tiny("sync.backend=grpc", "collect.staleness=1", "collect.staleness_mode=bounded", "collect.max_lag=1",
                f"train.iterations={iterations}", "sync.timeout_s=60")
-    weights = HostedWeights(cfg)
+    weights = HostedGrpcWeights(cfg.rpc, cfg.sync.key, port=cfg.deploy.weights_port)
     assert weights.address is not None
     host, port = weights.address.rsplit(":", 1)
     proxy = PausableProxy(host, int(port))

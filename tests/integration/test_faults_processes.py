@@ -108,13 +108,13 @@ def test_a_lost_share_within_max_lost_share_is_trained_without_and_counted(tmp_p
 def test_a_hung_sim_server_is_killed_and_restarted_by_its_health_checks(tmp_path: Path) -> None:
     """SIGSTOP leaves the process alive but deaf: the supervisor's grpc.health.v1 probes
     miss deploy.health_failures times, it kills the process and starts it on its port."""
-    from skurl.modes.decoupled.learner_weights import HostedWeights
     from skurl.modes.decoupled.supervisor import LocalCluster
     from skurl.rpc.health import probe
+    from skurl.sync.grpc import HostedGrpcWeights
 
     cfg = tiny("sync.backend=grpc", "deploy.collectors=1", "deploy.health_interval_s=0.5",
                "deploy.health_timeout_s=1", "deploy.health_failures=2")
-    weights = HostedWeights(cfg)
+    weights = HostedGrpcWeights(cfg.rpc, cfg.sync.key, port=cfg.deploy.weights_port)
     cluster = LocalCluster(cfg, tmp_path / "run", weights_address=weights.address)
     try:
         cluster.start()

@@ -18,14 +18,13 @@ from test_decoupled import assert_same_training, tiny
 from skurl.config import Config
 from skurl.modes import colocated
 from skurl.modes.decoupled.collector_client import CollectorClient
-from skurl.modes.decoupled.learner_weights import RedisWeights
 from skurl.modes.decoupled.supervisor import InProcessRoles
 from skurl.modes.decoupled.wiring import run_with_collectors
 from skurl.rpc.errors import RequestRejectedError
-from skurl.sync.codec import encode_weights
-from skurl.sync.redis_sync import updates_channel, version_key, weights_key
+from skurl.sync.redis import RedisWeightPublisher, updates_channel, version_key, weights_key
 from skurl.telemetry.logger import read_metrics
 from skurl.train import run as training
+from skurl.weights.codec import encode_weights
 
 if TYPE_CHECKING:
     from conftest import RedisProcess
@@ -83,7 +82,7 @@ def test_collector_keeps_its_version_when_redis_holds_corrupted_weights(
     cluster = roles(cfg)
     model = cluster.collectors[0].servicer._collector.model
     tensors = {k: v.clone() for k, v in model.state_dict().items()}
-    weights = RedisWeights(cfg)
+    weights = RedisWeightPublisher.from_config(cfg.sync, cfg.store)
     client = CollectorClient(cluster.collector_addresses[0], cfg.rpc)
     try:
         weights.publish(1, tensors)
@@ -101,12 +100,16 @@ def test_collector_keeps_its_version_when_redis_holds_corrupted_weights(
         weights.close()
 
 
-class CorruptOnce(RedisWeights):
+class CorruptOnce(RedisWeightPublisher):
     """Writes wire version 1 damaged (as a torn or tampered write would leave it)."""
 
-    def __init__(self, cfg: Config) -> None:
-        super().__init__(cfg)
-        self.cfg = cfg
+    cfg: Config
+
+    @classmethod
+    def of(cls, cfg: Config) -> CorruptOnce:
+        weights = cls.from_config(cfg.sync, cfg.store)
+        weights.cfg = cfg
+        return weights
 
     def publish(self, version: int, tensors: dict[str, Any]) -> None:
         if version == 1:
@@ -119,7 +122,7 @@ def test_learner_publishes_again_when_no_collector_can_load_the_weights(
         tmp_path: Path, redis_url: str, unique_name: str, roles: Any, reference: Path) -> None:
     cfg = redis_cfg(redis_url, unique_name, tmp_path / "store")
     cluster = roles(cfg)
-    weights = CorruptOnce(cfg)
+    weights = CorruptOnce.of(cfg)
     run_dir = tmp_path / "run"
     try:
         run_with_collectors(cluster.cfg, run_dir, cluster.collector_addresses, weights=weights,
@@ -139,7 +142,7 @@ def test_redis_restarted_mid_run_with_weights_in_the_store(tmp_path: Path, redis
     cluster = roles(cfg)
     restarts: list[threading.Thread] = []
 
-    class RestartingRedis(RedisWeights):
+    class RestartingRedis(RedisWeightPublisher):
         def publish(self, version: int, tensors: dict[str, Any]) -> None:
             if version == 2 and not restarts:  # after iteration 1's update (a fresh key: wire = learner)
                 redis_process.stop()  # every key is gone (no persistence)
@@ -147,7 +150,7 @@ def test_redis_restarted_mid_run_with_weights_in_the_store(tmp_path: Path, redis
                 restarts[0].start()
             super().publish(version, tensors)  # retries until Redis is back
 
-    weights = RestartingRedis(cfg)
+    weights = RestartingRedis.from_config(cfg.sync, cfg.store)
     run_dir = tmp_path / "run"
     try:
         run_with_collectors(cluster.cfg, run_dir, cluster.collector_addresses, weights=weights,

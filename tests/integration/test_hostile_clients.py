@@ -29,9 +29,9 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.health import probe
 from skurl.rpc.options import channel_options
-from skurl.rpc.weights_client import GrpcWeightPublisher, to_message
-from skurl.rpc.weights_server import WeightSyncServer
-from skurl.sync.codec import encode_weights
+from skurl.rpc.weights_server import WeightSyncServer, to_message
+from skurl.sync.grpc import GrpcWeightPublisher
+from skurl.weights.codec import encode_weights
 
 OK, BAD = grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT
 FULL, MISSING = grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND

@@ -21,7 +21,6 @@ from skurl.collect.collector import Collector  # noqa: E402
 from skurl.config import Config, RayConfig, load_config  # noqa: E402
 from skurl.modes.ray.actors import ShardSpec, WorkerSlot, ray_shard_env, start_collector  # noqa: E402
 from skurl.modes.ray.cluster import start_ray  # noqa: E402
-from skurl.modes.ray.weights import RayWeights, start_weight_slot  # noqa: E402
 from skurl.policy.learned import grid_for  # noqa: E402
 from skurl.policy.nets import ActorCritic  # noqa: E402
 from skurl.rpc.multi_shard import MultiShardEnv  # noqa: E402
@@ -29,6 +28,7 @@ from skurl.sim.api import Env, StepResult  # noqa: E402
 from skurl.sim.env import VectorEnv  # noqa: E402
 from skurl.sim.layout import catalog_widths  # noqa: E402
 from skurl.sim.replaying import ReplayingEnv  # noqa: E402
+from skurl.sync.ray import RayWeights, start_weight_slot  # noqa: E402
 
 DAYS, KILL_AFTER, TIMEOUT_S = 14, 5, 120.0
 BAD_ROW, BAD_TREND = 17, 3.0  # mean = base * e^(3 t) passes 2^50 on day 12: FAIL_MEAN mid-episode

@@ -20,7 +20,8 @@ import torch
 from skurl.config import load_config
 from skurl.config.secrets import redact_url, with_password
 from skurl.config.services import redis_url_of
-from skurl.sync.redis_sync import RedisWeightPublisher, RedisWeightSubscriber, SyncConnectionError
+from skurl.sync.redis import RedisWeightPublisher, SyncConnectionError
+from skurl.sync.redis_subscriber import RedisWeightSubscriber
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 ADMIN, SKURL = "admin-pw-4f1d", "skurl-pw-9c2e"

@@ -17,14 +17,9 @@ from skurl.config import StoreConfig, SyncConfig
 from skurl.errors import UserError
 from skurl.store.local import LocalRolloutStore
 from skurl.sync.api import Tensors, WeightSyncTimeout
-from skurl.sync.codec import encode_weights
-from skurl.sync.redis_sync import (
-    RedisWeightPublisher,
-    RedisWeightSubscriber,
-    SyncConnectionError,
-    version_key,
-    weights_key,
-)
+from skurl.sync.redis import RedisWeightPublisher, SyncConnectionError, version_key, weights_key
+from skurl.sync.redis_subscriber import RedisWeightSubscriber
+from skurl.weights.codec import encode_weights
 
 if TYPE_CHECKING:
     from conftest import RedisProcess

@@ -15,11 +15,10 @@ from skurl.buffer.rollout import Rollout
 from skurl.config import RpcConfig
 from skurl.modes.decoupled.collector_client import CollectorClient
 from skurl.modes.decoupled.collector_server import CollectorServer, CollectorServicer
-from skurl.rpc.errors import RequestRejectedError
+from skurl.rpc.errors import RequestRejectedError, VersionNotNewerError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.options import channel_options
-from skurl.rpc.weights_client import VersionNotNewerError
 
 RPC = RpcConfig(timeout_s=30.0)
 DAYS, SKUS, DIM = 5, 30, 4

@@ -18,9 +18,9 @@ from skurl.rpc.env_client import RemoteEnv
 from skurl.rpc.env_server import serve_env
 from skurl.rpc.options import channel_options, server_options
 from skurl.rpc.servicer_base import GrpcServer
-from skurl.rpc.weights_client import GrpcWeightPublisher, GrpcWeightSubscriber
 from skurl.rpc.weights_server import WeightSyncServer
 from skurl.sim.env import VectorEnv
+from skurl.sync.grpc import GrpcWeightPublisher, GrpcWeightSubscriber
 
 AGED = RpcConfig(timeout_s=3.0, max_connection_age_s=0.5, max_connection_age_grace_s=5.0)
 

@@ -22,10 +22,10 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.health import probe
 from skurl.rpc.options import channel_options
-from skurl.rpc.weights_client import GrpcWeightPublisher, GrpcWeightSubscriber, to_message
-from skurl.rpc.weights_server import WeightSyncServer
-from skurl.sync.codec import WeightIntegrityError, encode_weights
+from skurl.rpc.weights_server import WeightSyncServer, to_message
+from skurl.sync.grpc import GrpcWeightPublisher, GrpcWeightSubscriber
 from skurl.telemetry.metrics import use_registry
+from skurl.weights.codec import WeightIntegrityError, encode_weights
 
 RPC = RpcConfig(timeout_s=30.0)
 DAYS, SKUS, DIM = 3, 6, 2
@@ -190,7 +190,7 @@ def test_nan_weights_are_refused_by_publisher_server_and_subscriber(weights_serv
 
 
 def test_the_server_refuses_weights_unlike_the_learners_model(weights_server) -> None:  # type: ignore[no-untyped-def]
-    from skurl.sync.codec import spec_of
+    from skurl.weights.codec import spec_of
 
     weights_server.servicer.expect("policy", spec_of(good_weights(0.0)))
     channel = grpc.insecure_channel(weights_server.address, options=channel_options(RPC))

@@ -10,7 +10,7 @@ from skurl.config import RpcConfig
 from skurl.modes.decoupled.collector_client import CollectorClient
 from skurl.rpc.env_client import RemoteEnv
 from skurl.rpc.errors import ServerUnavailableError
-from skurl.rpc.weights_client import GrpcWeightPublisher, GrpcWeightSubscriber
+from skurl.sync.grpc import GrpcWeightPublisher, GrpcWeightSubscriber
 
 NOBODY = "127.0.0.1:1"  # a port nothing listens on
 

@@ -29,8 +29,8 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.health import probe
 from skurl.rpc.servicer_base import GrpcServer
-from skurl.rpc.weights_client import GrpcWeightPublisher, GrpcWeightSubscriber
 from skurl.rpc.weights_server import WeightSyncServer
+from skurl.sync.grpc import GrpcWeightPublisher, GrpcWeightSubscriber
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "dev_certs.sh"
 T = 10.0

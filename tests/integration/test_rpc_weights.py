@@ -13,16 +13,13 @@ import pytest
 import torch
 
 from skurl.config import RpcConfig
+from skurl.rpc.errors import VersionNotNewerError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.options import channel_options
-from skurl.rpc.weights_client import (
-    GrpcWeightPublisher,
-    GrpcWeightSubscriber,
-    VersionNotNewerError,
-)
 from skurl.rpc.weights_server import WeightSyncServer
-from skurl.sync.api import WeightPublisher, WeightSubscriber, WeightSyncTimeout
+from skurl.sync.api import WeightBackend, WeightSubscriber, WeightSyncTimeout
+from skurl.sync.grpc import GrpcWeightPublisher, GrpcWeightSubscriber
 
 RPC = RpcConfig(timeout_s=30.0)
 WAIT = 30.0  # generous: only reached when something is broken
@@ -44,7 +41,7 @@ def server() -> Iterator[WeightSyncServer]:
 def test_publish_then_subscribers_get_it_bit_exact(server: WeightSyncServer) -> None:
     pub = GrpcWeightPublisher(server.address, RPC)
     subs = [GrpcWeightSubscriber(server.address, RPC) for _ in range(3)]
-    assert isinstance(pub, WeightPublisher) and isinstance(subs[0], WeightSubscriber)
+    assert isinstance(pub, WeightBackend) and isinstance(subs[0], WeightSubscriber)
     assert subs[0].latest() is None and subs[0].latest_version() is None
     weights = model(1)
     pub.publish(1, weights)
@@ -153,8 +150,8 @@ def test_subscriber_recovers_when_the_server_restarts() -> None:
 
 
 def test_learner_hosted_server_publishes_in_process(server: WeightSyncServer) -> None:
-    from skurl.rpc.weights_client import to_message
-    from skurl.sync.codec import encode_weights
+    from skurl.rpc.weights_server import to_message
+    from skurl.weights.codec import encode_weights
 
     with GrpcWeightSubscriber(server.address, RPC) as sub:
         server.servicer.put(to_message(encode_weights(model(7), 7)))

@@ -18,11 +18,11 @@ from test_decoupled import tiny
 from test_staleness_modes import assert_bounded
 
 from skurl.config import Config
-from skurl.modes.decoupled.learner_weights import RedisWeights
 from skurl.modes.decoupled.supervisor import InProcessRoles
 from skurl.modes.decoupled.wiring import run_with_collectors
 from skurl.store.api import ShardManifest
 from skurl.store.shard_queue import parse_id
+from skurl.sync.redis import RedisWeightPublisher
 from skurl.telemetry.logger import read_metrics
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def test_redis_restarted_mid_run_collectors_keep_their_weights_and_reconnect(
     restarts: list[threading.Timer] = []
     held: list[int] = []
 
-    class RestartingRedis(RedisWeights):
+    class RestartingRedis(RedisWeightPublisher):
         def publish(self, version: int, tensors: dict[str, Any]) -> None:
             if version == 2 and not restarts:
                 # Collectors follow Redis on their own threads: under load version 1 may still
@@ -135,7 +135,7 @@ def test_redis_restarted_mid_run_collectors_keep_their_weights_and_reconnect(
                 restarts[0].start()
             super().publish(version, tensors)  # retries until Redis is back
 
-    weights = RestartingRedis(cfg)
+    weights = RestartingRedis.from_config(cfg.sync, cfg.store)
     try:
         with caplog.at_level(logging.WARNING):
             run_with_collectors(cluster.cfg, run, cluster.collector_addresses, weights=weights, baseline=False)

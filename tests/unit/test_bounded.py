@@ -24,8 +24,8 @@ from test_staleness import tiny
 from skurl.collect.bounded import BoundedStaleness
 from skurl.collect.breaker import CircuitBreaker
 from skurl.collect.collectors import Collected, SampleIndex
-from skurl.collect.staleness import WeightHistory
 from skurl.modes.colocated import mode as colocated_mode
+from skurl.sync.history import WeightHistory
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.metrics import SkurlMetrics, use_registry
 from skurl.train import run as training

@@ -22,9 +22,10 @@ from skurl.collect.breaker import (
     version_lag,
 )
 from skurl.collect.collectors import Collected, SampleIndex
-from skurl.collect.staleness import FixedStaleness, WeightHistory
+from skurl.collect.staleness import FixedStaleness
 from skurl.store.api import ShardManifest
 from skurl.store.shard_queue import Ledger, MemoryShardQueue, MemoryStream
+from skurl.sync.history import WeightHistory
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.metrics import SkurlMetrics, use_registry
 

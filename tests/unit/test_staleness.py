@@ -15,13 +15,14 @@ import torch
 
 from skurl.buffer.rollout import Rollout
 from skurl.collect.collectors import Collected, LocalCollectors
-from skurl.collect.staleness import HISTORY_DIR, FixedStaleness, WeightHistory, refuse_unbuilt
+from skurl.collect.staleness import HISTORY_DIR, FixedStaleness, refuse_unbuilt
 from skurl.config import Config, load_config
 from skurl.errors import UserError
 from skurl.learn.checkpoint import load_checkpoint
 from skurl.learn.learner import Learner
 from skurl.modes.colocated import Colocated
 from skurl.modes.colocated import mode as colocated_mode
+from skurl.sync.history import WeightHistory
 from skurl.sync.inproc import InProcWeights
 from skurl.telemetry.metrics import get_metrics
 from skurl.train import run as training

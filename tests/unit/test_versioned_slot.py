@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from skurl.sync.slot import VersionedSlot
+from skurl.weights.slot import VersionedSlot
 
 
 def test_only_newer_versions_are_taken() -> None:

@@ -20,8 +20,16 @@ from collections import deque
 from collections.abc import Callable
 
 from skurl.collect.breaker import CircuitBreaker, max_lag_of
-from skurl.collect.collectors import Collected, Collectors, NewestWeights, SampleIndex, WeightSource
-from skurl.collect.staleness import LagFigures, WeightHistory
+from skurl.collect.collectors import (
+    Collected,
+    Collectors,
+    KeepWeights,
+    KeptWeights,
+    NewestWeights,
+    SampleIndex,
+    WeightSource,
+)
+from skurl.collect.staleness import LagFigures
 from skurl.config import CollectConfig
 from skurl.telemetry.metrics import get_metrics
 
@@ -43,7 +51,7 @@ class BoundedStaleness:
     reference; by default the newest published one). Episodes are numbered on from the
     first call's iteration, one per collection (refused ones included)."""
 
-    def __init__(self, inner: Collectors, latest: NewestWeights, history: WeightHistory, staleness: int,
+    def __init__(self, inner: Collectors, latest: NewestWeights, history: KeptWeights, staleness: int,
                  breaker: CircuitBreaker, learner_version: Callable[[], int | None] | None = None) -> None:
         self.inner, self.latest, self.history, self.staleness = inner, latest, history, staleness
         self.breaker = breaker
@@ -169,10 +177,10 @@ class BoundedStaleness:
         self.inner.close()
 
 
-def bounded(collect: CollectConfig, latest: NewestWeights,
-            local: Callable[[WeightSource], Collectors]) -> BoundedStaleness:
+def bounded(collect: CollectConfig, latest: NewestWeights, local: Callable[[WeightSource], Collectors],
+            keep: KeepWeights) -> BoundedStaleness:
     """BoundedStaleness over `local(history)`, the newest weights from `latest` (the
-    learner's in-process publisher)."""
-    history = WeightHistory(2, None, keep_back=0)
+    learner's in-process publisher), `history` two versions in memory (`keep`)."""
+    history = keep(2, None, 0)
     breaker = CircuitBreaker(max_lag_of(collect), who="collection thread")
     return BoundedStaleness(local(history), latest, history, collect.staleness, breaker)

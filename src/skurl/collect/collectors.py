@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,8 +34,8 @@ class Collected:
 
 
 class WeightSource(Protocol):
-    """Where collectors wait for weights (the learner's publisher, WeightHistory): part of
-    sync/api.py's WeightSubscriber, restated because the cores import nothing of sync."""
+    """Where collectors wait for weights (the learner's publisher, a weight history): part
+    of sync/api.py's WeightSubscriber, restated because the cores import nothing of sync."""
 
     def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, dict[str, torch.Tensor]]: ...
 
@@ -45,6 +46,20 @@ class NewestWeights(WeightSource, Protocol):
     def latest(self) -> tuple[int, dict[str, torch.Tensor]] | None: ...
 
     def latest_version(self) -> int | None: ...
+
+
+class KeptWeights(WeightSource, Protocol):
+    """Weights by exact version (sync/history.py's WeightHistory): what staleness collects with."""
+
+    def put(self, version: int, tensors: dict[str, torch.Tensor]) -> None: ...
+
+    def clear_directory(self) -> None: ...
+
+
+# (keep, directory, keep_back) -> a history holding the last `keep` versions in memory and
+# mirroring them to `directory` (None: memory only) while a resume `keep_back` versions back
+# may need them: sync/history.py's WeightHistory, which the modes pass in.
+KeepWeights = Callable[[int, "Path | None", int], KeptWeights]
 
 
 class Collectors(Protocol):

@@ -3,34 +3,29 @@
 Iteration k of the PPO loop is collected with exactly policy version v_0 + max(0, k - N)
 (v_0: the version the loop started from, the warm start's clone or the initial weights),
 whatever the timing, so runs stay bit-identical across resumes. WeightHistory holds the
-last N + 1 published weight sets and mirrors them to RUN_DIR/stale_weights, from where a
-resumed run reads the versions its restored iteration needs (checkpoints hold only the
-newest). N = 0 returns the inner collectors untouched: today's sync barrier.
+last N + 1 published weight sets (sync/history.py) and mirrors them to RUN_DIR/stale_weights,
+from where a resumed run reads the versions its restored iteration needs (checkpoints hold
+only the newest). N = 0 returns the inner collectors untouched: today's sync barrier.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load, save
 
-from skurl import atomic
-from skurl.collect.collectors import Collected, Collectors, SampleIndex, WeightSource
+from skurl.collect.collectors import Collected, Collectors, KeptWeights, SampleIndex, WeightSource
 from skurl.config import CollectConfig
 from skurl.errors import UserError
 from skurl.telemetry.metrics import get_metrics
 
 _log = logging.getLogger(__name__)
 HISTORY_DIR = "stale_weights"
-_FILE = re.compile(r"v(\d{9})\.safetensors")
 Tensors = dict[str, torch.Tensor]
 SampleAt = Callable[[int, int], "np.ndarray | None"]  # (N SKUs, iteration) -> that update's SKU sample
 
@@ -45,54 +40,6 @@ def refuse_unbuilt(collect: CollectConfig, mode: str) -> None:
                         f"{mode} yet; expected collect.staleness=0")
 
 
-class WeightHistory:
-    """Weights by exact version: `wait_for(v)` returns version v itself (a WeightSubscriber
-    for LocalCollectors), from memory (the last `keep`) or from `directory`, where every
-    version put is written (atomically) and kept while a resume may need it."""
-
-    def __init__(self, keep: int, directory: Path | None, keep_back: int) -> None:
-        self.keep, self.directory, self.keep_back = keep, directory, keep_back
-        self._held: dict[int, Tensors] = {}
-
-    def clear_directory(self) -> None:
-        """A fresh start: files a crashed attempt left behind belong to another run."""
-        for path in self._files():
-            path.unlink(missing_ok=True)
-
-    def put(self, version: int, tensors: Tensors) -> None:
-        if version in self._held:
-            return
-        self._held[version] = tensors
-        for old in sorted(self._held)[:-self.keep]:
-            del self._held[old]
-        if self.directory is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            atomic.write_bytes(self.directory / f"v{version:09d}.safetensors", save(tensors, {"version": str(version)}))
-            self._prune(version - self.keep_back)
-
-    def _files(self) -> list[Path]:
-        if self.directory is None or not self.directory.is_dir():
-            return []
-        return sorted(p for p in self.directory.iterdir() if _FILE.fullmatch(p.name))
-
-    def _prune(self, floor: int) -> None:
-        for path in self._files():
-            match = _FILE.fullmatch(path.name)
-            if match is not None and int(match.group(1)) < floor:
-                path.unlink(missing_ok=True)
-
-    def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, Tensors]:
-        """Exactly `version` (nothing to wait for: it was put before any collection asks)."""
-        if version not in self._held:
-            path = None if self.directory is None else self.directory / f"v{version:09d}.safetensors"
-            if path is None or not path.is_file():
-                raise UserError(f"collect.staleness: the weights of policy version {version} are not kept "
-                                f"(expected {path or 'them in memory'}); resume from a later checkpoint "
-                                "or with collect.staleness=0")
-            self._held[version] = load(path.read_bytes())
-        return version, self._held[version]
-
-
 class FixedStaleness:
     """Collectors that gather iteration k with version v_k - min(k, N), v_k the learner's.
 
@@ -103,7 +50,7 @@ class FixedStaleness:
     if it asks for that very job, else collects anew. Each call records the lag, the time
     the learner waited for the rollout (learner_idle) and the collectors for work."""
 
-    def __init__(self, inner: Collectors, latest: WeightSource, history: WeightHistory, staleness: int,
+    def __init__(self, inner: Collectors, latest: WeightSource, history: KeptWeights, staleness: int,
                  ahead: bool = False, iterations: int | None = None, sample_at: SampleAt | None = None) -> None:
         self.inner, self.latest, self.history, self.staleness = inner, latest, history, staleness
         self.sample_at = sample_at  # the learner's SKU sample of (N SKUs, a later iteration)

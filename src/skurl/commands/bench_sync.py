@@ -27,7 +27,7 @@ from skurl.errors import UserError
 
 if TYPE_CHECKING:
     from skurl.config import Config
-    from skurl.sync.api import WeightPublisher
+    from skurl.sync.api import WeightBackend
 
 
 def register_bench(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +43,8 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def run_sync(args: argparse.Namespace) -> int:
-    from skurl.modes.decoupled.learner_weights import open_weights
+    from skurl.sync import open_backend
+    from skurl.sync.grpc import HostedGrpcWeights
 
     if args.subscribers < 1 or args.publishes < 1 or args.interval < 0:
         raise UserError(f"bench sync: --subscribers {args.subscribers} --publishes {args.publishes} "
@@ -53,9 +54,9 @@ def run_sync(args: argparse.Namespace) -> int:
     cfg = dataclasses.replace(cfg, sync=dataclasses.replace(cfg.sync, backend=backend,
                                                             key=f"bench-sync-{os.getpid()}"))
     tensors = _default_weights(cfg)
-    weights = open_weights(cfg)  # one line and exit 2 when Redis is unreachable
+    weights = open_backend(cfg)  # one line and exit 2 when Redis is unreachable
     try:
-        if weights.address:
+        if isinstance(weights, HostedGrpcWeights):
             cfg = dataclasses.replace(cfg, deploy=dataclasses.replace(cfg.deploy, weights_address=weights.address))
         weights.publish(0, tensors)  # subscribers start from a held version
         with tempfile.TemporaryDirectory(prefix="skurl-bench-sync-") as tmp:
@@ -94,7 +95,7 @@ def _default_weights(cfg: Config) -> dict[str, Any]:
     return ActorCritic(dim, grid_for(cfg).n, cfg.policy.hidden).state_dict()
 
 
-def _publish_all(weights: WeightPublisher, tensors: dict[str, Any], subs: _Subscribers, args: argparse.Namespace,
+def _publish_all(weights: WeightBackend, tensors: dict[str, Any], subs: _Subscribers, args: argparse.Namespace,
                  timeout_s: float) -> tuple[list[float], list[float]]:
     latencies, calls = [], []
     for version in range(1, args.publishes + 1):
@@ -165,7 +166,7 @@ class _Subscribers:
 def _subscribe(config_path: str) -> None:
     """A subscriber process: follow the versions as a collector does, print each held one."""
     from skurl.config import load_config
-    from skurl.modes.decoupled.roles import open_subscriber
+    from skurl.sync import open_subscriber
     from skurl.sync.api import WeightSyncTimeout
 
     cfg = load_config(config_path, [])

@@ -15,6 +15,7 @@ from skurl.collect.near_policy import with_staleness
 from skurl.config import Config
 from skurl.learn.learner import Learner
 from skurl.modes.observers import BusinessFigures
+from skurl.sync.history import WeightHistory
 from skurl.telemetry.metrics import business_from_totals, get_metrics
 from skurl.train.core import RunCore
 from skurl.train.mode import Wiring, collector_model, in_process_weights, plain_learner
@@ -35,7 +36,7 @@ class Colocated:
         latest, model = in_process_weights(learner), collector_model(learner)
         collectors = with_staleness(c, core.cfg.train, latest, core.run_dir, lambda weights: RecordingCollectors(
             LocalCollectors(core.local_env, len(core.shards), model, core.grid, weights, core.timer, collect=c),
-            core.run_dir.name, core.cfg.sim.backorders), learner.sample_index)
+            core.run_dir.name, core.cfg.sim.backorders), WeightHistory, learner.sample_index)
         return Wiring(collectors, latest, observers=[BusinessFigures(core.run_dir.name)])
 
 

@@ -57,6 +57,10 @@ class RequestRejectedError(RpcError):
 # What should be serving each service, for the UNAVAILABLE hint.
 SIM_SERVER = "skurl serve-sim"
 COLLECTOR = "skurl collector"
+class VersionNotNewerError(RequestRejectedError, ValueError):
+    """Weights published with a version not above the server's (a ValueError, as in InProcWeights)."""
+
+
 WEIGHTS = "the learner's weights service (sync.backend=grpc, deploy.weights_address)"
 _HINTS = {
     grpc.StatusCode.DEADLINE_EXCEEDED: "raise rpc.timeout_s if the server is just slow",

@@ -1,6 +1,6 @@
 """WeightSyncService: the newest weights per model key, pushed to subscribers as a stream.
 
-`payload` is skurl.sync.codec's safetensors blob (never pickle), decoded once on SetWeights
+`payload` is skurl.weights.codec's safetensors blob (never pickle), decoded once on SetWeights
 and refused (INVALID_ARGUMENT, weights_rejected_total{path="publish"}) when its sha256,
 header, key or version disagree, a tensor is not finite, or its names, shapes and dtypes
 differ from the model's (`expect`, which a learner hosting the server calls with its
@@ -27,21 +27,29 @@ from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.health import service_name
 from skurl.rpc.servicer_base import GrpcServer, rpc_method
-from skurl.rpc.weights_client import from_message
 from skurl.sim.api import EnvStateError
-from skurl.sync.codec import (
+from skurl.weights.codec import (
     Spec,
+    WeightBlob,
     WeightIntegrityError,
     check_weights,
     decode_weights,
     note_rejected,
 )
-from skurl.sync.slot import VersionedSlot
+from skurl.weights.slot import VersionedSlot
 
 _KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # as sync.key
 # How often a waiting stream wakes to notice a cancelled client or a stopping server.
 _POLL_S = 0.25
 MAX_KEYS = 1024  # model keys one server holds (each keeps its newest weights in memory)
+
+
+def to_message(blob: WeightBlob) -> pb.Weights:
+    return pb.Weights(key=blob.model_key, version=blob.version, sha256=blob.sha256, payload=blob.payload)
+
+
+def from_message(msg: pb.Weights) -> WeightBlob:
+    return WeightBlob(model_key=msg.key, version=int(msg.version), payload=msg.payload, sha256=msg.sha256)
 
 
 class NotNewerError(EnvStateError):

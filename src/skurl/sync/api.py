@@ -1,9 +1,8 @@
-"""Weight publishing and subscribing: the seam between a learner and its collectors.
-
-What travels is a `WeightBlob` (sync/codec.py): safetensors bytes of the model's
-state_dict, the policy version, a model key and the sha256 of the bytes. The in-process
-backend (sync/inproc.py) and network backends (Redis, gRPC) implement these Protocols,
-and one contract test suite runs against all of them. Versions only grow.
+"""The seam between a learner and its collectors: one WeightBackend protocol for the
+learner's side of every backend (sync/inproc.py, redis.py, grpc.py, ray.py, wire.py) and a
+WeightSubscriber for the collectors' side. Network backends carry a `WeightBlob`
+(weights/codec.py); the in-process one hands over tensor copies. One contract suite
+(tests/contracts/test_weights_contract.py) runs over all of them. Versions only grow.
 """
 
 from __future__ import annotations
@@ -20,15 +19,25 @@ class WeightSyncTimeout(TimeoutError):
 
 
 @runtime_checkable
-class WeightPublisher(Protocol):
+class WeightBackend(Protocol):
+    """The learner's side of a backend."""
+
     def publish(self, version: int, tensors: Tensors) -> object:
         """Make `tensors` the latest weights, as `version` (greater than any before). What
         it returns is the backend's (WirePublisher: the wire version); callers ignore it."""
         ...
 
+    def published_version(self) -> int | None:
+        """The version the backend holds now (None before any publish)."""
+        ...
+
+    def close(self) -> None: ...
+
 
 @runtime_checkable
 class WeightSubscriber(Protocol):
+    """A collector's side of a backend."""
+
     def latest(self) -> tuple[int, Tensors] | None:
         """The newest (version, tensors), or None before the first publish."""
         ...
@@ -41,3 +50,5 @@ class WeightSubscriber(Protocol):
         """Block until a version >= `version` is published; return the newest.
         Raises WeightSyncTimeout after `timeout` seconds (None waits for ever)."""
         ...
+
+    def close(self) -> None: ...

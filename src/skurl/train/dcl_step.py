@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from skurl.config import Config
     from skurl.learn.learner import Learner
     from skurl.sim.env import VectorEnv
-    from skurl.sync.api import WeightPublisher
+    from skurl.sync.api import WeightBackend
     from skurl.train.core import RunCore
 
 log = logging.getLogger("skurl.train")
@@ -60,7 +60,7 @@ def row_horizons(catalog: Catalog) -> np.ndarray:
 class DclStep:
     """The Trainer's iteration under train.algo=dcl (Trainer.iteration calls it)."""
 
-    def __init__(self, core: RunCore, learner: Learner, weights: WeightPublisher, *, warm: bool) -> None:
+    def __init__(self, core: RunCore, learner: Learner, weights: WeightBackend, *, warm: bool) -> None:
         if dist.is_initialized() and dist.get_world_size() > 1:
             raise UserError("train.algo=dcl: the DDP learner is not built for it (its labelling runs in one "
                             "process); expected one learner process or train.algo=ppo")

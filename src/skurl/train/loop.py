@@ -22,7 +22,7 @@ from skurl.config import Config, config_to_dict
 from skurl.json_ready import read_json_or_none
 from skurl.learn.checkpoint import save_checkpoint
 from skurl.policy.learned import CONFIG_FILE
-from skurl.sync.api import WeightPublisher
+from skurl.sync.api import WeightBackend
 from skurl.telemetry.logger import RunLogger
 from skurl.telemetry.metrics import get_metrics
 from skurl.telemetry.progress import Progress
@@ -87,11 +87,11 @@ class Trainer:
             raise
 
     @property
-    def weights(self) -> WeightPublisher:
+    def weights(self) -> WeightBackend:
         return self.wiring.weights
 
     @weights.setter
-    def weights(self, weights: WeightPublisher) -> None:
+    def weights(self, weights: WeightBackend) -> None:
         """Put a wrapper around the publisher (tests wait or count there)."""
         self.wiring.weights = weights
 

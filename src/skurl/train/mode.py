@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from skurl.collect.collectors import Collectors
     from skurl.collect.evaluate import EvalResult
     from skurl.sim.env import VectorEnv
-    from skurl.sync.api import WeightPublisher
+    from skurl.sync.api import WeightBackend
 
 Scalars = dict[str, Any]  # an iteration's figures for its record (metrics.jsonl, TensorBoard)
 WarmStep = Callable[[], Scalars]  # the warm start itself: its scalars
@@ -101,7 +101,7 @@ class Wiring:
     `metrics_url`: this process's /metrics where the mode serves one."""
 
     collectors: Collectors
-    weights: WeightPublisher
+    weights: WeightBackend
     close: Callable[[], None] = _nothing
     observers: list[Observer] = field(default_factory=list)
     around: list[Callable[[Collectors], Collectors]] = field(default_factory=list)

@@ -11,12 +11,12 @@ from skurl.telemetry.stages import StageTimer
 if TYPE_CHECKING:
     from skurl.learn.learner import Learner
     from skurl.sim.env import VectorEnv
-    from skurl.sync.api import WeightPublisher
+    from skurl.sync.api import WeightBackend
     from skurl.train.core import RunCore
     from skurl.train.evaluation import Evaluator
 
 
-def warm_start(core: RunCore, learner: Learner, weights: WeightPublisher, env: VectorEnv,
+def warm_start(core: RunCore, learner: Learner, weights: WeightBackend, env: VectorEnv,
                evaluator: Evaluator | None) -> dict[str, Any]:
     """Scalars for the first iteration's record (each step's seconds and the clone's
     evaluation): the baseline recorded on `env`, cloned into `learner`, published."""

@@ -32,7 +32,8 @@ from skurl.modes.ddp.parts import RankMode, check_ddp, init_distributed
 from skurl.train.loop import Trainer, TrainResult
 
 if TYPE_CHECKING:
-    from skurl.modes.decoupled.learner_weights import HostedWeights, RedisWeights
+    from skurl.sync.grpc import HostedGrpcWeights
+    from skurl.sync.redis import RedisWeightPublisher
 
 ENTRY = "skurl.modes.ddp.learner"
 
@@ -122,7 +123,7 @@ def _run_rank(cfg: Config, args: argparse.Namespace, device: torch.device) -> Tr
     return result
 
 
-def _weights(cfg: Config, host: str) -> RedisWeights | HostedWeights | None:
+def _weights(cfg: Config, host: str) -> RedisWeightPublisher | HostedGrpcWeights | None:
     """Rank 0's weights backend (decoupled's), or None under sync.backend=inproc without
     collectors to drive (the weights are then in the checkpoints only)."""
     if cfg.sync.backend == "inproc":
@@ -132,9 +133,11 @@ def _weights(cfg: Config, host: str) -> RedisWeights | HostedWeights | None:
         print(f"{ENTRY}: sync.backend=inproc publishes nothing across processes; weights are in "
               "the checkpoints", file=sys.stderr)
         return None
-    from skurl.modes.decoupled.learner_weights import open_weights
+    from skurl.modes.decoupled.roles import check_decoupled
+    from skurl.sync import open_backend
 
-    return open_weights(cfg, host)
+    check_decoupled(cfg)
+    return open_backend(cfg, host)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,7 @@ from skurl.train.mode import (
 
 if TYPE_CHECKING:
     from skurl.learn.learner import Learner
-    from skurl.modes.decoupled.grpc_collectors import WireBackend
-    from skurl.sync.api import WeightPublisher
+    from skurl.sync.api import WeightBackend
     from skurl.train.core import RunCore
 
 MODE = "ddp"  # recorded in mode.json: `skurl train --resume` names the DDP learner command
@@ -53,7 +52,7 @@ class RankMode:
 
     name = MODE
 
-    def __init__(self, cfg: Config, device: torch.device, backend: WireBackend | None, *, wait_s: float, poll_s: float) -> None:
+    def __init__(self, cfg: Config, device: torch.device, backend: WeightBackend | None, *, wait_s: float, poll_s: float) -> None:
         self.cfg, self.device, self.backend = cfg, device, backend
         self.lead = not dist.is_initialized() or dist.get_rank() == 0
         self.store = open_store(cfg.store)
@@ -94,12 +93,11 @@ class RankMode:
         return Wiring(RankFeed(shards, reader, self.device), self._publisher(core, learner), observers=observers,
                       around_warm_start=warm)
 
-    def _publisher(self, core: RunCore, learner: Learner) -> WeightPublisher:
+    def _publisher(self, core: RunCore, learner: Learner) -> WeightBackend:
         """Weights for others' collectors, which take them from the backend (None: in process)."""
         if self.backend is None:
             return in_process_weights(learner)
-        from skurl.modes.decoupled.grpc_collectors import WirePublisher
-        from skurl.sync.wire_versions import WIRE_FILE, WireVersions
+        from skurl.sync.wire import WIRE_FILE, WirePublisher, WireVersions
 
         weights = WirePublisher(self.backend, WireVersions(core.run_dir / WIRE_FILE))
         held = self.backend.published_version()

@@ -11,11 +11,11 @@ from skurl.config import RpcConfig
 from skurl.modes.decoupled.collector_server import SKU_IDS
 from skurl.rpc.codec import decode_batch
 from skurl.rpc.env_client import DEFAULT_CONNECT_TIMEOUT_S, connect
-from skurl.rpc.errors import COLLECTOR, WireError, from_rpc_error
+from skurl.rpc.errors import COLLECTOR, VersionNotNewerError, WireError, from_rpc_error
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
-from skurl.rpc.weights_client import VersionNotNewerError, to_message
-from skurl.sync.codec import encode_weights
+from skurl.rpc.weights_server import to_message
+from skurl.weights.codec import encode_weights
 
 
 class CollectorClient:

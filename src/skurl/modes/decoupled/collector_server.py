@@ -1,6 +1,6 @@
 """CollectorService: a collector process driven over gRPC (decoupled mode).
 
-Pushed weights are checked as every receiver checks them (sync/codec.py: INVALID_ARGUMENT
+Pushed weights are checked as every receiver checks them (weights/codec.py: INVALID_ARGUMENT
 and weights_rejected_total otherwise), wait in a slot and load at the start of the next
 Collect, never mid-episode; Collect is the sync barrier (a finite wait, at most MAX_WAIT_S,
 never past the caller's deadline), then one episode (stored as this collector's shard);
@@ -29,10 +29,9 @@ from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
 from skurl.rpc.health import service_name
 from skurl.rpc.options import max_message_bytes
 from skurl.rpc.servicer_base import GrpcServer, rpc_method
-from skurl.rpc.weights_client import from_message
-from skurl.rpc.weights_server import NotNewerError
+from skurl.rpc.weights_server import NotNewerError, from_message
 from skurl.sim.api import EnvStateError
-from skurl.sync.codec import (
+from skurl.weights.codec import (
     Spec,
     WeightIntegrityError,
     check_weights,
@@ -40,7 +39,7 @@ from skurl.sync.codec import (
     note_rejected,
     spec_of,
 )
-from skurl.sync.slot import VersionedSlot
+from skurl.weights.slot import VersionedSlot
 
 if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout

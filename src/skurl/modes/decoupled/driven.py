@@ -13,9 +13,11 @@ from skurl.buffer.assemble import ShardAssembly
 from skurl.collect.breaker import max_lag_of
 from skurl.collect.collectors import Collectors, NewestWeights, WeightSource
 from skurl.collect.near_policy import with_staleness
-from skurl.modes.decoupled.grpc_collectors import GrpcCollectors, WireBackend, WirePublisher
+from skurl.modes.decoupled.grpc_collectors import GrpcCollectors
 from skurl.modes.decoupled.lag_watch import CollectorLagWatch
 from skurl.modes.decoupled.shard_stream import CONSUMER, StreamShares, open_stream, uses_stream
+from skurl.sync.history import WeightHistory
+from skurl.sync.wire import WIRE_FILE, WirePublisher, WireVersions
 from skurl.train.mode import Observer, in_process_weights
 
 if TYPE_CHECKING:
@@ -23,17 +25,15 @@ if TYPE_CHECKING:
     from skurl.learn.learner import Learner
     from skurl.store.api import RolloutStore
     from skurl.store.shard_queue_redis import RedisShardQueue
-    from skurl.sync.api import WeightPublisher
+    from skurl.sync.api import WeightBackend
     from skurl.train.core import RunCore
 
 
-def driven_collectors(core: RunCore, learner: Learner, addresses: Sequence[str], backend: WireBackend,
+def driven_collectors(core: RunCore, learner: Learner, addresses: Sequence[str], backend: WeightBackend,
                       store: RolloutStore, *, assembly: ShardAssembly | None = None) -> GrpcCollectors:
     """GrpcCollectors over `addresses` for the run of `core` and `learner`, their weights on
     `backend` under wire versions, starting above what any collector or the backend holds."""
     from skurl.modes.decoupled.remote_grid import publish_center
-    from skurl.sync.wire_versions import WIRE_FILE, WireVersions
-
     cfg = core.cfg
     assembly = assembly or ShardAssembly(core.catalog.sku_id, cfg.sim.days, learner.model.obs_dim)
     grpc_collectors = GrpcCollectors(
@@ -57,13 +57,13 @@ class StoreCleanup(Observer):
 class Driven:
     """The collectors of `addresses` driven by this process, and the weights they take."""
 
-    def __init__(self, addresses: Sequence[str], backend: WireBackend, store: RolloutStore) -> None:
+    def __init__(self, addresses: Sequence[str], backend: WeightBackend, store: RolloutStore) -> None:
         self.addresses, self.backend, self.store = addresses, backend, store
         self.grpc: GrpcCollectors | None = None
         self.stream: RedisShardQueue | None = None  # the run's shard stream (bounded staleness, weights through Redis)
         self.observers: list[Observer] = []
 
-    def build(self, core: RunCore, learner: Learner) -> tuple[Collectors, WeightPublisher]:
+    def build(self, core: RunCore, learner: Learner) -> tuple[Collectors, WeightBackend]:
         """The loop's collectors and weight publisher; `observers` then holds what follows the loop."""
         grpc_collectors = self.grpc = driven_collectors(core, learner, self.addresses, self.backend, self.store)
         self.observers = [StoreCleanup(self.store, learner)]
@@ -76,7 +76,8 @@ class Driven:
             grpc_collectors.weights_of = lambda: history.wait_for(grpc_collectors.version, timeout=60.0)[1]
             return grpc_collectors
 
-        collectors = with_staleness(c, core.cfg.train, cast(NewestWeights, latest), core.run_dir, from_history, learner.sample_index)
+        collectors = with_staleness(c, core.cfg.train, cast(NewestWeights, latest), core.run_dir, from_history, WeightHistory,
+                                    learner.sample_index)
         if c.staleness_mode == "bounded":  # collectors use the newest weights: watch their lag
             watched = cast("BoundedStaleness", collectors)  # what with_staleness builds when bounded
             grpc_collectors.watch = CollectorLagWatch(max_lag_of(c), watched.learner_version, watched.ahead,

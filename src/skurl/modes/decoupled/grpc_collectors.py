@@ -1,20 +1,18 @@
 """Decoupled mode's collectors for the one loop (train/loop.py): GrpcCollectors (`skurl
-collector` processes over gRPC, shards through the rollout store) and the weights under
-wire versions. The minibatch order depends only on (seed, iteration), so the weights
-equal `--mode colocated`'s bit for bit. Wire versions: collectors accept only growing
-versions, so what is published may run ahead of the learner's version (weights published
-again, a Redis key holding newer ones); run_dir/wire_versions.jsonl maps back.
+collector` processes over gRPC, shards through the rollout store), their weights under
+wire versions (sync/wire.py's WirePublisher on the run's sync backend). The minibatch
+order depends only on (seed, iteration), so the weights equal `--mode colocated`'s bit
+for bit.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
@@ -30,7 +28,8 @@ from skurl.modes.decoupled.collector_client import CollectorClient
 from skurl.modes.decoupled.lag_watch import CollectorLagWatch, held_wire_of, newest_wire
 from skurl.rpc.errors import RequestRejectedError, ServerUnavailableError
 from skurl.store import CorruptShardError, ShardManifest
-from skurl.sync.wire_versions import WireVersions
+from skurl.sync.api import WeightBackend
+from skurl.sync.wire import WirePublisher
 from skurl.telemetry.metrics import business_from_totals, get_metrics
 
 if TYPE_CHECKING:
@@ -43,56 +42,6 @@ _UNAVAILABLE_PAUSE_S = 0.5
 
 class CollectError(UserError):
     """An iteration's data could not be collected (shards still bad after the retries)."""
-
-
-class WireBackend(Protocol):
-    """The sync backend wire versions travel on (modes/decoupled/learner_weights.py)."""
-
-    def publish(self, version: int, tensors: dict[str, Any]) -> None: ...
-
-    def published_version(self) -> int | None: ...
-
-
-class WirePublisher:
-    """The learner's weights on the sync backend under wire versions (sync/wire_versions.py):
-    each learner version once, again (newer) when it did not reach every collector."""
-
-    def __init__(self, backend: WireBackend, wire: WireVersions) -> None:
-        self.backend, self.wire = backend, wire
-        self.published: tuple[int, int] | None = None  # (learner version, wire version)
-        self.publish_unix: dict[int, float] = {}  # wire version -> when it was published
-        self._lock = threading.Lock()
-
-    def publish(self, version: int, tensors: dict[str, Any]) -> int:
-        """Learner version `version` as a new wire version; returns it."""
-        wire = self.wire.new(version)
-        self.publish_unix[wire] = time.time()
-        self.backend.publish(wire, tensors)
-        self.published = (version, wire)
-        return wire
-
-    def wire_of(self, version: int) -> int:
-        """The wire version that carries learner version `version` (published before)."""
-        assert self.published is not None and self.published[0] == version
-        return self.published[1]
-
-    def ensure(self, version: int, weights_of: Callable[[], dict[str, Any]]) -> int:
-        if self.published is None or self.published[0] != version:
-            return self.publish(version, weights_of())
-        return self.published[1]
-
-    def republish(self, wire: int, version: int, weights_of: Callable[[], dict[str, Any]]) -> bool:
-        """Weights of `wire` reached a collector not in time: publish them again, newer
-        (a collector rejects damaged weights and keeps its version; versions only grow).
-        True when this call published (collectors waiting on `wire` call it at once)."""
-        with self._lock:
-            assert self.published is not None
-            if self.published[1] != wire:
-                return False
-            log.error("weights v%d (learner version %d) did not reach every collector in time; "
-                      "publishing them again", wire, version)
-            self.publish(version, weights_of())
-            return True
 
 
 class GrpcCollectors:
@@ -154,7 +103,7 @@ class GrpcCollectors:
                                 f"call themselves '{cid}'; expected distinct ids")
             self.clients[cid] = client
 
-    def version_floor(self, backend: WireBackend) -> int:
+    def version_floor(self, backend: WeightBackend) -> int:
         """First wire version every collector and the sync backend will take as newer."""
         held = [backend.published_version(), *(newest_wire(c.stats()) for c in self.clients.values())]
         return max((v for v in held if v is not None), default=-1) + 1

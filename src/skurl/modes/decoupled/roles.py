@@ -19,12 +19,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any
 
 from skurl.collect.staleness import refuse_unbuilt
 from skurl.config import Config
 from skurl.errors import ConfigError
 from skurl.modes.decoupled.collector_server import CollectorServer, CollectorServicer
+from skurl.sync import open_subscriber
 from skurl.sync.api import WeightSubscriber, WeightSyncTimeout
 
 if TYPE_CHECKING:
@@ -150,16 +151,10 @@ def packed_arrays(rollout: Rollout) -> dict[str, Any]:
             **encode_days(arrays[Columns.OBS])}
 
 
-class ClosableSubscriber(WeightSubscriber, Protocol):
-    """A network WeightSubscriber, which holds a connection."""
-
-    def close(self) -> None: ...
-
-
 class WeightFollower:
     """Background thread: each newer version on the subscriber goes into `offer`."""
 
-    def __init__(self, subscriber: ClosableSubscriber, offer: Callable[[int, dict[str, Any]], object]) -> None:
+    def __init__(self, subscriber: WeightSubscriber, offer: Callable[[int, dict[str, Any]], object]) -> None:
         self.subscriber = subscriber
         self._offer = offer
         self._stop = threading.Event()
@@ -184,21 +179,6 @@ class WeightFollower:
         self._stop.set()
         self._thread.join(timeout=5)
         self.subscriber.close()
-
-
-def open_subscriber(cfg: Config, like: dict[str, Any]) -> ClosableSubscriber:
-    """The WeightSubscriber of sync.backend (redis | grpc at deploy.weights_address)."""
-    if cfg.sync.backend == "redis":
-        from skurl.sync.redis_sync import RedisWeightSubscriber
-
-        return RedisWeightSubscriber.from_config(cfg.sync, cfg.store, like=like)
-    if not cfg.deploy.weights_address:
-        raise ConfigError("deploy.weights_address is empty: with sync.backend=grpc a collector "
-                          "needs the learner's WeightSyncService as host:port")
-    from skurl.rpc.weights_client import GrpcWeightSubscriber
-
-    return GrpcWeightSubscriber(cfg.deploy.weights_address, cfg.rpc, cfg.sync.key,
-                                connect_timeout_s=cfg.deploy.start_timeout_s, like=like)
 
 
 class CollectorProcess:

@@ -1,7 +1,7 @@
 """`skurl train --mode decoupled`: sim servers, collectors and the learner as processes.
 
 Wiring only, like Sample Factory's parallel runner: open the weight sync backend
-(modes/decoupled/learner_weights.py), start the sim servers and collectors on this machine
+(sync/__init__.py's open_backend), start the sim servers and collectors on this machine
 (modes/decoupled/supervisor.py) unless they run already, serve /metrics, and drive the
 collectors (modes/decoupled/driven.py) from the one loop (train/loop.py). For several
 machines start the roles alone: skurl serve-sim / collector / learner.
@@ -22,18 +22,19 @@ from skurl.config.secrets import redact_url
 from skurl.errors import ConfigError
 from skurl.learn.learner import Learner
 from skurl.modes.decoupled.driven import Driven
-from skurl.modes.decoupled.learner_weights import open_weights
 from skurl.modes.decoupled.roles import check_decoupled
 from skurl.modes.decoupled.supervisor import LocalCluster, RestartsCounted, with_run_store
 from skurl.modes.observers import BusinessFigures
 from skurl.store import open_store
+from skurl.sync import open_backend
+from skurl.sync.grpc import HostedGrpcWeights
 from skurl.train.core import RunCore
 from skurl.train.loop import Trainer, TrainResult
 from skurl.train.mode import Wiring, plain_learner
 from skurl.train.run import RunWrap, run_trainer
 
 if TYPE_CHECKING:
-    from skurl.modes.decoupled.learner_weights import HostedWeights, RedisWeights
+    from skurl.sync.redis import RedisWeightPublisher
 
 log = logging.getLogger("skurl.modes")
 
@@ -49,12 +50,12 @@ class Decoupled:
 
     def __init__(self, cfg: Config, run_dir: Path, addresses: list[str] | None = None, *,
                  host: str = "127.0.0.1", metrics_port: int | None = None,
-                 weights: RedisWeights | HostedWeights | None = None) -> None:
+                 weights: RedisWeightPublisher | HostedGrpcWeights | None = None) -> None:
         check_decoupled(cfg)  # one line, before the run's core is built
         self.cfg = cfg if addresses is not None else with_run_store(cfg, run_dir)
         self.addresses, self.host, self.weights = addresses, host, weights
         if weights is None and cfg.sync.backend == "redis":
-            open_weights(self.cfg, host).close()  # an unreachable Redis is one line here, before any work
+            open_backend(self.cfg, host).close()  # an unreachable Redis is one line here, before any work
         self.metrics_port = cfg.deploy.metrics_base_port if metrics_port is None else metrics_port
 
     def learner(self, core: RunCore) -> Learner:
@@ -67,11 +68,12 @@ class Decoupled:
         try:
             weights = self.weights
             if weights is None:
-                weights = open_weights(self.cfg, self.host)
+                weights = open_backend(self.cfg, self.host)
                 started.callback(weights.close)
             cluster, addresses = None, self.addresses
+            hosted = weights.address if isinstance(weights, HostedGrpcWeights) else None  # collectors follow it
             if addresses is None:
-                cluster = LocalCluster(self.cfg, core.run_dir, weights.address)
+                cluster = LocalCluster(self.cfg, core.run_dir, hosted)
                 started.callback(cluster.stop)
                 cluster.start()
                 cluster.write_description()
@@ -84,7 +86,7 @@ class Decoupled:
             counted: list[Callable[[Collectors], Collectors]] = [] if cluster is None else [
                 partial(RestartsCounted, cluster=cluster, weights=weights)]
             log.info("learner metrics on %s; weights on %s", metrics.url,
-                     weights.address or redact_url(self.cfg.sync.redis_url))
+                     hosted or redact_url(self.cfg.sync.redis_url))
             return Wiring(collectors, publisher, close=started.close, metrics_url=metrics.url, around=counted,
                           observers=[*driven.observers, BusinessFigures(core.run_dir.name)])
         except BaseException:
@@ -98,7 +100,7 @@ def launched(cfg: Config, run_dir: Path) -> Decoupled:
 
 
 def run_with_collectors(cfg: Config, run_dir: str | Path, collectors: list[str], *,
-                        weights: RedisWeights | HostedWeights | None = None, resume: bool = False,
+                        weights: RedisWeightPublisher | HostedGrpcWeights | None = None, resume: bool = False,
                         stream: IO[str] | None = None, stop_after: int | None = None, baseline: bool = True,
                         metrics_port: int | None = None, wrap: RunWrap | None = None,
                         host: str = "127.0.0.1") -> TrainResult:

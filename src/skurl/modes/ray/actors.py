@@ -8,7 +8,7 @@
 - `CollectorWorker`: a Collector over a MultiShardEnv of RayShardEnvs; takes weights
   through the weight-sync interface and returns rollouts through Ray's object store or
   writes them to the rollout store.
-- weights travel through modes/ray/weights.py (`WeightSlot` actor, `RayWeights`).
+- weights travel through sync/ray.py (`WeightSlot` actor, `RayWeights`).
 Every ray.get has a timeout (ray.get_timeout_s)."""
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from skurl.catalog.schema import Catalog
 from skurl.config import Config, RayConfig, SimConfig
-from skurl.modes.ray.weights import RayTimeoutError, RayWeights
-from skurl.modes.ray.weights import ray_get as get
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
 from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 from skurl.sync.api import Tensors
+from skurl.sync.ray import RayTimeoutError, RayWeights
+from skurl.sync.ray import ray_get as get
 
 if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout

@@ -30,10 +30,10 @@ from skurl.modes.ray.collectors import CollectorsLost, Placement, RayCollectors,
 
 if TYPE_CHECKING:
     from skurl.learn.learner import Learner
-    from skurl.modes.ray.weights import RayWeights
     from skurl.policy.nets import ActorCritic
     from skurl.store.api import RolloutStore
-    from skurl.sync.api import WeightPublisher
+    from skurl.sync.api import WeightBackend
+    from skurl.sync.ray import RayWeights
     from skurl.telemetry.stages import StageTimer
     from skurl.train.core import RunCore
 
@@ -78,7 +78,7 @@ class RayCluster:
     resumed at (it trains on that iteration's stored shards)."""
 
     def __init__(self, cfg: Config, core: RunCore, model: ActorCritic, resumed_from: int | None = None) -> None:
-        from skurl.modes.ray.weights import start_weight_slot
+        from skurl.sync.ray import start_weight_slot
 
         if cfg.sync.backend != "inproc":
             raise ConfigError(f"config key 'sync.backend': got {cfg.sync.backend!r}, expected 'inproc' "
@@ -99,12 +99,13 @@ class RayCluster:
             self.close()
             raise
 
-    def wire(self, learner: Learner) -> tuple[Collectors, WeightPublisher]:
+    def wire(self, learner: Learner) -> tuple[Collectors, WeightBackend]:
         """The loop's collectors and publisher: the Ray weight slot; under collect.staleness an
         in-process publisher, and the collectors put each iteration's behaviour version
         into the slot."""
         from skurl.collect.near_policy import with_staleness
-        from skurl.modes.ray.weights import RayWeights
+        from skurl.sync.history import WeightHistory
+        from skurl.sync.ray import RayWeights
         from skurl.train.evaluation import TRAINED
         from skurl.train.mode import in_process_weights
 
@@ -115,7 +116,7 @@ class RayCluster:
             return RayIterations(self, slot), slot
         latest = in_process_weights(learner)
         return with_staleness(c, self.cfg.train, cast("NewestWeights", latest), self.core.run_dir,
-                              lambda history: RayIterations(self, history, slot=slot),
+                              lambda history: RayIterations(self, history, slot=slot), WeightHistory,
                               learner.sample_index), latest
 
     @property

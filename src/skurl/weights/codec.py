@@ -42,14 +42,19 @@ def encode_weights(tensors: dict[str, torch.Tensor], version: int, model_key: st
     return WeightBlob(model_key, int(version), payload, hashlib.sha256(payload).hexdigest())
 
 
-def encode_checked(tensors: dict[str, torch.Tensor], version: int, model_key: str = "policy") -> WeightBlob:
-    """encode_weights for a publisher: NaN or infinite weights are refused here
+def check_finite(tensors: dict[str, torch.Tensor], version: int, model_key: str) -> None:
+    """A publisher's check, on every backend: NaN or infinite weights are refused here
     (WeightIntegrityError, counted as path=publish) before any collector could load them."""
     for name, t in tensors.items():
         if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
             note_rejected("publish")
             raise WeightIntegrityError(f"weights '{model_key}' version {int(version)}: tensor "
                                        f"'{name[:60]}' holds NaN or infinite values; not published")
+
+
+def encode_checked(tensors: dict[str, torch.Tensor], version: int, model_key: str = "policy") -> WeightBlob:
+    """encode_weights for a publisher, after check_finite."""
+    check_finite(tensors, version, model_key)
     return encode_weights(tensors, version, model_key)
 
 

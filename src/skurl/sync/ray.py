@@ -1,7 +1,7 @@
-"""Weight sync over a Ray actor (`--mode ray`): the WeightPublisher/Subscriber of
-sync/api.py, held by a threaded actor so that waiters do not block the publisher.
+"""Weight sync over a Ray actor (`--mode ray`): a WeightBackend and WeightSubscriber
+(sync/api.py) over a threaded actor, so that waiters do not block the publisher.
 
-The actor keeps encoded blobs (safetensors + sha256, sync/codec.py) in a VersionedSlot and
+The actor keeps encoded blobs (safetensors + sha256, weights/codec.py) in a VersionedSlot and
 refuses one whose bytes do not match its checksum, as the gRPC service does; subscribers
 check what the checksum cannot (bytes that are not safetensors, tensors unlike the
 model) and keep their last good version. Every ray.get has a deadline.
@@ -18,7 +18,7 @@ from ray.exceptions import GetTimeoutError, RayTaskError
 
 from skurl.errors import UserError
 from skurl.sync.api import Tensors, WeightSyncTimeout
-from skurl.sync.codec import (
+from skurl.weights.codec import (
     WeightBlob,
     WeightIntegrityError,
     check_sha256,
@@ -28,7 +28,7 @@ from skurl.sync.codec import (
     spec_mismatch,
     spec_of,
 )
-from skurl.sync.slot import VersionedSlot
+from skurl.weights.slot import VersionedSlot
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def start_weight_slot() -> Any:
 
 
 class RayWeights:
-    """WeightPublisher and WeightSubscriber over a WeightSlot actor; `like` (the model's
+    """A WeightBackend and WeightSubscriber over a WeightSlot actor; `like` (the model's
     tensors) makes the subscriber refuse weights of another shape."""
 
     def __init__(self, slot: Any, model_key: str, timeout_s: float, *, like: Tensors | None = None) -> None:
@@ -87,6 +87,7 @@ class RayWeights:
         self._spec = None if like is None else spec_of(like)
         self._good: tuple[int, Tensors] | None = None
         self._rejected: set[int] = set()
+        self._closed = False
 
     def publish(self, version: int, tensors: Tensors) -> None:
         blob = encode_checked(tensors, version, self.model_key)
@@ -103,6 +104,13 @@ class RayWeights:
     def latest_version(self) -> int | None:
         return ray_get(self.slot.latest_version.remote(), self.timeout_s, "weights: latest_version")
 
+    def published_version(self) -> int | None:
+        return self.latest_version()
+
+    def close(self) -> None:
+        """Stop waiting (wait_for raises at once); the slot actor belongs to the run's RayCluster."""
+        self._closed = True
+
     def latest(self) -> tuple[int, Tensors] | None:
         blob = ray_get(self.slot.latest.remote(), self.timeout_s, "weights: latest")
         if blob is not None:
@@ -113,7 +121,7 @@ class RayWeights:
         wait = self.timeout_s if timeout is None else timeout
         deadline = time.monotonic() + wait
         want = version
-        while (left := deadline - time.monotonic()) > 0:
+        while not self._closed and (left := deadline - time.monotonic()) > 0:
             blob = ray_get(self.slot.wait_for.remote(want, left), left + self.timeout_s, "weights: wait_for")
             if blob is None:
                 break

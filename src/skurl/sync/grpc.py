@@ -1,4 +1,5 @@
-"""WeightPublisher / WeightSubscriber (sync/api.py) over the gRPC WeightSyncService.
+"""sync.backend=grpc: the WeightSyncService (rpc/weights_server.py, the transport) hosted by
+the learner (HostedGrpcWeights), a remote publisher and the collectors' subscriber.
 
 The subscriber keeps one Subscribe stream open in a background thread: each pushed
 version is verified (sha256, safetensors) and becomes `latest()` without the collector
@@ -17,11 +18,12 @@ import grpc
 
 from skurl.config import RpcConfig
 from skurl.rpc.env_client import DEFAULT_CONNECT_TIMEOUT_S, connect
-from skurl.rpc.errors import WEIGHTS, RequestRejectedError, ServerUnavailableError, from_rpc_error
+from skurl.rpc.errors import WEIGHTS, ServerUnavailableError, VersionNotNewerError, from_rpc_error
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.rpc.gen import skurl_pb2_grpc as pb_grpc
+from skurl.rpc.weights_server import WeightSyncServer, from_message, to_message
 from skurl.sync.api import Tensors, WeightSyncTimeout
-from skurl.sync.codec import (
+from skurl.weights.codec import (
     WeightBlob,
     WeightIntegrityError,
     check_weights,
@@ -30,28 +32,14 @@ from skurl.sync.codec import (
     note_rejected,
     spec_of,
 )
-from skurl.sync.slot import VersionedSlot
+from skurl.weights.slot import VersionedSlot
 
-log = logging.getLogger("skurl.rpc.weights")
+log = logging.getLogger(__name__)
 _BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
 
-class VersionNotNewerError(RequestRejectedError, ValueError):
-    """publish() with a version not above the server's (a ValueError, as in InProcWeights)."""
-
-
-def to_message(blob: WeightBlob) -> pb.Weights:
-    return pb.Weights(key=blob.model_key, version=blob.version, sha256=blob.sha256,
-                      payload=blob.payload)
-
-
-def from_message(msg: pb.Weights) -> WeightBlob:
-    return WeightBlob(model_key=msg.key, version=int(msg.version), payload=msg.payload,
-                      sha256=msg.sha256)
-
-
 class GrpcWeightPublisher:
-    """Publishes to the WeightSyncService at `address` (a WeightPublisher)."""
+    """Publishes to the WeightSyncService at `address` (a WeightBackend)."""
 
     def __init__(self, address: str, cfg: RpcConfig | None = None, model_key: str = "policy",
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
@@ -71,8 +59,40 @@ class GrpcWeightPublisher:
                                  f"v{blob.version}", {grpc.StatusCode.FAILED_PRECONDITION:
                                                      VersionNotNewerError}, server=WEIGHTS) from None
 
+    def published_version(self) -> int | None:
+        """The server's newest version (one small call, no weights), None before any."""
+        return _version_at(self._stub, self.address, self.model_key, self._cfg.timeout_s)
+
     def close(self) -> None:
         self._channel.close()
+
+
+class HostedGrpcWeights:
+    """The learner's WeightBackend under sync.backend=grpc: a WeightSyncService in its own
+    process. Publishing puts the encoded weights straight into the servicer (the same checks
+    as SetWeights); its first publish makes the server refuse weights unlike that model."""
+
+    def __init__(self, cfg: RpcConfig, model_key: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._server = WeightSyncServer(cfg, host, port)
+        self.model_key = model_key
+        self._expecting = False
+        self.address: str = self._server.address
+
+    def publish(self, version: int, tensors: Tensors) -> None:
+        held = self.published_version()
+        if held is not None and version <= held:  # a ValueError, as every backend's
+            raise ValueError(f"publish: version {version} is not newer than {held}")
+        if not self._expecting:  # SetWeights from anyone else must fit the learner's model
+            self._server.servicer.expect(self.model_key, spec_of(tensors))
+            self._expecting = True
+        self._server.servicer.put(to_message(encode_checked(tensors, version, self.model_key)))
+
+    def published_version(self) -> int | None:
+        held = self._server.servicer.held(self.model_key)
+        return None if held is None else int(held.version)
+
+    def close(self) -> None:
+        self._server.stop()
 
 
 class GrpcWeightSubscriber:
@@ -103,12 +123,7 @@ class GrpcWeightSubscriber:
 
     def latest_version(self) -> int | None:
         """The server's newest version (one small call, no weights), None before any."""
-        try:
-            reply = self._stub.GetVersion(pb.VersionRequest(key=self.model_key),
-                                          timeout=self._cfg.timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, self.address, f"GetVersion '{self.model_key}'", server=WEIGHTS) from None
-        return None if reply.version < 0 else int(reply.version)
+        return _version_at(self._stub, self.address, self.model_key, self._cfg.timeout_s)
 
     def wait_for(self, version: int, timeout: float | None = None) -> tuple[int, Tensors]:
         held = self._slot.wait_for(version, timeout)
@@ -175,10 +190,18 @@ class GrpcWeightSubscriber:
         self._slot.offer(blob.version, tensors)
 
 
+def _version_at(stub: pb_grpc.WeightSyncServiceStub, address: str, key: str, timeout_s: float) -> int | None:
+    try:
+        reply = stub.GetVersion(pb.VersionRequest(key=key), timeout=timeout_s)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc, address, f"GetVersion '{key}'", server=WEIGHTS) from None
+    return None if reply.version < 0 else int(reply.version)
+
+
 def _aged_out(exc: grpc.RpcError) -> bool:
     """The server closed the connection at its max age (gRPC core's own detail text)."""
     return exc.code() == grpc.StatusCode.UNAVAILABLE and "max connection age" in (exc.details() or "")
 
 
-__all__ = ["GrpcWeightPublisher", "GrpcWeightSubscriber", "ServerUnavailableError",
+__all__ = ["GrpcWeightPublisher", "GrpcWeightSubscriber", "HostedGrpcWeights", "ServerUnavailableError",
            "VersionNotNewerError"]
