@@ -8,7 +8,10 @@ metrics.jsonl records, eval.json, kept best policy) and that every restart is co
     .venv/bin/python scripts/chaos.py --kills 8 --seed 3
 
 Redis here has no persistence: a restart loses every key, so weights ride in the rollout
-store (sync.weights_in_store) and Redis carries only the version signal. Prints one JSON
+store (sync.weights_in_store) and Redis carries only the version signal. --secure runs both
+runs the way docs/security.md deploys them: mutual TLS and a bearer token on every gRPC
+service (certificates from scripts/dev_certs.sh, rpc.require_tls), Redis with AUTH (an ACL
+user limited to skurl's keys, its password in a file). Prints one JSON
 line; exit status 0 when the result matches and every restart is counted, 1 otherwise."""
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -52,19 +56,24 @@ class Redis:
     """A redis-server without persistence on a fixed loopback port: kill() and start()."""
 
     workdir: Path
+    password: str | None = None  # AUTH as user `skurl` (ACL: rl:* keys and channels only)
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        user = "skurl@" if self.password else ""
+        return f"redis://{user}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         log = (self.workdir / "redis.log").open("ab")
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        conf = self.workdir / "redis.conf"
+        text = f'port {self.port}\nbind 127.0.0.1\nsave ""\nappendonly no\ndir {self.workdir}\n'
+        if self.password:
+            text += f"requirepass admin-{self.password}\nuser skurl on >{self.password} ~rl:* &rl:* +@all -@dangerous +info\n"
+        conf.write_text(text)
+        self.proc = subprocess.Popen([shutil.which("redis-server") or "redis-server", str(conf)],
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         _wait(lambda: port_open(self.port), 10, "redis-server")
 
     def kill(self) -> None:
@@ -157,6 +166,19 @@ def restarts_counted(run: Path, key: str) -> float:
     return max((float(r.get(key, 0.0)) for r in rows), default=0.0)
 
 
+def secure_settings(root: Path, redis: Redis) -> list[str]:
+    """Certificates (scripts/dev_certs.sh), a token and the Redis password in files, and the
+    settings that make every service and client use them."""
+    certs = root / "certs"
+    subprocess.run(["bash", str(Path(__file__).resolve().parent / "dev_certs.sh"), str(certs), "skurl"],
+                   check=True, capture_output=True)
+    (root / "token").write_text(secrets.token_hex(16) + "\n")
+    (root / "redis-pw").write_text(f"{redis.password}\n")
+    return [f"sync.redis_password_file={root / 'redis-pw'}", f"rpc.tls.cert={certs / 'skurl.pem'}",
+            f"rpc.tls.key={certs / 'skurl.key'}", f"rpc.tls.ca={certs / 'ca.pem'}",
+            f"rpc.token_file={root / 'token'}", "rpc.require_tls=true"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=8, help="kills during the run (fewer if it ends first)")
@@ -169,16 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=None, help="work dir (default: a new temporary one)")
     ap.add_argument("--timeout", type=float, default=1200.0, help="longest run, seconds")
     ap.add_argument("--skurl", default=str(Path(sys.executable).with_name("skurl")))
+    ap.add_argument("--secure", action="store_true", help="mutual TLS + token on gRPC, Redis AUTH (docs/security.md)")
     args = ap.parse_args(argv)
     root = args.dir or Path(tempfile.mkdtemp(prefix="skurl-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     for name in ("straight", "chaos"):
         shutil.rmtree(root / name, ignore_errors=True)
-    redis = Redis(root)
+    redis = Redis(root, password=secrets.token_hex(12) if args.secure else None)
     redis.start()
     chaos_sets = ["deploy.sim_servers=2", "deploy.collectors=2", f"deploy.max_restarts={args.kills + 1}",
                   "sync.backend=redis", f"sync.redis_url={redis.url}", "sync.weights_in_store=true",
                   "sync.poll_s=0.1", "sync.timeout_s=15", "deploy.reconnect_timeout_s=60"]
+    if args.secure:
+        chaos_sets += secure_settings(root, redis)
     settings = [a for s in SMALL + chaos_sets + args.overrides for a in ("--set", s)]
     try:
         outcome, straight_s = train(args.skurl, root / "straight", args.reference_mode, settings, args.timeout)
@@ -212,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                       "redis_restarts": redis_killed, "restarts_counted": counted,
                       "redis_restarts_counted": redis_counted,
                       "same_result": not problems, "problems": problems,
-                      "straight_s": round(straight_s, 1), "chaos_s": round(chaos_s, 1), "dir": str(root)}))
+                      "secure": args.secure, "straight_s": round(straight_s, 1), "chaos_s": round(chaos_s, 1), "dir": str(root)}))
     return 0 if not problems else 1
 
 

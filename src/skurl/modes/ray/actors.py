@@ -33,6 +33,7 @@ from skurl.sync.ray import RayTimeoutError, RayWeights
 from skurl.sync.ray import ray_get as get
 
 if TYPE_CHECKING:
+    from skurl.sim.env import VectorEnv
     from skurl.buffer.rollout import Rollout
     from skurl.collect.collector import Collector
     from skurl.policy.nets import ActorCritic
@@ -108,7 +109,7 @@ class SimWorker:
         self.envs[key] = VectorEnv(catalog, sim, min_widths=widths)
         return self.envs[key].schema
 
-    def env(self, key: str) -> Any:
+    def env(self, key: str) -> VectorEnv:
         if key not in self.envs:
             raise ShardMissing(f"ray sim worker {self.worker_id} (pid {os.getpid()}) holds no shard '{key}'")
         return self.envs[key]
