@@ -1,6 +1,12 @@
 """`skurl bench rollouts`: throughput of the common-random-number rollout operator.
 
     skurl bench rollouts --states 2000 --budget 64 --horizon 20 [--policy network] [--json]
+    skurl bench rollouts --policy network --versus configs/lost_sales.yaml --rounds 5
+
+Without --config, the catalog and action grid are the embedded defaults of a bare `skurl
+train` (commands/embedded.py: the cover grid). `--versus CONFIG` measures that config too
+(its own file only, no --set), alternating the two over `--rounds`, and prints both
+medians and their ratio (this one's over CONFIG's).
 
 Samples `--states` SKU states after `--warmup` days of the untuned capped base-stock, takes
 the config's action grid as the candidate first orders (a cover grid centred on tuned
@@ -16,7 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,12 +48,14 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=10, help="days of capped base-stock before the states are taken")
     p.add_argument("--policy", choices=("capped-base-stock", "network"), default="capped-base-stock",
                    help="rollout policy after the first day")
+    p.add_argument("--versus", metavar="CONFIG", help="also measure this config, alternated; print the ratio")
+    p.add_argument("--rounds", type=int, default=1, help="measurements of each config (medians are printed)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_rollouts)
 
 
 def _check(args: argparse.Namespace) -> None:
-    for name in ("states", "budget", "horizon"):
+    for name in ("states", "budget", "horizon", "rounds"):
         if getattr(args, name) < 1:
             raise UserError(f"bench rollouts: --{name} {getattr(args, name)}, expected an integer >= 1")
     if args.warmup < 0:
@@ -74,14 +82,59 @@ def _rollout_policy(args: argparse.Namespace, cfg: Config, grid: ActionGrid, env
 
 
 def run_rollouts(args: argparse.Namespace) -> int:
+    _check(args)
+    cfg = config_from_args(args, [f"sim.days={args.warmup + 1}"], embedded=True)
+    other = None
+    if args.versus:
+        other = config_from_args(argparse.Namespace(config=args.versus, overrides=[]), [f"sim.days={args.warmup + 1}"])
+    runs: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    for _ in range(args.rounds):
+        runs.append(measure(args, cfg))
+        if other is not None:
+            others.append(measure(args, other))
+    out = dict(runs[-1], rollout_sku_days_per_s=_median(runs, "rollout_sku_days_per_s"), rounds=args.rounds)
+    if other is not None:
+        out["versus"] = dict(others[-1], config=args.versus,
+                             rollout_sku_days_per_s=_median(others, "rollout_sku_days_per_s"))
+        out["versus_ratio"] = out["rollout_sku_days_per_s"] / out["versus"]["rollout_sku_days_per_s"]
+        out["rounds_per_s"] = [[a["rollout_sku_days_per_s"], b["rollout_sku_days_per_s"]]
+                               for a, b in zip(runs, others, strict=True)]
+    if args.json:
+        print_json(out)
+        return 0
+    _print(args, out)
+    if other is not None:
+        v = out["versus"]
+        rounds_text = ", ".join(f"{a / 1e6:.3f}/{b / 1e6:.3f}" for a, b in out["rounds_per_s"])
+        print(f"bench rollouts: versus {args.versus} ({v['states']} states x {v['actions']} actions): "
+              f"{v['rollout_sku_days_per_s'] / 1e6:.3f}M rollout SKU-days/s; rounds (this/versus, M) "
+              f"{rounds_text}; ratio of medians {out['versus_ratio']:.3f}")
+    return 0
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return float(np.median([r[key] for r in runs]))
+
+
+def _print(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    print(f"bench rollouts: {out['states']} states x {out['actions']} actions ({out['grid']} grid, hidden "
+          f"{out['hidden']}), budget {args.budget}, H {args.horizon}, {args.policy}: {out['rollouts']} rollouts, "
+          f"{out['rollout_sku_days']} SKU-days ({out['clone_rows_per_state']:.2f} clone rows each) = "
+          f"{out['rollout_sku_days_per_s'] / 1e6:.3f}M rollout SKU-days/s (median of {args.rounds}; "
+          f"{out['rollout_sku_days_per_cpu_s'] / 1e6:.3f}M per CPU-second, {out['threads']} sim threads)")
+    print(f"bench rollouts: bench sim on the same catalog ({out['sim_skus']} SKUs, the rollouts' mean "
+          f"width) {out['sim_sku_steps_per_s'] / 1e6:.3f}M SKU-steps/s; bound_ratio {out['bound_ratio']:.2f}")
+
+
+def measure(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
+    """One timed estimate_q on `cfg`'s catalog (see the module docstring)."""
     from skurl.catalog import load_catalog
     from skurl.policy.baselines import make_policy
     from skurl.policy.learned import grid_for
     from skurl.policy.rollout_q import RolloutSpec, candidate_orders, estimate_q
     from skurl.sim import VectorEnv
 
-    _check(args)
-    cfg = config_from_args(args, [f"sim.days={args.warmup + 1}"])
     catalog = load_catalog(cfg.catalog, args.states)
     actions = cfg.policy.actions
     if actions.kind == "cover" and actions.z_center == "tuned":
@@ -102,23 +155,17 @@ def run_rollouts(args: argparse.Namespace) -> int:
     t0, c0 = time.perf_counter(), time.process_time()
     est = estimate_q(env, rows, first, policy, spec)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    out = {"states": env.num_skus, "actions": grid.n, "budget": args.budget, "horizon": args.horizon,
+    members = env.clone(rows, whole_groups=True).cloned
+    out = {"states": env.num_skus, "actions": grid.n, "grid": grid.kind, "hidden": list(cfg.policy.hidden),
+           "budget": args.budget, "horizon": args.horizon,
            "policy": args.policy, "rollouts": int(est.reps.sum()), "rollout_sku_days": est.sku_days,
+           "clone_rows_per_state": 1.0 if members is None else members.src.size / env.num_skus,
            "seconds": wall, "rollout_sku_days_per_s": est.sku_days / max(wall, 1e-9),
            "rollout_sku_days_per_cpu_s": est.sku_days / max(cpu, 1e-9), "warm_up_s": warm_s,
            "threads": env.threads}
     out.update(_sim_bound(catalog, cfg, est.sku_days // max(args.horizon * rounds(args, grid.n), 1), args.horizon))
     out["bound_ratio"] = out["rollout_sku_days_per_s"] / out["sim_sku_steps_per_s"]
-    if args.json:
-        print_json(out)
-    else:
-        print(f"bench rollouts: {out['states']} states x {out['actions']} actions, budget {args.budget}, "
-              f"H {args.horizon}, {args.policy}: {out['rollouts']} rollouts, {est.sku_days} SKU-days in "
-              f"{wall:.2f} s = {out['rollout_sku_days_per_s'] / 1e6:.3f}M rollout SKU-days/s "
-              f"({out['rollout_sku_days_per_cpu_s'] / 1e6:.3f}M per CPU-second, {env.threads} sim threads)")
-        print(f"bench rollouts: bench sim on the same catalog ({out['sim_skus']} SKUs, the rollouts' mean "
-              f"width) {out['sim_sku_steps_per_s'] / 1e6:.3f}M SKU-steps/s; bound_ratio {out['bound_ratio']:.2f}")
-    return 0
+    return out
 
 
 def rounds(args: argparse.Namespace, actions: int) -> int:

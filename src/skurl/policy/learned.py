@@ -24,9 +24,9 @@ from skurl.policy.nets import (
     InferenceNets,
     greedy,
     input_tensor,
-    most_likely_quantity,
     sample_inverse_cdf,
 )
+from skurl.policy.quantity_decode import greedy_quantity
 from skurl.sim.api import Obs
 
 CONFIG_FILE = "config.yaml"
@@ -99,9 +99,9 @@ class LearnedPolicy:
                 idx = sample_inverse_cdf(logits, u[s:e])[0]
             elif self.grid.kind == "units":
                 idx = greedy(logits)
-            else:
-                probs = torch.softmax(logits.double(), dim=-1)
-                idx = most_likely_quantity(probs, torch.from_numpy(self._unit_table(obs, slice(s, e))))
+            else:  # policy/quantity_decode.py: most_likely_quantity in one numba pass
+                out[s:e] = greedy_quantity(logits.numpy(), self._unit_table(obs, slice(s, e)))
+                continue
             out[s:e] = idx.numpy()
         return out
 
