@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -87,47 +87,50 @@ def run_rollouts(args: argparse.Namespace) -> int:
     other = None
     if args.versus:
         other = config_from_args(argparse.Namespace(config=args.versus, overrides=[]), [f"sim.days={args.warmup + 1}"])
-    runs: list[dict[str, Any]] = []
-    others: list[dict[str, Any]] = []
+    runs: list[dict[str, float]] = []
+    others: list[dict[str, float]] = []
     for _ in range(args.rounds):
         runs.append(measure(args, cfg))
         if other is not None:
             others.append(measure(args, other))
-    out = dict(runs[-1], rollout_sku_days_per_s=_median(runs, "rollout_sku_days_per_s"), rounds=args.rounds)
+    key = "rollout_sku_days_per_s"
+    out: dict[str, object] = {**runs[-1], key: _median(runs, key), "rounds": args.rounds, "policy": args.policy,
+                              "grid": cfg.policy.actions.kind, "hidden": list(cfg.policy.hidden)}
     if other is not None:
-        out["versus"] = dict(others[-1], config=args.versus,
-                             rollout_sku_days_per_s=_median(others, "rollout_sku_days_per_s"))
-        out["versus_ratio"] = out["rollout_sku_days_per_s"] / out["versus"]["rollout_sku_days_per_s"]
-        out["rounds_per_s"] = [[a["rollout_sku_days_per_s"], b["rollout_sku_days_per_s"]]
-                               for a, b in zip(runs, others, strict=True)]
+        ratio = _median(runs, key) / _median(others, key)
+        out.update({f"versus_{k}": v for k, v in others[-1].items()})
+        out.update({"versus": args.versus, f"versus_{key}": _median(others, key), "versus_ratio": ratio,
+                    "versus_hidden": list(other.policy.hidden),
+                    "rounds_per_s": [[a[key], b[key]] for a, b in zip(runs, others, strict=True)]})
     if args.json:
         print_json(out)
         return 0
-    _print(args, out)
+    _print(args, cfg, runs[-1], _median(runs, key))
     if other is not None:
-        v = out["versus"]
-        rounds_text = ", ".join(f"{a / 1e6:.3f}/{b / 1e6:.3f}" for a, b in out["rounds_per_s"])
-        print(f"bench rollouts: versus {args.versus} ({v['states']} states x {v['actions']} actions): "
-              f"{v['rollout_sku_days_per_s'] / 1e6:.3f}M rollout SKU-days/s; rounds (this/versus, M) "
-              f"{rounds_text}; ratio of medians {out['versus_ratio']:.3f}")
+        rounds_text = ", ".join(f"{a[key] / 1e6:.3f}/{b[key] / 1e6:.3f}" for a, b in zip(runs, others, strict=True))
+        print(f"bench rollouts: versus {args.versus} ({int(others[-1]['states'])} states x "
+              f"{int(others[-1]['actions'])} actions, {other.policy.actions.kind} grid, hidden "
+              f"{list(other.policy.hidden)}): {_median(others, key) / 1e6:.3f}M rollout SKU-days/s; rounds "
+              f"(this/versus, M) {rounds_text}; ratio of medians {ratio:.3f}")
     return 0
 
 
-def _median(runs: list[dict[str, Any]], key: str) -> float:
+def _median(runs: list[dict[str, float]], key: str) -> float:
     return float(np.median([r[key] for r in runs]))
 
 
-def _print(args: argparse.Namespace, out: dict[str, Any]) -> None:
-    print(f"bench rollouts: {out['states']} states x {out['actions']} actions ({out['grid']} grid, hidden "
-          f"{out['hidden']}), budget {args.budget}, H {args.horizon}, {args.policy}: {out['rollouts']} rollouts, "
-          f"{out['rollout_sku_days']} SKU-days ({out['clone_rows_per_state']:.2f} clone rows each) = "
-          f"{out['rollout_sku_days_per_s'] / 1e6:.3f}M rollout SKU-days/s (median of {args.rounds}; "
-          f"{out['rollout_sku_days_per_cpu_s'] / 1e6:.3f}M per CPU-second, {out['threads']} sim threads)")
-    print(f"bench rollouts: bench sim on the same catalog ({out['sim_skus']} SKUs, the rollouts' mean "
-          f"width) {out['sim_sku_steps_per_s'] / 1e6:.3f}M SKU-steps/s; bound_ratio {out['bound_ratio']:.2f}")
+def _print(args: argparse.Namespace, cfg: Config, out: dict[str, float], per_s: float) -> None:
+    print(f"bench rollouts: {int(out['states'])} states x {int(out['actions'])} actions "
+          f"({cfg.policy.actions.kind} grid, hidden {list(cfg.policy.hidden)}), budget {args.budget}, "
+          f"H {args.horizon}, {args.policy}: {int(out['rollouts'])} rollouts, {int(out['rollout_sku_days'])} "
+          f"SKU-days ({out['clone_rows_per_state']:.2f} clone rows each) = {per_s / 1e6:.3f}M rollout "
+          f"SKU-days/s (median of {args.rounds}; last: {out['rollout_sku_days_per_cpu_s'] / 1e6:.3f}M per "
+          f"CPU-second, {int(out['threads'])} sim threads)")
+    print(f"bench rollouts: bench sim on the same catalog ({int(out['sim_skus'])} SKUs, the rollouts' mean "
+          f"width) {out['sim_sku_steps_per_s'] / 1e6:.3f}M SKU-steps/s; bound_ratio {out['bound_ratio']:.2f} (last)")
 
 
-def measure(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
+def measure(args: argparse.Namespace, cfg: Config) -> dict[str, float]:
     """One timed estimate_q on `cfg`'s catalog (see the module docstring)."""
     from skurl.catalog import load_catalog
     from skurl.policy.baselines import make_policy
@@ -156,9 +159,9 @@ def measure(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
     est = estimate_q(env, rows, first, policy, spec)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     members = env.clone(rows, whole_groups=True).cloned
-    out = {"states": env.num_skus, "actions": grid.n, "grid": grid.kind, "hidden": list(cfg.policy.hidden),
-           "budget": args.budget, "horizon": args.horizon,
-           "policy": args.policy, "rollouts": int(est.reps.sum()), "rollout_sku_days": est.sku_days,
+    out: dict[str, float] = {
+           "states": env.num_skus, "actions": grid.n, "budget": args.budget, "horizon": args.horizon,
+           "rollouts": int(est.reps.sum()), "rollout_sku_days": est.sku_days,
            "clone_rows_per_state": 1.0 if members is None else members.src.size / env.num_skus,
            "seconds": wall, "rollout_sku_days_per_s": est.sku_days / max(wall, 1e-9),
            "rollout_sku_days_per_cpu_s": est.sku_days / max(cpu, 1e-9), "warm_up_s": warm_s,

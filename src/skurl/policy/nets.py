@@ -160,10 +160,10 @@ class FastMlp:
     @staticmethod
     def of(net: nn.Module) -> FastMlp | None:
         """The fast form of `net` when it is a PolicyNet/ValueNet's Linear-ReLU stack, else None."""
-        seq = getattr(net, "net", net)
+        seq = net.net if isinstance(net, (PolicyNet, ValueNet)) else net
         mods = list(seq.children()) if isinstance(seq, nn.Sequential) else []
-        linears = mods[0::2]
-        if not mods or len(mods) % 2 == 0 or not all(isinstance(m, nn.Linear) for m in linears) \
+        linears = [m for m in mods[0::2] if isinstance(m, nn.Linear)]
+        if not mods or len(mods) % 2 == 0 or len(linears) != len(mods[0::2]) \
                 or not all(isinstance(m, nn.ReLU) for m in mods[1::2]):
             return None
         return FastMlp([(m.weight.detach(), m.bias.detach()) for m in linears])
