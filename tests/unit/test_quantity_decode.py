@@ -41,3 +41,35 @@ def test_fast_mlp_gives_nn_linears_bits(hidden: tuple[int, ...]) -> None:
             assert torch.equal(nets.logits(x), nets.policy(nets.normalize(x)))
     assert FastMlp.of(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))) is None
     assert InferenceNets(model, torch.bfloat16)._fast is None
+
+
+@pytest.mark.parametrize("skip,lot,review", [(False, False, 1), (True, True, 1), (False, True, 2)])
+def test_cover_greedy_equals_the_table_decode_and_orders_for(skip: bool, lot: bool, review: int) -> None:
+    import dataclasses
+
+    from skurl.config import ActionsConfig, SimConfig
+    from skurl.policy.actions import ActionGrid, clip_orders
+    from skurl.policy.baselines import make_policy
+    from skurl.policy.cover_decode import cover_greedy
+    from skurl.sim import VectorEnv
+    from skurl.sim.testing import random_catalog
+
+    catalog = random_catalog(300, 4)
+    sim = SimConfig(days=30, review_days=review, threads=1)
+    actions = ActionsConfig(kind="cover", n=22 if skip else 21, skip=skip, z_center="newsvendor")
+    grid = ActionGrid.from_config(actions, review, catalog, "profit")
+    assert grid.cover is not None
+    if lot:
+        lots = np.random.default_rng(0).integers(0, 9, 300).astype(np.float64)
+        grid = dataclasses.replace(grid, cover=dataclasses.replace(grid.cover, lot=lots))
+    env, base = VectorEnv(catalog, sim), make_policy("capped-base-stock", catalog, sim)
+    obs = env.reset(seed=1)
+    gen = torch.Generator().manual_seed(2)
+    for day in range(6):
+        logits = (torch.randn(300, grid.n, generator=gen) * 2).numpy()
+        rows = slice(0, 300)
+        idx, units = cover_greedy(grid, obs.raw, rows, logits)
+        np.testing.assert_array_equal(idx, greedy_quantity(logits, grid.unit_table(obs.raw, rows)), f"day {day}")
+        want, _ = grid.orders_for(idx, obs.raw)
+        np.testing.assert_array_equal(clip_orders(units)[0], want)
+        obs = env.step(base.orders(obs)).obs
