@@ -16,7 +16,9 @@ from numba import njit, prange
 
 from skurl.policy.actions import ActionGrid
 from skurl.policy.baselines import inventory_position, protection_moments
+from skurl.policy.quantity_decode import BLOCK, most_likely_row
 from skurl.sim.api import RawState
+from skurl.sim.env import dynamic_blocks
 
 
 @njit(cache=True, inline="always")
@@ -25,49 +27,45 @@ def _np_max0(x: float) -> float:
     return x if (x != x or x > 0.0) else 0.0
 
 
+@njit(cache=True, inline="always")
+def _row_orders(values: np.ndarray, z0: float, mean: float, sigma: float, position: float, lot: float,
+                has_lot: bool, q: np.ndarray) -> bool:
+    """Orders of every action (ActionGrid.unit_table's arithmetic); True when they rise
+    strictly with the action (every quantity is one action's)."""
+    rising = True
+    for a in range(values.shape[0]):
+        z = values[a] + z0
+        if z == -np.inf:  # the skip action orders nothing
+            u = 0.0
+        else:
+            u = _np_max0(_np_max0(np.ceil(mean + z * sigma - 1e-9)) - position)
+            if has_lot:
+                u = u + (lot if u > 0.0 else 0.0)
+        q[a] = u
+        if a > 0 and not q[a] > q[a - 1]:
+            rising = False
+    return rising
+
+
 @njit(cache=True, parallel=True)
 def _cover_greedy(logits: np.ndarray, values: np.ndarray, z0: np.ndarray, mean: np.ndarray, var: np.ndarray,
                   position: np.ndarray, lot: np.ndarray, has_lot: bool, idx: np.ndarray, units: np.ndarray) -> None:
     rows, actions = logits.shape
-    for b in prange(rows):
-        sigma = math.sqrt(var[b])
+    for blk in prange((rows + BLOCK - 1) // BLOCK):
         q = np.empty(actions)
         p = np.empty(actions)
-        top = -np.inf
-        for a in range(actions):
-            z = values[a] + z0[b]
-            if z == -np.inf:  # the skip action orders nothing
-                q[a] = 0.0
+        for b in range(blk * BLOCK, min(rows, (blk + 1) * BLOCK)):
+            if _row_orders(values, z0[b], mean[b], math.sqrt(var[b]), position[b], lot[b], has_lot, q):
+                # one action per quantity: the most probable quantity is the largest logit's
+                # (exp is strictly increasing on distinct float32 logits), the first on ties
+                best = np.int64(0)
+                for a in range(1, actions):
+                    if logits[b, a] > logits[b, best]:
+                        best = np.int64(a)
             else:
-                level = _np_max0(math.ceil(mean[b] + z * sigma - 1e-9))
-                u = _np_max0(level - position[b])
-                if has_lot:
-                    u = u + (lot[b] if u > 0.0 else 0.0)
-                q[a] = u
-            top = max(top, np.float64(logits[b, a]))
-        total = 0.0
-        for a in range(actions):
-            p[a] = math.exp(np.float64(logits[b, a]) - top)
-            total += p[a]
-        for a in range(actions):
-            p[a] = p[a] / total
-        best, best_mass = np.int64(0), -1.0
-        for a in range(actions):
-            first = True
-            for k in range(a):
-                if q[k] == q[a]:
-                    first = False
-                    break
-            if not first:
-                continue
-            mass = 0.0
-            for k in range(a, actions):
-                if q[k] == q[a]:
-                    mass += p[k]
-            if mass > best_mass:
-                best, best_mass = np.int64(a), mass
-        idx[b] = best
-        units[b] = q[best]
+                best = most_likely_row(logits, np.int64(b), q, p)
+            idx[b] = best
+            units[b] = q[best]
 
 
 def cover_greedy(grid: ActionGrid, raw: RawState, rows: slice, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -82,7 +80,7 @@ def cover_greedy(grid: ActionGrid, raw: RawState, rows: slice, logits: np.ndarra
                                    cover.dispersion[rows])
     sub = RawState(raw.on_hand[rows], raw.pipeline[rows], raw.backlog[rows], raw.forecast[rows], raw.day)
     lot = np.zeros(b) if cover.lot is None else np.ascontiguousarray(cover.lot[rows], np.float64)
-    _cover_greedy(np.ascontiguousarray(logits, np.float32), np.ascontiguousarray(grid.values, np.float64),
-                  np.ascontiguousarray(cover.z0[rows], np.float64), mean, var, inventory_position(sub), lot,
-                  cover.lot is not None, idx, units)
+    dynamic_blocks(_cover_greedy, np.ascontiguousarray(logits, np.float32),
+                   np.ascontiguousarray(grid.values, np.float64), np.ascontiguousarray(cover.z0[rows], np.float64),
+                   mean, var, inventory_position(sub), lot, cover.lot is not None, idx, units)
     return idx, units

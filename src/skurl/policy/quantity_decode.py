@@ -14,38 +14,53 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from skurl.sim.env import dynamic_blocks
+
+BLOCK = 64  # rows per parallel work item; its scratch is allocated once
+
+
+@njit(cache=True, inline="always")
+def most_likely_row(logits: np.ndarray, b: np.int64, q: np.ndarray, p: np.ndarray) -> np.int64:
+    """The first action of row b's most probable quantity, q [A] its actions' quantities
+    (p: scratch [A])."""
+    actions = q.shape[0]
+    top = -np.inf
+    for a in range(actions):
+        top = max(top, np.float64(logits[b, a]))
+    total = 0.0
+    for a in range(actions):
+        p[a] = math.exp(np.float64(logits[b, a]) - top)
+        total += p[a]
+    for a in range(actions):
+        p[a] = p[a] / total
+    best, best_mass = np.int64(0), -1.0
+    for a in range(actions):
+        first = True
+        for k in range(a):  # a quantity is scored at its first action only
+            if q[k] == q[a]:
+                first = False
+                break
+        if not first:
+            continue
+        mass = 0.0
+        for k in range(a, actions):
+            if q[k] == q[a]:
+                mass += p[k]
+        if mass > best_mass:
+            best, best_mass = np.int64(a), mass
+    return best
+
 
 @njit(cache=True, parallel=True)
 def _decode(logits: np.ndarray, units: np.ndarray, out: np.ndarray) -> None:
     rows, actions = logits.shape
-    for b in prange(rows):
-        top = -np.inf
-        for a in range(actions):
-            top = max(top, np.float64(logits[b, a]))
+    for blk in prange((rows + BLOCK - 1) // BLOCK):
+        q = np.empty(actions)
         p = np.empty(actions)
-        total = 0.0
-        for a in range(actions):
-            p[a] = math.exp(np.float64(logits[b, a]) - top)
-            total += p[a]
-        for a in range(actions):
-            p[a] = p[a] / total
-        best, best_mass = np.int64(0), -1.0
-        for a in range(actions):
-            q = units[b, a]
-            first = True
-            for k in range(a):  # a quantity is scored at its first action only
-                if units[b, k] == q:
-                    first = False
-                    break
-            if not first:
-                continue
-            mass = 0.0
-            for k in range(a, actions):
-                if units[b, k] == q:
-                    mass += p[k]
-            if mass > best_mass:
-                best, best_mass = np.int64(a), mass
-        out[b] = best
+        for b in range(blk * BLOCK, min(rows, (blk + 1) * BLOCK)):
+            for a in range(actions):
+                q[a] = units[b, a]
+            out[b] = most_likely_row(logits, np.int64(b), q, p)
 
 
 def greedy_quantity(logits: np.ndarray, units: np.ndarray) -> np.ndarray:
@@ -56,5 +71,5 @@ def greedy_quantity(logits: np.ndarray, units: np.ndarray) -> np.ndarray:
     if logits.shape != units.shape or logits.ndim != 2:
         raise ValueError(f"greedy_quantity: logits {logits.shape} and units {units.shape}, expected equal [B, A]")
     out = np.empty(logits.shape[0], np.int64)
-    _decode(logits, units, out)
+    dynamic_blocks(_decode, logits, units, out)
     return out

@@ -63,7 +63,8 @@ MAX_ORDER = 1e9  # units per SKU per day; larger orders are surely a unit/scale 
 PARALLEL_CHUNK_ITEMS = 4
 
 
-def _run_kernel(kernel: Callable[..., object], *args: object) -> None:
+def dynamic_blocks(kernel: Callable[..., object], *args: object) -> None:
+    """Run a parallel numba kernel with small dynamic work items (PARALLEL_CHUNK_ITEMS)."""
     previous = numba.set_parallel_chunksize(PARALLEL_CHUNK_ITEMS)
     try:
         kernel(*args)
@@ -180,11 +181,11 @@ class VectorEnv:
         self._seed, self._episode = int(seed), int(episode)
         numba.set_num_threads(self.threads)
         init_days = float(self.cfg.initial_stock_days)
-        _run_kernel(reset_kernel, self._params, self._state, self._kout,
+        dynamic_blocks(reset_kernel, self._params, self._state, self._kout,
                     run_key(self._seed, self._episode), init_days, np.int64(self.layout.pipeline))
         if self._net is not None:
             self._net.owed[:] = 0
-            _run_kernel(network_features_kernel, self._params, self._state, self._net, self._out.features,
+            dynamic_blocks(network_features_kernel, self._params, self._state, self._net, self._out.features,
                         np.int64(self._net_base))
         self._day = 0
         return self._obs()
@@ -215,11 +216,11 @@ class VectorEnv:
         numba.set_num_threads(self.threads)
         cfg = self.cfg
         if self._net is None:
-            _run_kernel(step_kernel, self._params, self._state, self._out, arr,
+            dynamic_blocks(step_kernel, self._params, self._state, self._out, arr,
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
                         cfg.issuing == "lifo", cfg.reward == "cost")
         else:
-            _run_kernel(network_step_kernel, self._params, self._state, self._kout, self._out.features,
+            dynamic_blocks(network_step_kernel, self._params, self._state, self._kout, self._out.features,
                         np.int64(self._net_base), self._net, arr,
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
                         cfg.issuing == "lifo", cfg.reward == "cost", np.int64(RULES[cfg.upstream_allocation]),
