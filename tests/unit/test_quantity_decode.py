@@ -39,6 +39,7 @@ def test_fast_mlp_gives_nn_linears_bits(hidden: tuple[int, ...]) -> None:
         x = torch.randn(rows, 30) * 3
         with torch.inference_mode():
             assert torch.equal(nets.logits(x), nets.policy(nets.normalize(x)))
+            assert torch.equal(nets.logits(x.double()), nets.policy(nets.normalize(x.double())))
     assert FastMlp.of(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))) is None
     assert InferenceNets(model, torch.bfloat16)._fast is None
 

@@ -140,7 +140,9 @@ class InferenceNets:
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
         if self._fast is not None:
-            return self._fast(self.normalize(obs))
+            if obs.dtype != torch.float32:
+                return self._fast(self.normalize(obs))
+            return self._fast(self._fast.normalized(obs, self.mean, self.inv_std, self.clip))
         return self.policy(self.normalize(obs)).to(torch.float32)
 
     def values(self, obs: torch.Tensor) -> torch.Tensor:
@@ -167,6 +169,14 @@ class FastMlp:
                 or not all(isinstance(m, nn.ReLU) for m in mods[1::2]):
             return None
         return FastMlp([(m.weight.detach(), m.bias.detach()) for m in linears])
+
+    def normalized(self, obs: torch.Tensor, mean: torch.Tensor, inv_std: torch.Tensor, clip: float) -> torch.Tensor:
+        """InferenceNets.normalize's arithmetic (float32) into a reused buffer."""
+        buf = getattr(self._local, "obs", None)
+        if buf is None or buf.shape != obs.shape:
+            buf = torch.empty(obs.shape)
+            self._local.obs = buf
+        return torch.sub(obs, mean, out=buf).mul_(inv_std).clamp_(-clip, clip)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         buffers = getattr(self._local, "buffers", None)
