@@ -149,3 +149,15 @@ def test_bench_rollouts_bad_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["bench", "rollouts", "--horizon", "0"]) == 2
     err = capsys.readouterr().err
     assert "--horizon" in err and err.count("\n") == 1
+
+
+def test_bench_rollouts_versus_alternates_and_prints_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    from skurl.cli import main
+
+    rc = main(["bench", "rollouts", "--states", "20", "--budget", "4", "--horizon", "2", "--rounds", "2",
+               "--versus", "configs/lost_sales.yaml", "--json", "--set", "sim.threads=1"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["rounds"] == 2 and len(out["rounds_per_s"]) == 2
+    assert out["grid"] == "cover" and out["versus_actions"] == 20 and out["versus_hidden"] == [64, 64]
+    mine, theirs = np.median(np.array(out["rounds_per_s"]), axis=0)
+    assert out["versus_ratio"] == pytest.approx(mine / theirs)

@@ -1,6 +1,12 @@
 """`skurl bench rollouts`: throughput of the common-random-number rollout operator.
 
     skurl bench rollouts --states 2000 --budget 64 --horizon 20 [--policy network] [--json]
+    skurl bench rollouts --policy network --versus configs/lost_sales.yaml --rounds 5
+
+Without --config, the catalog and action grid are the embedded defaults of a bare `skurl
+train` (commands/embedded.py: the cover grid). `--versus CONFIG` measures that config too
+(its own file only, no --set), alternating the two over `--rounds`, and prints both
+medians and their ratio (this one's over CONFIG's).
 
 Samples `--states` SKU states after `--warmup` days of the untuned capped base-stock, takes
 the config's action grid as the candidate first orders (a cover grid centred on tuned
@@ -42,12 +48,14 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=10, help="days of capped base-stock before the states are taken")
     p.add_argument("--policy", choices=("capped-base-stock", "network"), default="capped-base-stock",
                    help="rollout policy after the first day")
+    p.add_argument("--versus", metavar="CONFIG", help="also measure this config, alternated; print the ratio")
+    p.add_argument("--rounds", type=int, default=1, help="measurements of each config (medians are printed)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_rollouts)
 
 
 def _check(args: argparse.Namespace) -> None:
-    for name in ("states", "budget", "horizon"):
+    for name in ("states", "budget", "horizon", "rounds"):
         if getattr(args, name) < 1:
             raise UserError(f"bench rollouts: --{name} {getattr(args, name)}, expected an integer >= 1")
     if args.warmup < 0:
@@ -74,14 +82,62 @@ def _rollout_policy(args: argparse.Namespace, cfg: Config, grid: ActionGrid, env
 
 
 def run_rollouts(args: argparse.Namespace) -> int:
+    _check(args)
+    cfg = config_from_args(args, [f"sim.days={args.warmup + 1}"], embedded=True)
+    other = None
+    if args.versus:
+        other = config_from_args(argparse.Namespace(config=args.versus, overrides=[]), [f"sim.days={args.warmup + 1}"])
+    runs: list[dict[str, float]] = []
+    others: list[dict[str, float]] = []
+    for _ in range(args.rounds):
+        runs.append(measure(args, cfg))
+        if other is not None:
+            others.append(measure(args, other))
+    key = "rollout_sku_days_per_s"
+    out: dict[str, object] = {**runs[-1], key: _median(runs, key), "rounds": args.rounds, "policy": args.policy,
+                              "grid": cfg.policy.actions.kind, "hidden": list(cfg.policy.hidden)}
+    if other is not None:
+        ratio = _median(runs, key) / _median(others, key)
+        out.update({f"versus_{k}": v for k, v in others[-1].items()})
+        out.update({"versus": args.versus, f"versus_{key}": _median(others, key), "versus_ratio": ratio,
+                    "versus_hidden": list(other.policy.hidden),
+                    "rounds_per_s": [[a[key], b[key]] for a, b in zip(runs, others, strict=True)]})
+    if args.json:
+        print_json(out)
+        return 0
+    _print(args, cfg, runs[-1], _median(runs, key))
+    if other is not None:
+        rounds_text = ", ".join(f"{a[key] / 1e6:.3f}/{b[key] / 1e6:.3f}" for a, b in zip(runs, others, strict=True))
+        print(f"bench rollouts: versus {args.versus} ({int(others[-1]['states'])} states x "
+              f"{int(others[-1]['actions'])} actions, {other.policy.actions.kind} grid, hidden "
+              f"{list(other.policy.hidden)}): {_median(others, key) / 1e6:.3f}M rollout SKU-days/s; rounds "
+              f"(this/versus, M) {rounds_text}; ratio of medians {ratio:.3f}")
+    return 0
+
+
+def _median(runs: list[dict[str, float]], key: str) -> float:
+    return float(np.median([r[key] for r in runs]))
+
+
+def _print(args: argparse.Namespace, cfg: Config, out: dict[str, float], per_s: float) -> None:
+    print(f"bench rollouts: {int(out['states'])} states x {int(out['actions'])} actions "
+          f"({cfg.policy.actions.kind} grid, hidden {list(cfg.policy.hidden)}), budget {args.budget}, "
+          f"H {args.horizon}, {args.policy}: {int(out['rollouts'])} rollouts, {int(out['rollout_sku_days'])} "
+          f"SKU-days ({out['clone_rows_per_state']:.2f} clone rows each) = {per_s / 1e6:.3f}M rollout "
+          f"SKU-days/s (median of {args.rounds}; last: {out['rollout_sku_days_per_cpu_s'] / 1e6:.3f}M per "
+          f"CPU-second, {int(out['threads'])} sim threads)")
+    print(f"bench rollouts: bench sim on the same catalog ({int(out['sim_skus'])} SKUs, the rollouts' mean "
+          f"width) {out['sim_sku_steps_per_s'] / 1e6:.3f}M SKU-steps/s; bound_ratio {out['bound_ratio']:.2f} (last)")
+
+
+def measure(args: argparse.Namespace, cfg: Config) -> dict[str, float]:
+    """One timed estimate_q on `cfg`'s catalog (see the module docstring)."""
     from skurl.catalog import load_catalog
     from skurl.policy.baselines import make_policy
     from skurl.policy.learned import grid_for
     from skurl.policy.rollout_q import RolloutSpec, candidate_orders, estimate_q
     from skurl.sim import VectorEnv
 
-    _check(args)
-    cfg = config_from_args(args, [f"sim.days={args.warmup + 1}"])
     catalog = load_catalog(cfg.catalog, args.states)
     actions = cfg.policy.actions
     if actions.kind == "cover" and actions.z_center == "tuned":
@@ -102,23 +158,17 @@ def run_rollouts(args: argparse.Namespace) -> int:
     t0, c0 = time.perf_counter(), time.process_time()
     est = estimate_q(env, rows, first, policy, spec)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    out = {"states": env.num_skus, "actions": grid.n, "budget": args.budget, "horizon": args.horizon,
-           "policy": args.policy, "rollouts": int(est.reps.sum()), "rollout_sku_days": est.sku_days,
+    members = env.clone(rows, whole_groups=True).cloned
+    out: dict[str, float] = {
+           "states": env.num_skus, "actions": grid.n, "budget": args.budget, "horizon": args.horizon,
+           "rollouts": int(est.reps.sum()), "rollout_sku_days": est.sku_days,
+           "clone_rows_per_state": 1.0 if members is None else members.src.size / env.num_skus,
            "seconds": wall, "rollout_sku_days_per_s": est.sku_days / max(wall, 1e-9),
            "rollout_sku_days_per_cpu_s": est.sku_days / max(cpu, 1e-9), "warm_up_s": warm_s,
            "threads": env.threads}
     out.update(_sim_bound(catalog, cfg, est.sku_days // max(args.horizon * rounds(args, grid.n), 1), args.horizon))
     out["bound_ratio"] = out["rollout_sku_days_per_s"] / out["sim_sku_steps_per_s"]
-    if args.json:
-        print_json(out)
-    else:
-        print(f"bench rollouts: {out['states']} states x {out['actions']} actions, budget {args.budget}, "
-              f"H {args.horizon}, {args.policy}: {out['rollouts']} rollouts, {est.sku_days} SKU-days in "
-              f"{wall:.2f} s = {out['rollout_sku_days_per_s'] / 1e6:.3f}M rollout SKU-days/s "
-              f"({out['rollout_sku_days_per_cpu_s'] / 1e6:.3f}M per CPU-second, {env.threads} sim threads)")
-        print(f"bench rollouts: bench sim on the same catalog ({out['sim_skus']} SKUs, the rollouts' mean "
-              f"width) {out['sim_sku_steps_per_s'] / 1e6:.3f}M SKU-steps/s; bound_ratio {out['bound_ratio']:.2f}")
-    return 0
+    return out
 
 
 def rounds(args: argparse.Namespace, actions: int) -> int:

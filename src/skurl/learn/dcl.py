@@ -105,8 +105,8 @@ def label_states(env: VectorEnv, policy: LearnedPolicy, rollout: RolloutPolicy, 
             own = actions if sampler is policy else np.asarray(policy.action_indices(obs), np.int64)
             base = ROLLOUT_EPISODE0 + (iteration * days + day) * ROLLOUT_STRIDE
             rspec = RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed)
-            days_out.append(_label_by_horizon(env, rows, own[rows], grid, rollout, spec, rspec,
-                                              None if horizons is None else horizons[rows]))
+            days_out.append(_label_rows(env, rows, own[rows], grid, rollout, spec, rspec,
+                                        None if horizons is None else horizons[rows]))
             feats.append(np.asarray(obs.features[rows], np.float32))
             taken.append(rows)
             left -= rows.size
@@ -124,46 +124,25 @@ def label_states(env: VectorEnv, policy: LearnedPolicy, rollout: RolloutPolicy, 
                     np.concatenate(taken))
 
 
-def _label_by_horizon(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionGrid, rollout: RolloutPolicy,
-                      spec: DclSpec, rspec: RolloutSpec, horizons: np.ndarray | None
-                      ) -> tuple[np.ndarray, Any, np.ndarray, int, int]:
-    """_label_rows for the rows of each distinct horizon in `horizons` (int [S]; None: all
-    rspec's), put back in the order of `rows`."""
-    values = None if horizons is None else np.unique(horizons)
-    if values is None or values.size == 1:
-        h = rspec.horizon if values is None else int(values[0])
-        return _label_rows(env, rows, own, grid, rollout, spec, dataclasses.replace(rspec, horizon=h))
-    best = np.empty(rows.size, np.int64)
-    gains = np.empty(rows.size)
-    targets = np.zeros((rows.size, grid.n), np.float32) if spec.temperature > 0 else None
-    changed = sku_days = 0
-    for h in values:
-        part = np.flatnonzero(horizons == h)
-        b, t, g, c, d = _label_rows(env, rows[part], own[part], grid, rollout, spec,
-                                    dataclasses.replace(rspec, horizon=int(h)))
-        best[part], gains[part] = b, g
-        if targets is not None:
-            targets[part] = t
-        changed, sku_days = changed + c, sku_days + d
-    return best, targets, gains, changed, sku_days
-
-
 def _label_rows(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionGrid, rollout: RolloutPolicy,
-                spec: DclSpec, rspec: RolloutSpec) -> tuple[np.ndarray, Any, np.ndarray, int, int]:
-    """One sampled day's states (env rows `rows`, the policy's actions `own`): their labels,
-    soft targets (None without dcl temperature), paired Q gains of the label over `own`,
-    how many labels changed, and the rollout SKU-days spent."""
+                spec: DclSpec, rspec: RolloutSpec, horizons: np.ndarray | None = None
+                ) -> tuple[np.ndarray, Any, np.ndarray, int, int]:
+    """One sampled day's states (env rows `rows`, the policy's actions `own`, rollout days
+    `horizons` [S] or rspec's for all): their labels, soft targets (None without dcl
+    temperature), paired Q gains of the label over `own`, how many labels changed, and the
+    rollout SKU-days spent. States of every horizon are rolled out together."""
     cand = candidates(own, grid.n, spec.window)
     first = np.take_along_axis(candidate_orders(grid, env, rows), cand, axis=1)
-    q = estimate_q(env, rows, first, rollout, rspec)
+    q = estimate_q(env, rows, first, rollout, rspec, horizons)
     i = np.arange(rows.size)
     own_col = np.argmax(cand == own[:, None], axis=1)
     best_col, sku_days = q.best, q.sku_days
     if spec.confirm:
         # fresh futures: the upper half of the day's episodes (the halving uses the lower)
         t = confirm_gain(env, rows, first, own_col, best_col, rollout, spec.confirm,
-                         dataclasses.replace(rspec, episode_base=rspec.episode_base + ROLLOUT_STRIDE // 2))
-        sku_days += int((best_col != own_col).sum()) * 2 * spec.confirm * rspec.horizon
+                         dataclasses.replace(rspec, episode_base=rspec.episode_base + ROLLOUT_STRIDE // 2), horizons)
+        days = np.full(rows.size, rspec.horizon) if horizons is None else horizons
+        sku_days += int(days[best_col != own_col].sum()) * 2 * spec.confirm
         best_col = np.where(t > spec.confirm_z, best_col, own_col)
     best = cand[i, best_col]
     targets = soft_q_targets(q.q, q.se, cand, grid.n, spec.temperature) if spec.temperature > 0 else None
@@ -171,7 +150,8 @@ def _label_rows(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionG
 
 
 def confirm_gain(env: VectorEnv, rows: np.ndarray, first: np.ndarray, own_col: np.ndarray,
-                 best_col: np.ndarray, rollout: RolloutPolicy, reps: int, spec: RolloutSpec) -> np.ndarray:
+                 best_col: np.ndarray, rollout: RolloutPolicy, reps: int, spec: RolloutSpec,
+                 horizons: np.ndarray | None = None) -> np.ndarray:
     """t-statistic (float64 [S]) of Q(best) - Q(own) for the states whose halving winner
     best_col differs from the policy's own action own_col (columns of first [S, C]), on
     `reps` paired rollouts of fresh futures (episodes spec.episode_base + j); 0 elsewhere.
@@ -187,7 +167,8 @@ def confirm_gain(env: VectorEnv, rows: np.ndarray, first: np.ndarray, own_col: n
     src = np.broadcast_to(rows[changed][:, None, None], shape).ravel()
     orders = np.broadcast_to(pair[:, :, None], shape).ravel()
     episodes = np.broadcast_to(spec.episode_base + np.arange(reps)[None, None, :], shape).ravel()
-    returns = rollout_returns(env, src, orders, episodes, rollout, spec).reshape(shape)
+    hor = None if horizons is None else np.broadcast_to(horizons[changed][:, None, None], shape).ravel()
+    returns = rollout_returns(env, src, orders, episodes, rollout, spec, hor).reshape(shape)
     gain = returns[:, 1] - returns[:, 0]
     mean, sd = gain.mean(axis=1), gain.std(axis=1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):

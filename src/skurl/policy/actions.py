@@ -152,7 +152,7 @@ class ActionGrid:
         base = np.maximum(forecast_today.astype(np.float64) * self.review_days, 1.0)
         with np.errstate(invalid="ignore", over="ignore"):
             units = np.floor(v * base + 0.5)
-        return _clip_orders(units)
+        return clip_orders(units)
 
     def orders_for(self, index: np.ndarray, raw: RawState) -> tuple[np.ndarray, np.ndarray]:
         """Units (float64 [N]) and the clipped mask for action indices [N] in state `raw`
@@ -161,12 +161,12 @@ class ActionGrid:
             return self.to_orders_checked(index, raw.forecast[:, 0])
         idx = np.asarray(index)
         table = self.unit_table(raw, slice(0, idx.shape[0]), idx[:, None])
-        return _clip_orders(table[:, 0])
+        return clip_orders(table[:, 0])
 
     def unit_table(self, raw: RawState, rows: slice, index: np.ndarray | None = None) -> np.ndarray:
         """Cover grid: orders (float64 [B, A]) of SKU rows `rows` for every action (or for
         action indices `index` [B, 1]); zeros off review days, as ForecastBaseStock."""
-        cover = self._bound(raw)
+        cover = self.bound_cover(raw)
         zz = (self.values[None, :] if index is None else self.values[index]) + cover.z0[rows, None]
         if self.review_days > 1 and raw.day % self.review_days:
             return np.zeros((raw.forecast[rows].shape[0], zz.shape[1]))
@@ -179,7 +179,7 @@ class ActionGrid:
                 units = units + np.where(units > 0.0, cover.lot[rows, None], 0.0)
         return np.where(zz == SKIP, 0.0, units)  # up to -inf: nothing (-inf x 0 would be NaN)
 
-    def _bound(self, raw: RawState) -> CoverParams:
+    def bound_cover(self, raw: RawState) -> CoverParams:
         if self.cover is None:
             raise ConfigError("policy.actions.kind=cover: the action grid is not bound to the catalog's SKUs "
                               "(lead times, demand distributions); expected ActionGrid.bind(catalog)")
@@ -198,7 +198,7 @@ def _rows(raw: RawState, rows: slice) -> RawState:
     return RawState(raw.on_hand[rows], raw.pipeline[rows], raw.backlog[rows], raw.forecast[rows], raw.day)
 
 
-def _clip_orders(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def clip_orders(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     bad = ~((units >= 0.0) & (units <= MAX_ORDER))  # NaN fails both
     if bad.any():
         units[bad] = np.where(units[bad] > MAX_ORDER, MAX_ORDER, 0.0)

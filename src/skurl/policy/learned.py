@@ -18,15 +18,16 @@ from skurl.catalog.schema import Catalog
 from skurl.config import Config
 from skurl.errors import UserError
 from skurl.policy.action_noise import ActionUniforms
-from skurl.policy.actions import ActionGrid, report_clipped
+from skurl.policy.actions import ActionGrid, clip_orders, report_clipped
+from skurl.policy.cover_decode import cover_greedy
 from skurl.policy.nets import (
     ActorCritic,
     InferenceNets,
     greedy,
     input_tensor,
-    most_likely_quantity,
     sample_inverse_cdf,
 )
+from skurl.policy.quantity_decode import greedy_quantity
 from skurl.sim.api import Obs
 
 CONFIG_FILE = "config.yaml"
@@ -82,10 +83,16 @@ class LearnedPolicy:
         if self.sample and self.sku_ids is not None:
             self._noise = ActionUniforms(self.seed, self._episode, self.sku_ids)
 
-    @torch.inference_mode()
     def action_indices(self, obs: Obs) -> np.ndarray:
+        return self._decide(obs)[0]
+
+    @torch.inference_mode()
+    def _decide(self, obs: Obs) -> tuple[np.ndarray, np.ndarray | None]:
+        """Action indices [N], and their orders (unclipped) where the greedy cover decode
+        (policy/cover_decode.py) gave them on the way, else None."""
         feats = input_tensor(np.ascontiguousarray(obs.features, np.float32))
         out = np.empty(feats.shape[0], np.int64)
+        units = np.empty(feats.shape[0]) if self.grid.kind == "cover" and not self.sample else None
         u = None
         if self.sample:
             if self._noise is None:
@@ -96,19 +103,17 @@ class LearnedPolicy:
             e = s + self.chunk
             logits = self.nets.logits(feats[s:e])
             if u is not None:
-                idx = sample_inverse_cdf(logits, u[s:e])[0]
+                out[s:e] = sample_inverse_cdf(logits, u[s:e])[0].numpy()
             elif self.grid.kind == "units":
-                idx = greedy(logits)
-            else:
-                probs = torch.softmax(logits.double(), dim=-1)
-                idx = most_likely_quantity(probs, torch.from_numpy(self._unit_table(obs, slice(s, e))))
-            out[s:e] = idx.numpy()
-        return out
+                out[s:e] = greedy(logits).numpy()
+            elif units is not None:
+                out[s:e], units[s:e] = cover_greedy(self.grid, obs.raw, slice(s, e), logits.numpy())
+            else:  # policy/quantity_decode.py: most_likely_quantity in one numba pass
+                out[s:e] = greedy_quantity(logits.numpy(), self._unit_table(obs, slice(s, e)))
+        return out, units
 
     def _unit_table(self, obs: Obs, rows: slice) -> np.ndarray:
-        """Units (float64 [B, A]) each action would order for SKU rows `rows`."""
-        if self.grid.kind == "cover":
-            return self.grid.unit_table(obs.raw, rows)
+        """Units (float64 [B, A]) each multiplier action would order for SKU rows `rows`."""
         forecast = obs.raw.forecast[rows, 0]
         base = np.maximum(forecast.astype(np.float64) * self.grid.review_days, 1.0)
         return np.floor(self.grid.values[None, :] * base[:, None] + 0.5)
@@ -119,7 +124,8 @@ class LearnedPolicy:
             raise UserError(f"policy '{self.name}': observations have {obs.features.shape[1]} features, "
                             f"the network expects {self.nets_dim} (evaluate on the catalog it was "
                             "trained on, or a subset shown with its feature widths)")
-        units, clipped = self.grid.orders_for(self.action_indices(obs), obs.raw)
+        index, decoded = self._decide(obs)
+        units, clipped = self.grid.orders_for(index, obs.raw) if decoded is None else clip_orders(decoded)
         if clipped.any():
             self.clipped_orders += report_clipped(log, clipped, self.sku_ids, obs.raw.day)
         return units

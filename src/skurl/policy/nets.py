@@ -11,6 +11,7 @@ policy/action_noise.py).
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Sequence
 
@@ -127,6 +128,7 @@ class InferenceNets:
             self.clip = model.obs_norm.clip
             self.policy = _frozen_copy(model.policy, dtype)
             self.value = _frozen_copy(model.value, dtype)
+        self._fast = FastMlp.of(self.policy) if dtype == torch.float32 else None
 
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         return ((obs - self.mean) * self.inv_std).clamp_(-self.clip, self.clip).to(self.dtype)
@@ -137,10 +139,54 @@ class InferenceNets:
         return self.policy(x).to(torch.float32), self.value(x).to(torch.float32)
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
+        if self._fast is not None:
+            if obs.dtype != torch.float32:
+                return self._fast(self.normalize(obs))
+            return self._fast(self._fast.normalized(obs, self.mean, self.inv_std, self.clip))
         return self.policy(self.normalize(obs)).to(torch.float32)
 
     def values(self, obs: torch.Tensor) -> torch.Tensor:
         return self.value(self.normalize(obs)).to(torch.float32)
+
+
+class FastMlp:
+    """A float32 Linear-ReLU stack's forward pass as addmm into reused hidden buffers with
+    in-place ReLU: what nn.Linear computes (the same addmm, so the same bits), without a
+    fresh [B, width] tensor per layer and activation, whose page faults cost as much as
+    the matrix products on rollout batches (docs/dcl.md). Buffers are per thread."""
+
+    def __init__(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.layers = layers  # (weight [out, in], bias [out]); ReLU after all but the last
+        self._local = threading.local()
+
+    @staticmethod
+    def of(net: nn.Module) -> FastMlp | None:
+        """The fast form of `net` when it is a PolicyNet/ValueNet's Linear-ReLU stack, else None."""
+        seq = net.net if isinstance(net, (PolicyNet, ValueNet)) else net
+        mods = list(seq.children()) if isinstance(seq, nn.Sequential) else []
+        linears = [m for m in mods[0::2] if isinstance(m, nn.Linear)]
+        if not mods or len(mods) % 2 == 0 or len(linears) != len(mods[0::2]) \
+                or not all(isinstance(m, nn.ReLU) for m in mods[1::2]):
+            return None
+        return FastMlp([(m.weight.detach(), m.bias.detach()) for m in linears])
+
+    def normalized(self, obs: torch.Tensor, mean: torch.Tensor, inv_std: torch.Tensor, clip: float) -> torch.Tensor:
+        """InferenceNets.normalize's arithmetic (float32) into a reused buffer."""
+        buf = getattr(self._local, "obs", None)
+        if buf is None or buf.shape != obs.shape:
+            buf = torch.empty(obs.shape)
+            self._local.obs = buf
+        return torch.sub(obs, mean, out=buf).mul_(inv_std).clamp_(-clip, clip)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        buffers = getattr(self._local, "buffers", None)
+        if buffers is None or buffers[0].shape[0] != x.shape[0]:
+            buffers = [torch.empty(x.shape[0], w.shape[0]) for w, _ in self.layers[:-1]]
+            self._local.buffers = buffers
+        for (w, b), out in zip(self.layers[:-1], buffers, strict=False):
+            x = torch.addmm(b, x, w.t(), out=out).relu_()
+        w, b = self.layers[-1]
+        return torch.addmm(b, x, w.t())
 
 
 def _frozen_copy(net: nn.Module, dtype: torch.dtype) -> nn.Module:

@@ -101,26 +101,43 @@ class _Moments:
 
 
 def rollout_returns(env: VectorEnv, src_rows: np.ndarray, first: np.ndarray, episodes: np.ndarray,
-                    policy: RolloutPolicy, spec: RolloutSpec) -> np.ndarray:
-    """Discounted H-day reward (float64 [M]) of clones of env rows src_rows [M] that order
-    first [M] today, then follow `policy`; clone m replays episode episodes[m]."""
-    clones = env.clone(src_rows, episodes=episodes, seed=spec.seed, days=env.day + spec.horizon)
-    rollout = policy(src_rows)
+                    policy: RolloutPolicy, spec: RolloutSpec, horizons: np.ndarray | None = None) -> np.ndarray:
+    """Discounted reward (float64 [M]) over the first horizons[m] days (default spec.horizon)
+    of clones of env rows src_rows [M] that order first [M] today, then follow `policy`;
+    clone m replays episode episodes[m]. A grouped row is cloned with its substitution
+    group (VectorEnv.clone whole_groups), whose members follow `policy` from today on."""
+    days = spec.horizon if horizons is None else int(horizons.max())
+    clones = env.clone(src_rows, episodes=episodes, seed=spec.seed, days=env.day + days, whole_groups=True)
+    ex = clones.cloned
+    assert ex is not None
+    rollout = policy(ex.src)
+    heads = ex.heads
+    if ex.src.size == heads.size:  # nothing grouped: the clones are the heads
+        orders = first
+    else:  # the members order as the policy would today
+        orders = np.array(rollout.orders(clones.observe()), dtype=np.float64)
+        orders[heads] = first
     total = np.zeros(src_rows.shape[0])
-    res = clones.step(first)
-    discount = 1.0
-    total += res.reward
+    res = clones.step(orders)
+    discount, day = 1.0, 1
+    total += res.reward[heads]
     while not res.done:
         discount *= spec.gamma
         res = clones.step(rollout.orders(res.obs))
-        total += discount * res.reward
+        if horizons is None:
+            total += discount * res.reward[heads]
+        else:  # a row's reward counts while its own horizon lasts
+            total += np.where(horizons > day, discount * res.reward[heads], 0.0)
+        day += 1
     return total
 
 
 def estimate_q(env: VectorEnv, rows: np.ndarray, first_orders: np.ndarray, policy: RolloutPolicy,
-               spec: RolloutSpec) -> QEstimate:
+               spec: RolloutSpec, horizons: np.ndarray | None = None) -> QEstimate:
     """Q of first orders first_orders [S, A] (units) in the states of env rows `rows` [S]
-    today (see the module docstring); reward as the env counts it (-cost in cost mode)."""
+    today (see the module docstring); reward as the env counts it (-cost in cost mode).
+    `horizons` (int [S]): each state's own rollout days in place of spec.horizon, all
+    states rolled out together (a row's reward counts over its own days only)."""
     rows = np.asarray(rows, dtype=np.int64)
     first_orders = np.asarray(first_orders, dtype=np.float64)
     if first_orders.ndim != 2 or first_orders.shape[0] != rows.shape[0]:
@@ -138,10 +155,11 @@ def estimate_q(env: VectorEnv, rows: np.ndarray, first_orders: np.ndarray, polic
         if not spec.common:  # disjoint blocks of episodes per action
             episodes = episodes + (alive[:, :, None] + 1) * _UNPAIRED_STRIDE
         episodes = np.broadcast_to(episodes, shape).ravel()
-        returns = rollout_returns(env, src, first, episodes, policy, spec).reshape(shape)
+        hor = None if horizons is None else np.broadcast_to(horizons[:, None, None], shape).ravel()
+        returns = rollout_returns(env, src, first, episodes, policy, spec, hor).reshape(shape)
         moments.add(alive, returns)
         done += reps
-        sku_days += src.shape[0] * spec.horizon
+        sku_days += src.shape[0] * spec.horizon if hor is None else int(hor.sum())
         mean, _ = moments.estimate()
         if done == reps:
             q_first = mean.copy()

@@ -123,7 +123,7 @@ class Decision(nn.Module):
 
 
 def _clip(units: torch.Tensor) -> torch.Tensor:
-    """actions._clip_orders: beyond MAX_ORDER -> MAX_ORDER; NaN or negative -> 0."""
+    """actions.clip_orders: beyond MAX_ORDER -> MAX_ORDER; NaN or negative -> 0."""
     ok = (units >= 0.0) & (units <= MAX_ORDER)
     return torch.where(ok, units, torch.where(units > MAX_ORDER, torch.full_like(units, MAX_ORDER),
                                               torch.zeros_like(units)))

@@ -8,10 +8,17 @@ trajectory bit for bit, clones of one row under different orders see the same de
 (common random numbers), and a clone given another (seed, episode) key sees an
 independent future of the same SKU from the same state (a replication). The clone's row,
 not its sku_id, is what makes it a separate SKU of the new env; nothing here depends on
-the shard or the other rows, so clones are shard-invariant like the env itself. Clones are
-simulated alone: a member of a substitution group is cloned without its group."""
+the shard or the other rows, so clones are shard-invariant like the env itself.
+
+A member of a substitution group shares demand with its group (spill served by the others),
+so alone it would see another future. `whole_groups` clones bring each cloned row's whole
+group along (group_expansion): the members are copied too, with their own keys, and form a
+group of their own in the clone env, one per clone, so a clone and its members replay the
+source group bit for bit. Without it, clones are simulated alone (the old, unfaithful form)."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -28,9 +35,10 @@ def _copy_rows(rows: np.ndarray, keys: np.ndarray, src_par: np.ndarray, src_st: 
                dst_features: np.ndarray) -> None:
     for j in prange(rows.shape[0]):
         i = rows[j]
+        grouped = dst_par[j, P_GROUPED]  # the clone env's own grouping
         for k in range(src_par.shape[1]):
             dst_par[j, k] = src_par[i, k]
-        dst_par[j, P_GROUPED] = 0.0
+        dst_par[j, P_GROUPED] = grouped
         base = dst_st[j, S_SLOT_OFF]
         src_base = src_st[i, S_SLOT_OFF]
         for k in range(np.int64(src_par[i, P_SLOTS])):
@@ -56,6 +64,41 @@ def copy_rows(src_p: Params, src_s: State, src_out: Outputs, rows: np.ndarray, k
     _copy_rows(rows, keys, src_p.par, src_s.st, src_s.stock, src_s.forecast, src_s.failed,
                src_out.features, dst_p.par, dst_s.st, dst_s.stock, dst_s.forecast, dst_s.failed,
                dst_out.features)
+
+
+class Expansion(NamedTuple):
+    """Rows of a whole-group clone env."""
+
+    src: np.ndarray  # int64 [R]: the source row of every clone env row
+    heads: np.ndarray  # int64 [M]: the clone env row of each requested clone
+    owner: np.ndarray  # int64 [R]: the requested clone each row belongs to
+    group: np.ndarray  # int64 [R]: its substitution group in the clone env (-1: none)
+
+
+def group_expansion(group_start: np.ndarray, group_rows: np.ndarray, n: int, rows: np.ndarray) -> Expansion:
+    """Clone `rows` [M] of an env of n rows whose groups are the CSR (group_start,
+    group_rows): each grouped row brings its group's members (contiguous, in the group's
+    order), as group j of the clone env for clone j; an ungrouped row comes alone."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    alone = np.arange(rows.size, dtype=np.int64)
+    if group_rows.size == 0:
+        return Expansion(rows, alone, alone, np.full(rows.size, -1, np.int64))
+    sizes = np.diff(group_start)
+    group_of = np.full(n, -1, np.int64)
+    group_of[group_rows] = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+    rank = np.zeros(n, np.int64)  # a member's place in its group
+    rank[group_rows] = np.arange(group_rows.size, dtype=np.int64) - np.repeat(group_start[:-1], sizes)
+    g = group_of[rows]
+    grouped = g >= 0
+    g0 = np.maximum(g, 0)
+    size = np.where(grouped, sizes[g0], 1)
+    offsets = np.cumsum(size) - size
+    owner = np.repeat(alone, size)
+    in_group = grouped[owner]
+    pos = np.where(in_group, group_start[g0][owner] + np.arange(owner.size) - offsets[owner], 0)
+    src = np.where(in_group, group_rows[pos], rows[owner])
+    heads = offsets + np.where(grouped, rank[rows], 0)
+    return Expansion(src.astype(np.int64), heads.astype(np.int64), owner, np.where(in_group, owner, -1))
 
 
 @njit(cache=True, parallel=True)

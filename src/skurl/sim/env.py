@@ -29,7 +29,7 @@ from skurl.sim.api import (
     RawState,
     StepResult,
 )
-from skurl.sim.clone import clone_keys, copy_rows
+from skurl.sim.clone import Expansion, clone_keys, copy_rows, group_expansion
 from skurl.sim.kernel import first_bad_order, reset_kernel, step_kernel
 from skurl.sim.layout import NETWORK_FIELDS, Layout, layout_for
 from skurl.sim.network import RULES, network_features_kernel, network_for, network_step_kernel
@@ -63,7 +63,8 @@ MAX_ORDER = 1e9  # units per SKU per day; larger orders are surely a unit/scale 
 PARALLEL_CHUNK_ITEMS = 4
 
 
-def _run_kernel(kernel: Callable[..., object], *args: object) -> None:
+def dynamic_blocks(kernel: Callable[..., object], *args: object) -> None:
+    """Run a parallel numba kernel with small dynamic work items (PARALLEL_CHUNK_ITEMS)."""
     previous = numba.set_parallel_chunksize(PARALLEL_CHUNK_ITEMS)
     try:
         kernel(*args)
@@ -130,6 +131,7 @@ class VectorEnv:
         self._day = -1
         self._seed: int | None = None
         self._episode = 0
+        self.cloned: Expansion | None = None  # set on a clone: its rows' clones (VectorEnv.clone)
 
     @staticmethod
     def _thread_count(threads: int) -> int:
@@ -179,11 +181,11 @@ class VectorEnv:
         self._seed, self._episode = int(seed), int(episode)
         numba.set_num_threads(self.threads)
         init_days = float(self.cfg.initial_stock_days)
-        _run_kernel(reset_kernel, self._params, self._state, self._kout,
+        dynamic_blocks(reset_kernel, self._params, self._state, self._kout,
                     run_key(self._seed, self._episode), init_days, np.int64(self.layout.pipeline))
         if self._net is not None:
             self._net.owed[:] = 0
-            _run_kernel(network_features_kernel, self._params, self._state, self._net, self._out.features,
+            dynamic_blocks(network_features_kernel, self._params, self._state, self._net, self._out.features,
                         np.int64(self._net_base))
         self._day = 0
         return self._obs()
@@ -214,11 +216,11 @@ class VectorEnv:
         numba.set_num_threads(self.threads)
         cfg = self.cfg
         if self._net is None:
-            _run_kernel(step_kernel, self._params, self._state, self._out, arr,
+            dynamic_blocks(step_kernel, self._params, self._state, self._out, arr,
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
                         cfg.issuing == "lifo", cfg.reward == "cost")
         else:
-            _run_kernel(network_step_kernel, self._params, self._state, self._kout, self._out.features,
+            dynamic_blocks(network_step_kernel, self._params, self._state, self._kout, self._out.features,
                         np.int64(self._net_base), self._net, arr,
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
                         cfg.issuing == "lifo", cfg.reward == "cost", np.int64(RULES[cfg.upstream_allocation]),
@@ -227,11 +229,13 @@ class VectorEnv:
         return StepResult(self._obs(), self._out.reward, self.done, self._metrics, self._failed_view)
 
     def clone(self, rows: np.ndarray, episodes: np.ndarray | None = None, seed: int | None = None,
-              days: int | None = None) -> VectorEnv:
-        """A new env whose row j is a copy of row rows[j] today (sim/clone.py): it replays
+              days: int | None = None, whole_groups: bool = False) -> VectorEnv:
+        """A new env whose clone j is a copy of row rows[j] today (sim/clone.py): it replays
         that row's future when `episodes` is None, else the future of episode episodes[j]
         under run seed `seed` (default this env's). It runs until day `days` (default
-        sim.days); its totals start at zero; clones are simulated without substitution."""
+        sim.days); its totals start at zero. `whole_groups`: a grouped row's members come
+        along as a group of the clone's own (faithful); else clones are simulated alone.
+        The new env's `cloned` maps its rows to the clones (sim/clone.Expansion)."""
         if self._day < 0 or self._seed is None:
             raise EnvStateError("clone: call reset() first")
         if self._net is not None:
@@ -247,12 +251,17 @@ class VectorEnv:
             if episodes.shape != idx.shape or episodes.min() < 0:
                 raise ValueError(f"clone: episodes must be {idx.shape[0]} integers >= 0 (one per row)")
         run_seed = self._seed if seed is None else int(seed)
-        cfg = dataclasses.replace(self.cfg, days=last, substitution=False)
-        env = VectorEnv(self.catalog.subset(idx), cfg, (self.layout.expiring, self.layout.pipeline))
-        keys = clone_keys(self._state.st[idx, S_KEY], self.catalog.sku_id[idx], run_seed, episodes)
+        p = self._params
+        grouped = whole_groups and self.cfg.substitution
+        ex = group_expansion(p.group_start, p.group_rows if grouped else p.group_rows[:0], self.num_skus, idx)
+        cfg = dataclasses.replace(self.cfg, days=last, substitution=grouped)
+        catalog = dataclasses.replace(self.catalog.subset(ex.src), group=ex.group)
+        env = VectorEnv(catalog, cfg, (self.layout.expiring, self.layout.pipeline))
+        keys = clone_keys(self._state.st[ex.src, S_KEY], self.catalog.sku_id[ex.src], run_seed,
+                          None if episodes is None else episodes[ex.owner])
         numba.set_num_threads(self.threads)
-        copy_rows(self._params, self._state, self._out, idx, keys, env._params, env._state, env._out)
-        env._day, env._seed, env._episode = self._day, run_seed, self._episode
+        copy_rows(p, self._state, self._out, ex.src, keys, env._params, env._state, env._out)
+        env._day, env._seed, env._episode, env.cloned = self._day, run_seed, self._episode, ex
         return env
 
     def state_snapshot(self) -> dict[str, np.ndarray]:

@@ -33,10 +33,10 @@ from skurl.sync.ray import RayTimeoutError, RayWeights
 from skurl.sync.ray import ray_get as get
 
 if TYPE_CHECKING:
-    from skurl.sim.env import VectorEnv
     from skurl.buffer.rollout import Rollout
     from skurl.collect.collector import Collector
     from skurl.policy.nets import ActorCritic
+    from skurl.sim.env import VectorEnv
     from skurl.store.api import RolloutStore, ShardManifest
 
 
