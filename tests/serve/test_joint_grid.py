@@ -22,7 +22,7 @@ from skurl.serve.simulate import run_env
 from skurl.serve.snapshot import from_env, write_snapshot
 from skurl.serve.validate import catalog_rows
 
-DAYS = 30
+DAYS = 12
 
 
 def test_graph_tables_and_recommend_match_the_simulator(joint_run: Path, joint_onnx: Path,  # noqa: F811
