@@ -148,10 +148,10 @@ def build_model(par: np.ndarray, i: int, days: int, bound: int | None = None) ->
 
 
 @njit(cache=True, parallel=True)
-def _sweep(states, lookup, radix, classes, life, t, pmf, tail, emin, mean, costs, v_next, levels, lot,
+def _sweep(states, lookup, radix, classes, life, t, pmf, tail, emin, mean, costs, v_next, levels, lots,
            v_out, act_out):
     """One day of the backward recursion: v_out[s] = max_q Q_t(s, q) and its least argmax.
-    `levels` [K] (K > 0): only the orders of the cover grid (up to level_k + lot below
+    `levels` [K] (K > 0): only the orders of the cover grid (up to level_k + lots[k] below
     level_k, else nothing) are allowed; K = 0: every q with position + q <= B."""
     n, dims = states.shape
     bound = radix - 1
@@ -204,7 +204,7 @@ def _sweep(states, lookup, radix, classes, life, t, pmf, tail, emin, mean, costs
             if levels.shape[0] == 0:
                 q = j
             else:
-                q = levels[j] - pos + lot if levels[j] > pos else 0
+                q = levels[j] - pos + lots[j] if levels[j] > pos else 0
                 q = min(q, bound - pos)
             val = -unit * q - (fixed if q > 0 else 0.0)
             for d in range(y + 1):
@@ -224,22 +224,26 @@ def terminal_value(model: SkuModel) -> np.ndarray:
     return model.costs[3] * model.states.sum(axis=1).astype(np.float64)
 
 
-def solve(model: SkuModel, keep_days: int, levels: np.ndarray | None = None, lot: int = 0,
+def solve(model: SkuModel, keep_days: int, levels: np.ndarray | None = None, lot: int | np.ndarray = 0,
           terminal: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Backward recursion over days T-1..0: (V_0 [n], orders int32 [keep_days, n] of days
-    0..keep_days-1). `levels` [T, K]: the cover-grid restriction of _sweep."""
+    0..keep_days-1). `levels` [T, K]: the cover-grid restriction of _sweep, `lot` one lot or
+    one per level column [K] (a joint grid). `terminal` is read, never written."""
     days = model.pmf.shape[0]
     n = model.states.shape[0]
-    v = terminal_value(model) if terminal is None else terminal
+    # a copy: the sweeps swap the two value buffers and write into the one that held V_T
+    v = terminal_value(model) if terminal is None else np.array(terminal, np.float64, copy=True)
     v_out = np.empty(n)
     act = np.empty(n, np.int64)
     policy = np.zeros((keep_days, n), np.int32)
     radix = model.bound + 1
     no_levels = np.zeros(0, np.int64)
+    width = 0 if levels is None else levels.shape[1]
+    lots = np.ascontiguousarray(np.broadcast_to(np.asarray(lot, np.int64), (width,)))
     for t in range(days - 1, -1, -1):
         lv = no_levels if levels is None else np.ascontiguousarray(levels[t], dtype=np.int64)
         _sweep(model.states, model.lookup, radix, model.on_hand_classes, model.life, t, model.pmf, model.tail,
-               model.emin, model.mean, model.costs, v, lv, lot, v_out, act)
+               model.emin, model.mean, model.costs, v, lv, lots, v_out, act)
         v, v_out = v_out, v
         if t < keep_days:
             policy[t] = act

@@ -6,10 +6,11 @@ Per catalog seed: the SKUs without substitution group or supplier delay, lead ti
 DP (embedded_dp.py, calendar known); forecast-base-stock and forecast-s-S are tuned on the
 whole catalog as a run tunes them; all are simulated by VectorEnv on eval.seed, eval.seed +
 1, ...; the tables give each policy's profit gap to the optimum per segment, with the paired
-SE over SKUs. --grid adds the best policy on today's cover grid.
+SE over SKUs. --grid adds the best policy on today's cover grid; --lot-factors F ... also the
+best on the joint (lot factor, offset) grid of policy.actions.lot_factors.
 
     PYTHONPATH=src .venv/bin/python benchmarks/embedded_optimum.py [--catalog-seeds 0 1 2] [--grid]
-        [--run RUN_DIR ...] [--episodes 8] [--tune-cache DIR] [--json out.json]
+        [--lot-factors 0 0.5 1 2] [--run RUN_DIR ...] [--episodes 8] [--tune-cache DIR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import embedded_dp as dp
-from embedded_grid import grid_levels
+from embedded_grid import grid_levels, joint_grid
 from embedded_policy import TablePolicy
 
 from skurl.catalog import Catalog, load_catalog
@@ -75,13 +76,15 @@ def select(catalog: Catalog, par: np.ndarray, days: int, args: argparse.Namespac
 
 
 def solve_all(par: np.ndarray, rows: np.ndarray, bounds: np.ndarray, days: int, keep: int,
-              extra: dict[str, np.ndarray] | None = None, offsets: np.ndarray | None = None) -> dict:
+              extra: dict[str, np.ndarray] | None = None, offsets: np.ndarray | None = None,
+              factors: np.ndarray | None = None) -> dict:
     """The optimum of each row (models, tables, V_0); with `extra` ({"z", "lot"}: the tuned
     forecast-s-S), also the best policy on the cover grid and the grid's centre alone, both
-    with exact means in place of forecasts (embedded_grid.py)."""
+    with exact means in place of forecasts (embedded_grid.py); with lot `factors`, the best on
+    the joint grid too."""
     out = {"models": [], "optimal": [], "v0": []}
     if extra is not None:
-        out.update(grid=[], center=[])
+        out.update(grid=[], center=[], lots=[])
     start = time.perf_counter()
     for j, i in enumerate(rows):
         if j and j % 100 == 0:
@@ -96,6 +99,9 @@ def solve_all(par: np.ndarray, rows: np.ndarray, bounds: np.ndarray, days: int, 
             lot = int(extra["lot"][j])
             out["grid"].append(dp.solve(model, keep, levels=levels, lot=lot)[1])
             out["center"].append(dp.solve(model, keep, levels=levels[:, center:center + 1], lot=lot)[1])
+            if factors is not None:
+                joint, lots = joint_grid(levels, lot, factors)
+                out["lots"].append(dp.solve(model, keep, levels=joint, lot=lots)[1])
     return out
 
 
@@ -195,13 +201,16 @@ def run_seed(args: argparse.Namespace, seed: int, runs: dict[int, str]) -> dict:
     print(f"  baselines tuned in {t_tune:.0f} s", flush=True)
     extra = params["forecast-s-S"] if args.grid else None
     a = cfg.policy.actions
-    sol = solve_all(par, rows, bounds, horizon, keep, extra, np.linspace(a.z_min, a.z_max, a.n))
+    factors = np.asarray(args.lot_factors, np.float64) if args.lot_factors else None
+    sol = solve_all(par, rows, bounds, horizon, keep, extra, np.linspace(a.z_min, a.z_max, a.n), factors)
     t_dp = time.perf_counter() - start - t_tune
     env = make_env(sub, dataclasses.replace(cfg.sim, days=keep), catalog_widths(full))
     policies = {"optimal": TablePolicy(env, sol["models"], sol["optimal"])}
     if args.grid:
         policies["grid-best"] = TablePolicy(env, sol["models"], sol["grid"])
         policies["fss-exact-mean"] = TablePolicy(env, sol["models"], sol["center"])
+        if factors is not None:
+            policies["lots-best"] = TablePolicy(env, sol["models"], sol["lots"])
     for name in BASELINES:
         policies[name] = make_policy(name, sub, cfg.sim, params[name])
     if seed in runs:
@@ -270,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tail", type=int, default=60, help="days solved beyond the episode (end effects)")
     ap.add_argument("--episodes", type=int, default=8, help="held-out episodes (seeds eval.seed, ...)")
     ap.add_argument("--grid", action="store_true", help="also the best policy on the cover grid (exact means)")
+    ap.add_argument("--lot-factors", type=float, nargs="+", default=[], metavar="F",
+                    help="with --grid: also the best on the joint (lot factor x the tuned lot, offset) grid "
+                         "of policy.actions.lot_factors")
     ap.add_argument("--run", action="append", default=[], metavar="RUN_DIR", help="a trained run to score")
     ap.add_argument("--json", help="write the results to this JSON file")
     ap.add_argument("--tune-cache", metavar="DIR", help="keep the tuned baselines' parameters here")
@@ -278,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < (1 if name in ("max_lead", "max_states", "episodes") else 0):
             ap.error(f"--{name.replace('_', '-')} {getattr(args, name)}: expected an integer >= "
                      f"{1 if name in ('max_lead', 'max_states', 'episodes') else 0}")
+    if args.lot_factors and (not args.grid or any(not (math.isfinite(f) and f >= 0) for f in args.lot_factors)):
+        ap.error(f"--lot-factors {args.lot_factors}: expected numbers >= 0, with --grid")
     runs = parse_runs(args.run)
     results = []
     for seed in args.catalog_seeds:

@@ -58,3 +58,20 @@ def lost_sales_onnx(lost_sales_run: Path) -> Path:
 
     out = lost_sales_run / "policy.onnx"
     return out if out.is_file() else export_run(lost_sales_run, out)
+
+
+# The embedded grid made joint (policy.actions.lot_factors): 4 lot blocks of 21 offsets.
+JOINT = [*SYNTHETIC, "policy.actions.lot_factors=[0, 0.5, 1, 2]"]
+
+
+@pytest.fixture(scope="session")
+def joint_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return trained(tmp_path_factory, "joint", sets(COMMON + JOINT))
+
+
+@pytest.fixture(scope="session")
+def joint_onnx(joint_run: Path) -> Path:
+    from skurl.serve.export import export_run
+
+    out = joint_run / "policy.onnx"
+    return out if out.is_file() else export_run(joint_run, out)

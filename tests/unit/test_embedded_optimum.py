@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import embedded_dp as dp
+from embedded_grid import grid_levels, joint_grid
 from embedded_policy import TablePolicy
 from lost_sales_optimal import backorder_level, build_model, relative_value_iteration
 
@@ -104,3 +105,36 @@ def test_no_base_stock_level_beats_the_optimum() -> None:
         assert min(gaps) >= -1e-9, (i, int(np.argmin(gaps)), min(gaps))
         if TYPES[i]["order_cost"] > 0:  # batching orders pays: strictly better than any level
             assert min(gaps) > 1e-3
+
+
+def test_solve_leaves_the_terminal_values_it_is_given() -> None:
+    cat, _ = catalog_of(1, [])
+    model = dp.build_model(make_params(cat, False).par, 1, 12)
+    terminal = np.linspace(0.0, 2.0, model.states.shape[0])
+    before = terminal.copy()
+    first, _ = dp.solve(model, 1, terminal=terminal)
+    np.testing.assert_array_equal(terminal, before)
+    again, _ = dp.solve(model, 1, terminal=terminal)  # the same input, the same answer
+    np.testing.assert_array_equal(first, again)
+
+
+def test_the_joint_lot_grid_lies_between_todays_grid_and_the_optimum() -> None:
+    """Factor 1 alone is today's grid; factors 0, 0.5, 1, 2 contain it, so they do at least as
+    well, and no grid beats the unrestricted optimum; on the order-cost SKU they do better."""
+    days = 40
+    cat, _ = catalog_of(1, [])
+    par = make_params(cat, False).par
+    for i in range(2):
+        model = dp.build_model(par, i, days)
+        zero = np.zeros(model.states.shape[0])
+        s0 = dp.initial_state(model)
+        best = dp.solve(model, 1, terminal=zero)[0][s0]
+        levels, _ = grid_levels(par, i, days, 0.0, np.linspace(-1.5, 1.5, 7))
+        lot = 4 if TYPES[i]["order_cost"] > 0 else 0
+        today = dp.solve(model, 1, levels=levels, lot=lot, terminal=zero)[0][s0]
+        one = dp.solve(model, 1, *joint_grid(levels, lot, np.array([1.0])), terminal=zero)[0][s0]
+        assert one == today
+        joint = dp.solve(model, 1, *joint_grid(levels, lot, np.array([0.0, 0.5, 1.0, 2.0])), terminal=zero)[0][s0]
+        assert today - 1e-9 <= joint <= best + 1e-9, (i, today, joint, best)
+        if lot:
+            assert joint > today + 1e-3

@@ -44,8 +44,9 @@ def test_fast_mlp_gives_nn_linears_bits(hidden: tuple[int, ...]) -> None:
     assert InferenceNets(model, torch.bfloat16)._fast is None
 
 
-@pytest.mark.parametrize("skip,lot,review", [(False, False, 1), (True, True, 1), (False, True, 2)])
-def test_cover_greedy_equals_the_table_decode_and_orders_for(skip: bool, lot: bool, review: int) -> None:
+@pytest.mark.parametrize("skip,lot,review,joint", [(False, False, 1, False), (True, True, 1, False),
+                                                   (False, True, 2, False), (True, True, 1, True)])
+def test_cover_greedy_equals_the_table_decode_and_orders_for(skip: bool, lot: bool, review: int, joint: bool) -> None:
     import dataclasses
 
     from skurl.config import ActionsConfig, SimConfig
@@ -63,6 +64,9 @@ def test_cover_greedy_equals_the_table_decode_and_orders_for(skip: bool, lot: bo
     if lot:
         lots = np.random.default_rng(0).integers(0, 9, 300).astype(np.float64)
         grid = dataclasses.replace(grid, cover=dataclasses.replace(grid.cover, lot=lots))
+    if joint:  # policy.actions.lot_factors: a lot factor per action
+        scale = np.random.default_rng(1).choice([0.0, 0.5, 1.0, 2.0], grid.n)
+        grid = dataclasses.replace(grid, lot_scale=scale)
     env, base = VectorEnv(catalog, sim), make_policy("capped-base-stock", catalog, sim)
     obs = env.reset(seed=1)
     gen = torch.Generator().manual_seed(2)

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "src" / "skurl"
 # Annotations that are `Any` itself (the figure issue 38 counts), and those naming it
 # anywhere (dict[str, Any] too), so replacing `Any` by `list[Any]` does not pass.
 ANY_CEILING = 78
-ANY_ANYWHERE_CEILING = 328
+ANY_ANYWHERE_CEILING = 327
 
 
 def annotations(tree: ast.AST) -> Iterator[ast.expr]:

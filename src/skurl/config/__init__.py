@@ -1,8 +1,8 @@
 """Every setting of skurl as typed dataclasses, one section per reader (`skurl config keys`).
 
-sections.py: the Config root and the sim, policy, ppo, train, eval sections; catalog.py;
-services.py: rpc, deploy, sync, store, ray; dcl.py; tracking.py; loader.py: YAML, --set
-overrides and validation; flags.py: the --config/--set flags of the commands.
+sections.py: the Config root and the sim, policy, ppo, train, eval sections; actions.py:
+policy.actions; catalog.py; services.py: rpc, deploy, sync, store, ray; dcl.py; tracking.py;
+loader.py: YAML, --set overrides and validation; flags.py: the --config/--set flags of the commands.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
+from skurl.config.actions import ActionsConfig
 from skurl.config.catalog import CatalogConfig, DemandConfig, SerialConfig, SyntheticConfig
 from skurl.config.collect import CollectConfig, refuse_moved
 from skurl.config.dcl import DclConfig
@@ -86,56 +85,6 @@ class SimConfig:
         check(self.threads >= 0, "sim.threads", self.threads, "an integer >= 0")
         check(self.initial_stock_days == -1 or self.initial_stock_days >= 0,
               "sim.initial_stock_days", self.initial_stock_days, "-1 or a number >= 0")
-
-
-@dataclass(frozen=True)
-class ActionsConfig:
-    kind: Literal["multiplier", "units", "cover"] = opt(
-        "multiplier", "multiplier: order = round(m_k x forecast x review days); units: order = k x step units; "
-        "cover: order up to the forecast over lead + review days + z_k x its std dev (z_k in z_min..z_max)"
-    )
-    n: int = opt(20, "number of discrete actions")
-    max: float = opt(
-        4.75, "largest multiplier (multiplier grid 0..max, evenly spaced); ignored for units"
-    )
-    step: int = opt(1, "units per action step for the units grid (order = k x step)")
-    z_min: float = opt(-1.0, "smallest safety factor of the cover grid (z_min..z_max, evenly spaced)")
-    z_max: float = opt(4.0, "largest safety factor of the cover grid")
-    z_center: Literal["zero", "newsvendor", "tuned"] = opt(
-        "zero", "cover grid: z_min..z_max are safety factors (zero) or offsets from each SKU's newsvendor "
-        "factor Phi^-1(cu / (cu + co)) (newsvendor) or from the factor of the per-SKU-tuned "
-        "policy.actions.center_policy (tuned: offset 0 orders exactly what that baseline orders; tuned once per run "
-        "and kept in RUN_DIR/grid_center.safetensors); other grids ignore it"
-    )
-    center_policy: Literal["forecast-base-stock", "forecast-s-S"] = opt(
-        "forecast-base-stock", "z_center=tuned: the per-SKU-tuned baseline offset 0 reproduces: "
-        "forecast-base-stock (a safety factor per SKU) or forecast-s-S (a factor and a lot: below the "
-        "level, every action orders up to its level + the SKU's lot, so orders carry a fixed cost in batches)"
-    )
-    skip: bool = opt(
-        False, "cover grid: action 0 orders nothing and the other n - 1 span z_min..z_max (lets the policy "
-        "batch orders where each order has a fixed cost)"
-    )
-
-    def __post_init__(self) -> None:
-        check(self.n >= 2, "policy.actions.n", self.n, "an integer >= 2")
-        check(self.z_max > self.z_min, "policy.actions.z_max", self.z_max,
-              f"a number > policy.actions.z_min ({self.z_min})")
-        check(self.max > 0, "policy.actions.max", self.max, "a number > 0")
-        check(self.step >= 1, "policy.actions.step", self.step, "an integer >= 1")
-        if self.kind == "cover" and self.z_center == "tuned":
-            # Offset 0 (the tuned baseline's own order) must be on the grid, or the policy
-            # cannot start from that baseline.
-            offsets = self.cover_z()
-            check(bool(np.any(offsets == 0.0)), "policy.actions.z_min", self.z_min,
-                  f"z_min..z_max in {len(offsets)} even steps to include offset 0 with z_center=tuned "
-                  f"(z_max={self.z_max}, n={self.n}{', the skip action besides' if self.skip else ''}; "
-                  f"e.g. z_min=-1.5 z_max=1.5 n={22 if self.skip else 21})")
-
-    def cover_z(self) -> np.ndarray:
-        """The cover grid's safety factors (or offsets), z_min..z_max evenly spaced, one per
-        action besides the skip action."""
-        return np.linspace(self.z_min, self.z_max, self.n - 1 if self.skip else self.n)
 
 
 @dataclass(frozen=True)

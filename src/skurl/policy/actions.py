@@ -1,15 +1,13 @@
 """Discrete action grids: action index -> order quantity in units (docs/architecture.md, Simulator semantics).
 
 `multiplier` and `units` need only today's forecast. `cover` is an order-up-to action:
-index k picks a safety factor z_k and the order is what ForecastBaseStock (baselines.py)
-orders with z = z_k, max(0, ceil(F + z_k sigma) - IP), F and sigma^2 the forecast mean and
-variance over the SKU's lead + review days and IP the inventory position. A network on
-this grid contains every per-SKU constant-z base-stock policy (the tuned baseline) and
-learns when to deviate, instead of learning inventory-position arithmetic itself. Centred
-on a tuned forecast-s-S (grid_center.py), each SKU has a lot Q too: an action that orders
-at all orders Q more, so batches that pay a fixed order cost once are on the grid. It
-needs per-SKU lead times and demand distributions (`bind(catalog)`) and the full raw
-state (on hand, pipeline, backlog, forecast window) in each observation."""
+index k orders what ForecastBaseStock (baselines.py) orders with z = z_k, max(0, ceil(F +
+z_k sigma) - IP) over the SKU's lead + review days, so the grid contains every per-SKU
+constant-z base-stock policy and the network learns when to deviate. Centred on a tuned
+forecast-s-S (grid_center.py), an action that orders at all orders the SKU's lot Q more;
+with policy.actions.lot_factors each action is a (lot factor f, offset) pair ordering
+round(f Q) more, so the lot can follow the state (docs/headroom.md). It needs per-SKU lead
+times and demand distributions (`bind(catalog)`) and the full raw state in each observation."""
 
 from __future__ import annotations
 
@@ -81,6 +79,7 @@ class ActionGrid:
     z_center: str = "zero"  # kind=cover: policy.actions.z_center
     reward: str = "profit"  # sim.reward (the newsvendor centre's underage cost depends on it)
     tuned: GridCenter | None = None  # z_center=tuned: the run's tuned factors (with_center)
+    lot_scale: np.ndarray | None = None  # float64 [n]: lot factor per index (lot_factors); None: 1
 
     @classmethod
     def from_config(cls, cfg: ActionsConfig, review_days: int = 1, catalog: Catalog | None = None,
@@ -92,7 +91,11 @@ class ActionGrid:
             values = np.concatenate([[SKIP], z]) if cfg.skip else z
         else:
             values = np.arange(cfg.n, dtype=np.float64) * cfg.step
-        grid = cls(kind=cfg.kind, values=values, review_days=review_days, z_center=cfg.z_center, reward=reward)
+        scale = None
+        if cfg.kind == "cover" and len(cfg.lot_factors):
+            values, scale = joint_values(cfg.cover_z(), np.asarray(cfg.lot_factors, np.float64), cfg.skip)
+        grid = cls(kind=cfg.kind, values=values, review_days=review_days, z_center=cfg.z_center, reward=reward,
+                   lot_scale=scale)
         return grid if catalog is None else grid.bind(catalog)
 
     @property
@@ -110,7 +113,10 @@ class ActionGrid:
         breaks ties between actions that order the same; None for the other grids."""
         if self.kind != "cover":
             return None
-        return int(np.argmin(np.where(self.values == SKIP, np.inf, np.abs(self.values))))
+        offset = np.where(self.values == SKIP, np.inf, np.abs(self.values))
+        if self.lot_scale is None:
+            return int(np.argmin(offset))
+        return int(np.lexsort((np.abs(self.lot_scale - 1.0), offset))[0])  # of those, the lot nearest 1 x
 
     @property
     def needs_center(self) -> bool:
@@ -128,6 +134,9 @@ class ActionGrid:
         if self.kind != "cover":
             return self
         cover = CoverParams.of(catalog, self.review_days, self.z_center, self.reward, self.tuned)
+        if self.lot_scale is not None and cover.lot is None:
+            raise ConfigError("policy.actions.lot_factors: the tuned grid centre has no lots (expected "
+                              "policy.actions.center_policy=forecast-s-S and its grid_center.safetensors)")
         return dataclasses.replace(self, cover=cover)
 
     def to_orders(self, index: np.ndarray, forecast_today: np.ndarray) -> np.ndarray:
@@ -176,8 +185,15 @@ class ActionGrid:
             level = order_up_to_level(mean[:, None], np.sqrt(var)[:, None], zz)
             units = np.maximum(0.0, level - inventory_position(_rows(raw, rows))[:, None])
             if cover.lot is not None:  # below the level: up to level + lot (forecast-s-S)
-                units = units + np.where(units > 0.0, cover.lot[rows, None], 0.0)
+                units = units + np.where(units > 0.0, self._lots(cover.lot[rows, None], index), 0.0)
         return np.where(zz == SKIP, 0.0, units)  # up to -inf: nothing (-inf x 0 would be NaN)
+
+    def _lots(self, lot: np.ndarray, index: np.ndarray | None) -> np.ndarray:
+        """Each action's lot [B, 1 or A] from the SKUs' lots [B, 1]: round(f_k x lot) on a joint grid."""
+        if self.lot_scale is None:
+            return lot
+        scale = self.lot_scale[None, :] if index is None else self.lot_scale[index]
+        return np.floor(scale * lot + 0.5)
 
     def bound_cover(self, raw: RawState) -> CoverParams:
         if self.cover is None:
@@ -192,6 +208,16 @@ class ActionGrid:
                               f"day(s), the grid needs {width} (lead + review) and the full raw state; lean "
                               "remote env replies do not carry it (expected --mode colocated)")
         return self.cover
+
+
+def joint_values(offsets: np.ndarray, factors: np.ndarray, skip: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, lot factor) per index of the joint grid: one block of `offsets` per factor, in
+    the factors' order (index = 1 x skip + block x len(offsets) + offset index)."""
+    values = np.tile(offsets, factors.size)
+    scale = np.repeat(factors, offsets.size)
+    if skip:
+        return np.concatenate([[SKIP], values]), np.concatenate([[0.0], scale])
+    return values, scale
 
 
 def _rows(raw: RawState, rows: slice) -> RawState:

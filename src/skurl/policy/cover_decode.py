@@ -29,9 +29,10 @@ def _np_max0(x: float) -> float:
 
 @njit(cache=True, inline="always")
 def _row_orders(values: np.ndarray, z0: float, mean: float, sigma: float, position: float, lot: float,
-                has_lot: bool, q: np.ndarray) -> bool:
-    """Orders of every action (ActionGrid.unit_table's arithmetic); True when they rise
-    strictly with the action (every quantity is one action's)."""
+                has_lot: bool, scale: np.ndarray, has_scale: bool, q: np.ndarray) -> bool:
+    """Orders of every action (ActionGrid.unit_table's arithmetic; a joint grid's lot is
+    round(scale[a] x lot), as ActionGrid._lots); True when they rise strictly with the
+    action (every quantity is one action's)."""
     rising = True
     for a in range(values.shape[0]):
         z = values[a] + z0
@@ -40,7 +41,8 @@ def _row_orders(values: np.ndarray, z0: float, mean: float, sigma: float, positi
         else:
             u = _np_max0(_np_max0(np.ceil(mean + z * sigma - 1e-9)) - position)
             if has_lot:
-                u = u + (lot if u > 0.0 else 0.0)
+                lot_a = np.floor(scale[a] * lot + 0.5) if has_scale else lot
+                u = u + (lot_a if u > 0.0 else 0.0)
         q[a] = u
         if a > 0 and not q[a] > q[a - 1]:
             rising = False
@@ -49,13 +51,15 @@ def _row_orders(values: np.ndarray, z0: float, mean: float, sigma: float, positi
 
 @njit(cache=True, parallel=True)
 def _cover_greedy(logits: np.ndarray, values: np.ndarray, z0: np.ndarray, mean: np.ndarray, var: np.ndarray,
-                  position: np.ndarray, lot: np.ndarray, has_lot: bool, idx: np.ndarray, units: np.ndarray) -> None:
+                  position: np.ndarray, lot: np.ndarray, has_lot: bool, scale: np.ndarray, has_scale: bool,
+                  idx: np.ndarray, units: np.ndarray) -> None:
     rows, actions = logits.shape
     for blk in prange((rows + BLOCK - 1) // BLOCK):
         q = np.empty(actions)
         p = np.empty(actions)
         for b in range(blk * BLOCK, min(rows, (blk + 1) * BLOCK)):
-            if _row_orders(values, z0[b], mean[b], math.sqrt(var[b]), position[b], lot[b], has_lot, q):
+            if _row_orders(values, z0[b], mean[b], math.sqrt(var[b]), position[b], lot[b], has_lot, scale, has_scale,
+                           q):
                 # one action per quantity: the most probable quantity is the largest logit's
                 # (exp is strictly increasing on distinct float32 logits), the first on ties
                 best = np.int64(0)
@@ -80,7 +84,9 @@ def cover_greedy(grid: ActionGrid, raw: RawState, rows: slice, logits: np.ndarra
                                    cover.dispersion[rows])
     sub = RawState(raw.on_hand[rows], raw.pipeline[rows], raw.backlog[rows], raw.forecast[rows], raw.day)
     lot = np.zeros(b) if cover.lot is None else np.ascontiguousarray(cover.lot[rows], np.float64)
+    scale = np.ones(grid.n) if grid.lot_scale is None else np.ascontiguousarray(grid.lot_scale, np.float64)
     dynamic_blocks(_cover_greedy, np.ascontiguousarray(logits, np.float32),
                    np.ascontiguousarray(grid.values, np.float64), np.ascontiguousarray(cover.z0[rows], np.float64),
-                   mean, var, inventory_position(sub), lot, cover.lot is not None, idx, units)
+                   mean, var, inventory_position(sub), lot, cover.lot is not None, scale, grid.lot_scale is not None,
+                   idx, units)
     return idx, units

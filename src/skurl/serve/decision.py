@@ -37,6 +37,7 @@ class Decision(nn.Module):
     mean: torch.Tensor  # buffers (registered in __init__)
     inv_std: torch.Tensor
     values: torch.Tensor
+    lot_scale: torch.Tensor | None
 
     def __init__(self, model: ActorCritic, grid: ActionGrid, horizon: int, probabilities: bool = False) -> None:
         super().__init__()
@@ -47,6 +48,8 @@ class Decision(nn.Module):
             self.register_buffer("mean", norm.mean.to(torch.float32).clone())
             self.register_buffer("inv_std", torch.rsqrt(norm.var + norm.eps).to(torch.float32))
             self.register_buffer("values", torch.as_tensor(np.asarray(grid.values, np.float64)))
+            scale = None if grid.lot_scale is None else torch.as_tensor(np.asarray(grid.lot_scale, np.float64))
+            self.register_buffer("lot_scale", scale)  # the joint grid's lot factor per action, or None
         self.clip = float(norm.clip)
         self.policy = _frozen(model.policy)
         self.kind = grid.kind
@@ -100,7 +103,8 @@ class Decision(nn.Module):
                      dispersion: torch.Tensor, z_center: torch.Tensor, lot: torch.Tensor) -> torch.Tensor:
         """Orders [B, A] of every action (ActionGrid.unit_table): order up to
         ceil(mean + z sigma - 1e-9) over lead + review days, minus the inventory position, plus
-        the SKU's lot where that orders at all (0 but for a forecast-s-S centre)."""
+        the SKU's lot (x the action's lot factor on a joint grid) where that orders at all (0
+        but for a forecast-s-S centre)."""
         mean = torch.zeros_like(dispersion)
         var = torch.zeros_like(dispersion)
         for d in range(self.horizon):  # day order, as protection.cover_moments sums
@@ -114,7 +118,10 @@ class Decision(nn.Module):
         level = torch.clamp(torch.ceil(mean.unsqueeze(-1) + zz * torch.sqrt(var).unsqueeze(-1) - 1e-9), min=0.0)
         position = on_hand.double() + pipeline.sum(dim=1).double() - backlog.double()
         units = torch.clamp(level - position.unsqueeze(-1), min=0.0)
-        units = units + torch.where(units > 0.0, lot.unsqueeze(-1), torch.zeros_like(units))
+        lots = lot.unsqueeze(-1)
+        if self.lot_scale is not None:  # joint grid: round(f_k x lot), as ActionGrid._lots
+            lots = torch.floor(self.lot_scale.unsqueeze(0) * lots + 0.5)
+        units = units + torch.where(units > 0.0, lots, torch.zeros_like(units))
         units = torch.where(zz == SKIP, torch.zeros_like(units), units)
         if self.review_days > 1:
             off = (day % self.review_days) != 0
