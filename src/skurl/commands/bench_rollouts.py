@@ -3,18 +3,10 @@
     skurl bench rollouts --states 2000 --budget 64 --horizon 20 [--policy network] [--json]
     skurl bench rollouts --policy network --versus configs/lost_sales.yaml --rounds 5
 
-Without --config, the catalog and action grid are the embedded defaults of a bare `skurl
-train` (commands/embedded.py: the cover grid). `--versus CONFIG` measures that config too
-(its own file only, no --set), alternating the two over `--rounds`, and prints both
-medians and their ratio (this one's over CONFIG's).
-
-Samples `--states` SKU states after `--warmup` days of the untuned capped base-stock, takes
-the config's action grid as the candidate first orders (a cover grid centred on tuned
-factors falls back to the newsvendor centre: no tuning here) and estimates Q by
-policy/rollout_q.estimate_q, following the capped base-stock or, with --policy network, a
-freshly initialised network of the config's size (its inference cost is what counts).
-Prints rollout SKU-days/s and bound_ratio: that over `bench sim`'s SKU-steps/s on the same
-catalog (tiled to the rollouts' mean batch width, after them). Registered by bench_cmd.
+Samples SKU states, estimates Q of every candidate first order by policy/rollout_q, and
+prints rollout SKU-days/s and bound_ratio (over `bench sim` on the same catalog). Without
+--config: the embedded defaults. `--versus CONFIG` alternates both configs over --rounds
+and prints their medians and ratio. More: docs/internals.md (commands/bench_rollouts.py).
 """
 
 from __future__ import annotations

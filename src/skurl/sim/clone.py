@@ -1,20 +1,11 @@
 """State cloning: copy chosen SKU rows of an env into a new env, to replay their futures.
 
-A clone row holds a copy of its source row's state (stock by age, pipeline, backlog, sales
-history, forecast window, features) and keeps the source SKU's random-stream key: the key
-of (seed, episode, sku_id) in state column S_KEY, from which every draw of that SKU's
-future is taken (rng.py). So a clone stepped with the source's orders replays the source's
-trajectory bit for bit, clones of one row under different orders see the same demand
-(common random numbers), and a clone given another (seed, episode) key sees an
-independent future of the same SKU from the same state (a replication). The clone's row,
-not its sku_id, is what makes it a separate SKU of the new env; nothing here depends on
-the shard or the other rows, so clones are shard-invariant like the env itself.
-
-A member of a substitution group shares demand with its group (spill served by the others),
-so alone it would see another future. `whole_groups` clones bring each cloned row's whole
-group along (group_expansion): the members are copied too, with their own keys, and form a
-group of their own in the clone env, one per clone, so a clone and its members replay the
-source group bit for bit. Without it, clones are simulated alone (the old, unfaithful form)."""
+A clone row holds a copy of its source row's state and keeps the source SKU's random-stream
+key, so stepped with the source's orders it replays the source's trajectory bit for bit,
+and clones under different orders see the same demand (common random numbers); another
+(seed, episode) key gives an independent future (a replication). `whole_groups` brings
+each cloned row's substitution group along (group_expansion), one group per clone, so a
+grouped SKU's clone replays its group too. More: docs/internals.md (sim/clone.py)."""
 
 from __future__ import annotations
 
