@@ -48,8 +48,15 @@ def start_ray(rc: RayConfig) -> bool:
     common: dict[str, Any] = {"include_dashboard": False, "configure_logging": False}
     if rc.address:
         ray.init(address=rc.address, **common)
-    else:
-        ray.init(num_cpus=rc.num_cpus or os.cpu_count() or 1, **common)
+        return True
+    for attempt in range(2):  # a local GCS that misses its start-up deadline on a busy machine: once more
+        try:
+            ray.init(num_cpus=rc.num_cpus or os.cpu_count() or 1, **common)
+            return True
+        except RuntimeError as exc:
+            if attempt or "Timed out waiting for file" not in str(exc):
+                raise
+            ray.shutdown()
     return True
 
 
