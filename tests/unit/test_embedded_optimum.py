@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -89,15 +91,20 @@ def test_long_horizon_rate_is_zipkins_optimal_average_cost() -> None:
     assert (values[1] - values[0]) / 100 == pytest.approx(-g, abs=1e-4)
 
 
-def test_no_base_stock_level_beats_the_optimum() -> None:
-    days = 40
+def optimum_setups(days: int) -> Iterator[tuple[int, np.ndarray, Any, np.ndarray, int, float]]:
+    """Per SKU type: (i, par, model, zero terminal values, initial state, the optimum's value)."""
     cat, _ = catalog_of(1, [])
     par = make_params(cat, False).par
     for i in range(2):
         model = dp.build_model(par, i, days)
         zero = np.zeros(model.states.shape[0])
-        v, _ = dp.solve(model, 1, terminal=zero)
-        best = v[dp.initial_state(model)]
+        s0 = dp.initial_state(model)
+        yield i, par, model, zero, s0, dp.solve(model, 1, terminal=zero)[0][s0]
+
+
+def test_no_base_stock_level_beats_the_optimum() -> None:
+    days = 40
+    for i, _, model, zero, _, best in optimum_setups(days):
         gaps = []
         for level in range(model.bound + 1):
             vs, _ = dp.solve(model, 1, levels=np.full((days, 1), level), terminal=zero)
@@ -122,13 +129,7 @@ def test_the_joint_lot_grid_lies_between_todays_grid_and_the_optimum() -> None:
     """Factor 1 alone is today's grid; factors 0, 0.5, 1, 2 contain it, so they do at least as
     well, and no grid beats the unrestricted optimum; on the order-cost SKU they do better."""
     days = 40
-    cat, _ = catalog_of(1, [])
-    par = make_params(cat, False).par
-    for i in range(2):
-        model = dp.build_model(par, i, days)
-        zero = np.zeros(model.states.shape[0])
-        s0 = dp.initial_state(model)
-        best = dp.solve(model, 1, terminal=zero)[0][s0]
+    for i, par, model, zero, s0, best in optimum_setups(days):
         levels, _ = grid_levels(par, i, days, 0.0, np.linspace(-1.5, 1.5, 7))
         lot = 4 if TYPES[i]["order_cost"] > 0 else 0
         today = dp.solve(model, 1, levels=levels, lot=lot, terminal=zero)[0][s0]

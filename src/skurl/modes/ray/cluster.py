@@ -49,14 +49,14 @@ def start_ray(rc: RayConfig) -> bool:
     if rc.address:
         ray.init(address=rc.address, **common)
         return True
-    for attempt in range(2):  # a local GCS that misses its start-up deadline on a busy machine: once more
-        try:
-            ray.init(num_cpus=rc.num_cpus or os.cpu_count() or 1, **common)
-            return True
-        except RuntimeError as exc:
-            if attempt or "Timed out waiting for file" not in str(exc):
-                raise
-            ray.shutdown()
+    local = {"num_cpus": rc.num_cpus or os.cpu_count() or 1, **common}
+    try:
+        ray.init(**local)
+    except RuntimeError as exc:  # a local GCS that missed its start-up deadline on a busy machine: once more
+        if "Timed out waiting for file" not in str(exc):
+            raise
+        ray.shutdown()
+        ray.init(**local)
     return True
 
 
