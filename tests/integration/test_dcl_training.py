@@ -70,17 +70,17 @@ def test_dcl_refuses_staleness() -> None:
 def test_dcl_labels_each_iterations_training_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """collect.skus splits the catalog into shards visited round robin; DCL labels
     iteration k's shard, as PPO collects it, so every SKU's states are labelled in turn."""
-    from skurl.train import dcl_step
+    from skurl.learn import labelling
 
     labelled: list[frozenset[int]] = []
 
     def spy(env, *args, **kwargs):
         if kwargs.get("part", 0) == 0:  # an iteration's first labelling (a correction labels the same shard)
             labelled.append(frozenset(env.catalog.sku_id.tolist()))
-        return label_states(env, *args, **kwargs)
+        return label_part(env, *args, **kwargs)
 
-    label_states = dcl_step.label_states
-    monkeypatch.setattr(dcl_step, "label_states", spy)
+    label_part = labelling.label_part
+    monkeypatch.setattr(labelling, "label_part", spy)
     cfg = load_config(None, [*DCL, "collect.skus=30", "dcl.states=30"])
     training.start(colocated.mode, cfg, tmp_path / "run", baseline=False)
     assert [len(s) for s in labelled] == [30, 30, 30]
@@ -93,21 +93,21 @@ def test_a_candidate_worse_than_its_predecessor_is_corrected_then_refused(
     """Labels that all say "order nothing" fit a candidate that starves every SKU: the paired
     check refuses it, a correction labels the candidate's own states (here again all 0),
     and the iteration keeps the policy it started from."""
-    from skurl.train import dcl_step
+    from skurl.learn import labelling
 
     calls: list[tuple[int, bool]] = []
     before: list[dict[str, torch.Tensor]] = []
 
-    def starve(env, policy, *args, **kwargs):
+    def starve(env, plan, policy, *args, **kwargs):
         calls.append((kwargs.get("part", 0), kwargs.get("sampler") is not None))
         if not before:
             before.append({k: v.clone() for k, v in policy.model.state_dict().items()})
-        out = label_states(env, policy, *args, **kwargs)
-        out.demos.labels[:] = 0
+        out = label_part(env, plan, policy, *args, **kwargs)
+        out.labels[:] = 0
         return out
 
-    label_states = dcl_step.label_states
-    monkeypatch.setattr(dcl_step, "label_states", starve)
+    label_part = labelling.label_part
+    monkeypatch.setattr(labelling, "label_part", starve)
     cfg = load_config(None, [*DCL, "train.iterations=1", "dcl.temperature=0", "dcl.fit_steps=200",
                              "dcl.corrections=1"])
     training.start(colocated.mode, cfg, tmp_path / "run", baseline=False)
