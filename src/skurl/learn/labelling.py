@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from skurl.catalog import Catalog
+from skurl.config import SimConfig
 from skurl.config.dcl import auto_horizon
 from skurl.learn.dcl import DclSpec
 from skurl.learn.dcl_check import CheckPart, check_part
@@ -45,6 +46,7 @@ class LabelJob:
     row_horizons: bool  # dcl.horizon=0: each SKU rolls out for its own horizon (row_horizons)
     incumbent: Tensors  # pi_k
     sampler: Tensors | None = None
+    widths: tuple[int, int] = (0, 0)  # the run's feature widths (a holder of a subset shows the whole's)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class CheckJob:
     skip: int
     incumbent: Tensors
     candidate: Tensors
+    widths: tuple[int, int] = (0, 0)
 
 
 class Labellers(Protocol):
@@ -67,6 +70,11 @@ class Labellers(Protocol):
     def label(self, job: LabelJob) -> list[LabelPart]: ...
 
     def check(self, job: CheckJob) -> list[CheckPart]: ...
+
+    def figures(self) -> dict[str, float]:
+        """The labelling's figures since the last call (per-collector seconds, idle share,
+        label shards stored and refused), for the iteration's record; {} where none."""
+        ...
 
     def close(self) -> None: ...
 
@@ -98,6 +106,24 @@ def check_on(env: VectorEnv, grid: ActionGrid, job: CheckJob) -> CheckPart:
                       iteration=job.iteration, episodes=job.episodes, skip=job.skip)
 
 
+class Labeller:
+    """A holder of SKUs (a collector) answering jobs on an in-process env of its own catalog
+    rows (any order: parts are keyed by sku_id), one env per feature width."""
+
+    def __init__(self, catalog: Catalog, sim: SimConfig, grid: ActionGrid) -> None:
+        self.catalog, self.sim, self.grid = catalog, sim, grid
+        self._envs: dict[tuple[int, int], VectorEnv] = {}
+
+    def env(self, widths: tuple[int, int]) -> VectorEnv:
+        if widths not in self._envs:
+            self._envs[widths] = VectorEnv(self.catalog, self.sim, widths)
+        return self._envs[widths]
+
+    def answer(self, job: LabelJob | CheckJob) -> LabelPart | CheckPart:
+        env = self.env(job.widths)
+        return label_on(env, self.grid, job) if isinstance(job, LabelJob) else check_on(env, self.grid, job)
+
+
 class LocalLabellers:
     """Labelling in this process, on one in-process env per training shard (`env_of`)."""
 
@@ -109,6 +135,9 @@ class LocalLabellers:
 
     def check(self, job: CheckJob) -> list[CheckPart]:
         return [check_on(self.env_of(job.shard), self.grid, job)]
+
+    def figures(self) -> dict[str, float]:
+        return {}
 
     def close(self) -> None:
         return None

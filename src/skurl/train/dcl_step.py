@@ -102,7 +102,7 @@ class DclStep:
         sampler = None  # the first labelling: the incumbent's own states
         while True:
             job = LabelJob(it, len(labs), cfg.train.seed, shard, plan, self.spec, cfg.dcl.horizon == 0,
-                           before, sampler)
+                           before, sampler, core.widths)
             with core.timer.stage("collect"):  # the labelling: a policy's episode and the rollouts
                 labs.append(merge_parts(self.labellers.label(job), ids))
             if len(labs) > 1:
@@ -135,7 +135,7 @@ class DclStep:
             "rollout_sku_days_per_s": sku_days / max(labelling, 1e-9), "dcl_corrections": len(labs) - 1,
             **({} if last is None else {"dcl_check_gain": last.gain, "dcl_check_se": last.se}),
             **({} if len(checks) == 1 or checks[0] is None else {"dcl_first_check_gain": checks[0].gain}),
-            **timer.as_scalars(exclusive=True),
+            **timer.as_scalars(exclusive=True), **self.labellers.figures(),
         }
 
     def _fit_and_check(self, it: int, shard: int, before: Tensors, labs: list[Labelled]
@@ -154,7 +154,8 @@ class DclStep:
         if cfg.dcl.check_episodes == 0:
             return fit, None, None
         candidate = learner.weights()
-        job = CheckJob(it, cfg.train.seed, shard, cfg.dcl.check_episodes, self.spec.warmup, before, candidate)
+        job = CheckJob(it, cfg.train.seed, shard, cfg.dcl.check_episodes, self.spec.warmup, before, candidate,
+                       self.core.widths)
         with self.core.timer.stage("check"):
             check = merge_checks(self.labellers.check(job), self.shard_ids(shard))
         return fit, candidate, check
