@@ -54,12 +54,18 @@ def test_dcl_run_resumes_bit_exactly_and_records_its_labelling(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path) -> None:
-    cfg = load_config(None, [*DCL, "train.iterations=2", "sync.backend=grpc"])
+    """2 sim servers, 2 collectors: each collector labels its own SKUs (Label RPC), its parts
+    through the rollout store; the learner fits on the union."""
+    cfg = load_config(None, [*DCL, "train.iterations=2", "sync.backend=grpc", "deploy.sim_servers=2",
+                             "deploy.collectors=2", f"store.url={tmp_path / 'store'}"])
     training.start(colocated.mode, cfg, tmp_path / "colocated", baseline=False)
-    training.start(decoupled.launched, cfg, tmp_path / "decoupled", baseline=False)  # servers and collectors started, left idle
+    training.start(decoupled.launched, cfg, tmp_path / "decoupled", baseline=False)
     want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "decoupled")
     for k in want:
         assert torch.equal(want[k], got[k]), k
+    for r in read_metrics(tmp_path / "decoupled" / "metrics.jsonl"):
+        assert r["dcl_label_shards_stored"] == 2 * (1 + r["dcl_corrections"])  # one part per collector
+        assert 0 <= r["dcl_label_collector_idle_share"] <= 1 and r["dcl_check_collector_seconds_max"] > 0
 
 
 def test_dcl_refuses_staleness() -> None:

@@ -72,7 +72,7 @@ def test_any_partition_labels_and_checks_what_one_env_does(shards: int) -> None:
 
 
 def test_a_part_survives_its_array_form_and_overlaps_are_refused() -> None:
-    catalog, sim, grid, widths, incumbent, sampler = _world(24)
+    catalog, sim, grid, widths, incumbent, _ = _world(24)
     ids, job, _ = _jobs(catalog, incumbent, None)
     part = label_on(VectorEnv(catalog, sim, widths), grid, dataclasses.replace(job, part=0))
     back = LabelPart.from_arrays(part.arrays())

@@ -84,7 +84,7 @@ class RayLabellers:
 
         from skurl.modes.ray.actors import get
 
-        actors, timeout = self.cluster.collector_actors, self.cluster.cfg.ray.get_timeout_s
+        actors, timeout = self.cluster.collector_actors, self.cluster.cfg.dcl.label_timeout_s
         refs = {s.index: actors[s.index].label.remote(key, blob) for s in shares}
         replies, lost = {}, []
         for share in shares:
