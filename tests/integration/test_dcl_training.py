@@ -16,6 +16,7 @@ from skurl.config import load_config
 from skurl.errors import ConfigError
 from skurl.modes import colocated
 from skurl.modes.decoupled import wiring as decoupled
+from skurl.store import ShardManifest
 from skurl.telemetry.logger import read_metrics
 from skurl.train import run as training
 
@@ -53,9 +54,26 @@ def test_dcl_run_resumes_bit_exactly_and_records_its_labelling(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path) -> None:
+def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """2 sim servers, 2 collectors: each collector labels its own SKUs (Label RPC), its parts
-    through the rollout store; the learner fits on the union."""
+    through the rollout store; the learner fits on the union. The first part read is damaged
+    on disk: refused by its checksum and asked again."""
+    from skurl.modes.decoupled import labellers
+    from skurl.store.objects import payload_key
+
+    read, damaged = labellers.GrpcLabellers._read, []
+
+    def damage_first(self, reply):
+        if not damaged:
+            manifest = ShardManifest.from_json(reply["manifest_json"].encode(), "test")
+            path = tmp_path / "store" / payload_key(manifest)
+            data = bytearray(path.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            path.write_bytes(bytes(data))
+            damaged.append(manifest.name)
+        return read(self, reply)
+
+    monkeypatch.setattr(labellers.GrpcLabellers, "_read", damage_first)
     cfg = load_config(None, [*DCL, "train.iterations=2", "sync.backend=grpc", "deploy.sim_servers=2",
                              "deploy.collectors=2", f"store.url={tmp_path / 'store'}"])
     training.start(colocated.mode, cfg, tmp_path / "colocated", baseline=False)
@@ -63,7 +81,9 @@ def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path) -> None:
     want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "decoupled")
     for k in want:
         assert torch.equal(want[k], got[k]), k
-    for r in read_metrics(tmp_path / "decoupled" / "metrics.jsonl"):
+    records = read_metrics(tmp_path / "decoupled" / "metrics.jsonl")
+    assert len(damaged) == 1 and records[0]["dcl_label_shards_refused"] == 1
+    for r in records:
         assert r["dcl_label_shards_stored"] == 2 * (1 + r["dcl_corrections"])  # one part per collector
         assert 0 <= r["dcl_label_collector_idle_share"] <= 1 and r["dcl_check_collector_seconds_max"] > 0
 
