@@ -65,7 +65,7 @@ def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path, monkeypatch:
 
     def damage_first(self, reply):
         if not damaged:
-            manifest = ShardManifest.from_json(reply["manifest_json"].encode(), "test")
+            manifest = ShardManifest.from_json(reply.manifest_json.encode(), "test")
             path = tmp_path / "store" / payload_key(manifest)
             data = bytearray(path.read_bytes())
             data[len(data) // 2] ^= 0xFF

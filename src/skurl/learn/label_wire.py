@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
 import numpy as np
 import torch
@@ -23,6 +22,7 @@ from skurl.learn.dcl_parts import SamplePlan
 from skurl.learn.labelling import CheckJob, LabelJob, Tensors
 
 _WEIGHTS = ("incumbent", "sampler", "candidate")
+Meta = dict[str, object]  # a job's numbers, as its header carries them (JSON)
 MAX_JOB_BYTES = 512 << 20
 
 
@@ -33,7 +33,7 @@ def encode_job(job: LabelJob | CheckJob) -> bytes:
         weights = getattr(job, name, None)
         if weights is not None:
             tensors.update({f"{name}/{k}": v.detach().cpu().contiguous() for k, v in weights.items()})
-    meta: dict[str, Any] = {f.name: getattr(job, f.name) for f in dataclasses.fields(job)
+    meta: Meta = {f.name: getattr(job, f.name) for f in dataclasses.fields(job)
                             if f.name not in (*_WEIGHTS, "plan", "spec")}
     if isinstance(job, LabelJob):
         meta.update(kind="label", spec=dataclasses.asdict(job.spec), days=list(job.plan.days),
@@ -69,7 +69,7 @@ def _header(blob: bytes) -> dict[str, str]:
     return json.loads(bytes(blob[8:8 + size]))["__metadata__"]
 
 
-def _ints(meta: dict[str, Any], names: tuple[str, ...]) -> dict[str, int]:
+def _ints(meta: Meta, names: tuple[str, ...]) -> dict[str, int]:
     out = {}
     for name in names:
         value = meta[name]
@@ -79,10 +79,21 @@ def _ints(meta: dict[str, Any], names: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-def _widths(meta: dict[str, Any]) -> tuple[int, int]:
-    widths = meta["widths"]
-    if not (isinstance(widths, list) and len(widths) == 2 and all(type(w) is int and w >= 0 for w in widths)):
-        raise ValueError(f"'widths' = {widths!r}, expected [A, P] (integers >= 0)")
+def _int_list(value: object, name: str, below: int | None = None) -> list[int]:
+    """`value` as a list of integers >= 0 (and < below); ValueError naming `name` otherwise."""
+    items = value if isinstance(value, list) else [None]
+    out = [v for v in items if isinstance(v, int) and not isinstance(v, bool) and v >= 0
+           and (below is None or v < below)]
+    if len(out) != len(items):
+        bound = "" if below is None else f" below {below}"
+        raise ValueError(f"'{name}' = {value!r}, expected a list of integers >= 0{bound}")
+    return out
+
+
+def _widths(meta: Meta) -> tuple[int, int]:
+    widths = _int_list(meta["widths"], "widths")
+    if len(widths) != 2:
+        raise ValueError(f"'widths' = {widths!r}, expected [A, P]")
     return widths[0], widths[1]
 
 
@@ -95,19 +106,20 @@ def _weights(weights: dict[str, Tensors], name: str, required: bool = True) -> T
     return got or None
 
 
-def _label_job(meta: dict[str, Any], weights: dict[str, Tensors], tensors: Tensors) -> LabelJob:
+def _label_job(meta: Meta, weights: dict[str, Tensors], tensors: Tensors) -> LabelJob:
     n = _ints(meta, ("iteration", "part", "seed", "shard", "episode_days"))
-    days = meta["days"]
-    if not isinstance(days, list) or any(not isinstance(d, int) or not 0 <= d < n["episode_days"] for d in days):
-        raise ValueError(f"'days' = {days!r}, expected a list of days in [0, episode_days)")
+    days = _int_list(meta["days"], "days", below=n["episode_days"])
+    spec = meta["spec"]
+    if not isinstance(spec, dict):
+        raise ValueError(f"'spec' = {spec!r}, expected the DclSpec's fields")
     ids = tuple(tensors[f"plan/{i}"].numpy().astype(np.int64) for i in range(len(days)))
     plan = SamplePlan(tuple(days), ids, n["episode_days"])
-    return LabelJob(n["iteration"], n["part"], n["seed"], n["shard"], plan, DclSpec(**meta["spec"]),
+    return LabelJob(n["iteration"], n["part"], n["seed"], n["shard"], plan, DclSpec(**spec),
                     bool(meta["row_horizons"]), _weights(weights, "incumbent") or {},
                     _weights(weights, "sampler", required=False), _widths(meta))
 
 
-def _check_job(meta: dict[str, Any], weights: dict[str, Tensors]) -> CheckJob:
+def _check_job(meta: Meta, weights: dict[str, Tensors]) -> CheckJob:
     n = _ints(meta, ("iteration", "seed", "shard", "episodes", "skip"))
     if n["episodes"] < 1:
         raise ValueError(f"'episodes' = {n['episodes']}, expected >= 1")

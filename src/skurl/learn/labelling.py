@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import numpy as np
 import torch
@@ -61,6 +61,17 @@ class CheckJob:
     incumbent: Tensors
     candidate: Tensors
     widths: tuple[int, int] = (0, 0)
+
+
+class PartReply(TypedDict, total=False):
+    """A collector's answer to a job where no proto types it (Ray): one of manifest (a label
+    part's shard in the rollout store) or arrays (LabelPart.arrays, or a check's sku_ids and
+    gains), with the seconds it spent and its rollout SKU-days."""
+
+    seconds: float
+    sku_days: int
+    manifest: bytes
+    arrays: dict[str, np.ndarray]
 
 
 class Labellers(Protocol):

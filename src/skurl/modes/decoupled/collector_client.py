@@ -51,12 +51,11 @@ class CollectorClient:
                 "transitions": int(reply.transitions), "seconds": reply.seconds,
                 "manifest_json": reply.manifest_json}
 
-    def label(self, job: bytes, timeout_s: float, grid_center: tuple[str, str] = ("", "")) -> dict[str, Any]:
+    def label(self, job: bytes, timeout_s: float, grid_center: tuple[str, str] = ("", "")) -> pb.LabelReply:
         """A DCL label or check job (learn/label_wire.py) on the collector's SKUs, within timeout_s."""
         request = pb.LabelRequest(job=job, grid_center_blob=grid_center[0], grid_center_sha256=grid_center[1])
-        reply = self._call("Label", request, timeout=timeout_s)
-        return {"collector_id": reply.collector_id, "manifest_json": reply.manifest_json, "check": reply.check,
-                "seconds": reply.seconds, "sku_days": int(reply.sku_days)}
+        reply: pb.LabelReply = self._call("Label", request, timeout=timeout_s)
+        return reply
 
     def get_buffer(self, iteration: int, names: list[str] | None = None,
                    max_chunk_rows: int = 0) -> tuple[int, dict[str, np.ndarray]]:

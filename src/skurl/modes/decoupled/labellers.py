@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from safetensors.numpy import load as st_load
@@ -23,6 +23,7 @@ from skurl.learn.dcl_parts import LabelPart
 from skurl.learn.label_wire import encode_job
 from skurl.learn.labelling import CheckJob, LabelJob
 from skurl.rpc.errors import ServerUnavailableError
+from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.store import CorruptShardError, ShardManifest
 
 if TYPE_CHECKING:
@@ -44,13 +45,13 @@ class GrpcLabellers:
     def label(self, job: LabelJob) -> list[LabelPart]:
         replies = self._fan_out(job)
         parts = [self._label_part(cid, job, reply) for cid, reply in replies.items()]
-        self._add("dcl_rollout_sku_days_max_collector", max(float(r["sku_days"]) for r in replies.values()))
+        self._add("dcl_rollout_sku_days_max_collector", max(float(r.sku_days) for r in replies.values()))
         return parts
 
     def check(self, job: CheckJob) -> list[CheckPart]:
         parts = []
         for reply in self._fan_out(job).values():
-            arrays = st_load(reply["check"])
+            arrays = st_load(reply.check)
             parts.append(CheckPart(arrays["sku_ids"].astype(np.int64), arrays["gains"]))
         return parts
 
@@ -61,18 +62,18 @@ class GrpcLabellers:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def _fan_out(self, job: LabelJob | CheckJob) -> dict[str, dict[str, Any]]:
+    def _fan_out(self, job: LabelJob | CheckJob) -> dict[str, pb.LabelReply]:
         blob, start = encode_job(job), time.perf_counter()
         futures = {cid: self._pool.submit(self._ask, cid, blob, job.iteration) for cid in self.collectors.clients}
         replies = {cid: f.result() for cid, f in futures.items()}
         kind = "label" if isinstance(job, LabelJob) else "check"
-        seconds, wall = [r["seconds"] for r in replies.values()], time.perf_counter() - start
+        seconds, wall = [r.seconds for r in replies.values()], time.perf_counter() - start
         self._add(f"dcl_{kind}_collector_seconds_max", max(seconds))
         self._add(f"dcl_{kind}_wall_seconds", wall)
         self._figures[f"dcl_{kind}_collector_idle_share"] = max(1.0 - (sum(seconds) / len(seconds)) / wall, 0.0)
         return replies
 
-    def _ask(self, cid: str, blob: bytes, iteration: int) -> dict[str, Any]:
+    def _ask(self, cid: str, blob: bytes, iteration: int) -> pb.LabelReply:
         """`cid`'s reply; while it is unreachable, wait for its restart (deploy.reconnect_timeout_s)."""
         cfg = self.collectors.cfg
         deadline = time.monotonic() + cfg.deploy.reconnect_timeout_s
@@ -93,7 +94,7 @@ class GrpcLabellers:
                 asked_again = True
                 time.sleep(_UNAVAILABLE_PAUSE_S)
 
-    def _label_part(self, cid: str, job: LabelJob, reply: dict[str, Any]) -> LabelPart:
+    def _label_part(self, cid: str, job: LabelJob, reply: pb.LabelReply) -> LabelPart:
         try:
             return self._read(reply)
         except CorruptShardError as exc:  # asked again once; a second bad part fails the iteration
@@ -101,8 +102,8 @@ class GrpcLabellers:
             log.warning("dcl iteration %d: %s; asking collector %s again", job.iteration, exc, cid)
             return self._read(self._ask(cid, encode_job(job), job.iteration))
 
-    def _read(self, reply: dict[str, Any]) -> LabelPart:
-        manifest = ShardManifest.from_json(reply["manifest_json"].encode(), "collector label")
+    def _read(self, reply: pb.LabelReply) -> LabelPart:
+        manifest = ShardManifest.from_json(reply.manifest_json.encode(), "collector label")
         arrays = self.collectors.store.get_shard(manifest)
         if manifest.sku_count != int(arrays["sku_ids"].size):
             raise CorruptShardError(manifest.name, "its SKU count differs from its manifest's")

@@ -35,7 +35,7 @@ from skurl.sync.ray import ray_get as get
 if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout
     from skurl.collect.collector import Collector
-    from skurl.learn.labelling import Labeller
+    from skurl.learn.labelling import Labeller, PartReply
     from skurl.policy.nets import ActorCritic
     from skurl.sim.env import VectorEnv
     from skurl.store.api import RolloutStore, ShardManifest
@@ -337,7 +337,7 @@ class CollectorWorker:
             reply["arrays"], reply["meta"] = rollout.arrays(), meta
         return reply
 
-    def label(self, key: str, blob: bytes) -> dict[str, Any]:
+    def label(self, key: str, blob: bytes) -> PartReply:
         """Answer a DCL label or check job (learn/label_wire.py) on SKU set `key`'s rows, in
         an in-process env of this actor's own (learn/labelling.py, Labeller). A label part
         goes to the rollout store (ray.rollouts=store; its manifest is returned) or back as
@@ -348,7 +348,7 @@ class CollectorWorker:
         start = time.perf_counter()
         job = decode_job(blob)
         part = self._labeller(key).answer(job)
-        reply: dict[str, Any] = {"seconds": time.perf_counter() - start}
+        reply: PartReply = {"seconds": time.perf_counter() - start}
         if not isinstance(part, LabelPart):
             return {**reply, "arrays": {"sku_ids": part.sku_ids, "gains": part.gains}}
         reply["sku_days"] = part.sku_days

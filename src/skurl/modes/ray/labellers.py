@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from skurl.learn.dcl_check import CheckPart
 from skurl.learn.dcl_parts import LabelPart
 from skurl.learn.label_wire import encode_job
-from skurl.learn.labelling import CheckJob, LabelJob
+from skurl.learn.labelling import CheckJob, LabelJob, PartReply
 from skurl.modes.ray.collectors import CollectorsLost, Share
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class RayLabellers:
     def close(self) -> None:
         return None
 
-    def _fan_out(self, job: LabelJob | CheckJob) -> list[tuple[Share, dict[str, Any]]]:
+    def _fan_out(self, job: LabelJob | CheckJob) -> list[tuple[Share, PartReply]]:
         """Every share's reply to `job`, the lost ones asked again of their replacements."""
         import ray
 
@@ -79,7 +79,7 @@ class RayLabellers:
         self._timing(job, [r["seconds"] for r in replies.values()], time.perf_counter() - start)
         return [(s, replies[s.index]) for s in placement.shares]
 
-    def _gather(self, key: str, blob: Any, shares: list[Share]) -> tuple[dict[int, dict[str, Any]], list[Share]]:
+    def _gather(self, key: str, blob: object, shares: list[Share]) -> tuple[dict[int, PartReply], list[Share]]:
         from ray.exceptions import RayActorError, RayTaskError
 
         from skurl.modes.ray.actors import get
@@ -96,7 +96,7 @@ class RayLabellers:
                 lost.append(share)
         return replies, lost
 
-    def _label_part(self, job: LabelJob, share: Share, reply: dict[str, Any]) -> LabelPart:
+    def _label_part(self, job: LabelJob, share: Share, reply: PartReply) -> LabelPart:
         if "manifest" not in reply:
             return LabelPart.from_arrays(reply["arrays"])
         from skurl.store import CorruptShardError
@@ -111,7 +111,7 @@ class RayLabellers:
                 raise CollectorsLost(f"ray collector {share.index}: lost while re-labelling") from exc
             return self._read(got[share.index])
 
-    def _read(self, reply: dict[str, Any]) -> LabelPart:
+    def _read(self, reply: PartReply) -> LabelPart:
         from skurl.store import ShardManifest
 
         arrays = self.cluster.store().get_shard(ShardManifest.from_json(reply["manifest"], "ray collector label"))
