@@ -28,7 +28,8 @@ def run(lead: int, p: int, args: argparse.Namespace) -> list[dict]:
 
     from skurl.collect.evaluate import eval_subset, evaluate
     from skurl.config import load_config
-    from skurl.learn.dcl import DclSpec, label_states
+    from skurl.learn.dcl import DclSpec
+    from skurl.learn.dcl_parts import label_states
     from skurl.learn.imitate import clone, record
     from skurl.learn.learner import Learner
     from skurl.policy.baselines import make_policy

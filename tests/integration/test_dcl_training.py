@@ -16,6 +16,7 @@ from skurl.config import load_config
 from skurl.errors import ConfigError
 from skurl.modes import colocated
 from skurl.modes.decoupled import wiring as decoupled
+from skurl.store import ShardManifest
 from skurl.telemetry.logger import read_metrics
 from skurl.train import run as training
 
@@ -53,13 +54,38 @@ def test_dcl_run_resumes_bit_exactly_and_records_its_labelling(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path) -> None:
-    cfg = load_config(None, [*DCL, "train.iterations=2", "sync.backend=grpc"])
+def test_decoupled_dcl_trains_what_colocated_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 sim servers, 2 collectors: each collector labels its own SKUs (Label RPC), its parts
+    through the rollout store; the learner fits on the union. The first part read is damaged
+    on disk: refused by its checksum and asked again."""
+    from skurl.modes.decoupled import labellers
+    from skurl.store.objects import payload_key
+
+    read, damaged = labellers.GrpcLabellers._read, []
+
+    def damage_first(self, reply):
+        if not damaged:
+            manifest = ShardManifest.from_json(reply.manifest_json.encode(), "test")
+            path = tmp_path / "store" / payload_key(manifest)
+            data = bytearray(path.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            path.write_bytes(bytes(data))
+            damaged.append(manifest.name)
+        return read(self, reply)
+
+    monkeypatch.setattr(labellers.GrpcLabellers, "_read", damage_first)
+    cfg = load_config(None, [*DCL, "train.iterations=2", "sync.backend=grpc", "deploy.sim_servers=2",
+                             "deploy.collectors=2", f"store.url={tmp_path / 'store'}"])
     training.start(colocated.mode, cfg, tmp_path / "colocated", baseline=False)
-    training.start(decoupled.launched, cfg, tmp_path / "decoupled", baseline=False)  # servers and collectors started, left idle
+    training.start(decoupled.launched, cfg, tmp_path / "decoupled", baseline=False)
     want, got = final_weights(tmp_path / "colocated"), final_weights(tmp_path / "decoupled")
     for k in want:
         assert torch.equal(want[k], got[k]), k
+    records = read_metrics(tmp_path / "decoupled" / "metrics.jsonl")
+    assert len(damaged) == 1 and records[0]["dcl_label_shards_refused"] == 1
+    for r in records:
+        assert r["dcl_label_shards_stored"] == 2 * (1 + r["dcl_corrections"])  # one part per collector
+        assert 0 <= r["dcl_label_collector_idle_share"] <= 1 and r["dcl_check_collector_seconds_max"] > 0
 
 
 def test_dcl_refuses_staleness() -> None:
@@ -70,17 +96,17 @@ def test_dcl_refuses_staleness() -> None:
 def test_dcl_labels_each_iterations_training_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """collect.skus splits the catalog into shards visited round robin; DCL labels
     iteration k's shard, as PPO collects it, so every SKU's states are labelled in turn."""
-    from skurl.train import dcl_step
+    from skurl.learn import labelling
 
     labelled: list[frozenset[int]] = []
 
     def spy(env, *args, **kwargs):
         if kwargs.get("part", 0) == 0:  # an iteration's first labelling (a correction labels the same shard)
             labelled.append(frozenset(env.catalog.sku_id.tolist()))
-        return label_states(env, *args, **kwargs)
+        return label_part(env, *args, **kwargs)
 
-    label_states = dcl_step.label_states
-    monkeypatch.setattr(dcl_step, "label_states", spy)
+    label_part = labelling.label_part
+    monkeypatch.setattr(labelling, "label_part", spy)
     cfg = load_config(None, [*DCL, "collect.skus=30", "dcl.states=30"])
     training.start(colocated.mode, cfg, tmp_path / "run", baseline=False)
     assert [len(s) for s in labelled] == [30, 30, 30]
@@ -93,21 +119,21 @@ def test_a_candidate_worse_than_its_predecessor_is_corrected_then_refused(
     """Labels that all say "order nothing" fit a candidate that starves every SKU: the paired
     check refuses it, a correction labels the candidate's own states (here again all 0),
     and the iteration keeps the policy it started from."""
-    from skurl.train import dcl_step
+    from skurl.learn import labelling
 
     calls: list[tuple[int, bool]] = []
     before: list[dict[str, torch.Tensor]] = []
 
-    def starve(env, policy, *args, **kwargs):
+    def starve(env, plan, policy, *args, **kwargs):
         calls.append((kwargs.get("part", 0), kwargs.get("sampler") is not None))
         if not before:
             before.append({k: v.clone() for k, v in policy.model.state_dict().items()})
-        out = label_states(env, policy, *args, **kwargs)
-        out.demos.labels[:] = 0
+        out = label_part(env, plan, policy, *args, **kwargs)
+        out.labels[:] = 0
         return out
 
-    label_states = dcl_step.label_states
-    monkeypatch.setattr(dcl_step, "label_states", starve)
+    label_part = labelling.label_part
+    monkeypatch.setattr(labelling, "label_part", starve)
     cfg = load_config(None, [*DCL, "train.iterations=1", "dcl.temperature=0", "dcl.fit_steps=200",
                              "dcl.corrections=1"])
     training.start(colocated.mode, cfg, tmp_path / "run", baseline=False)

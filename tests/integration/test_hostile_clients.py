@@ -141,6 +141,17 @@ def _dtype(d: dict[str, torch.Tensor]) -> None:
     d[_first(d)] = d[_first(d)].half()  # the model is float32 or float64, never half
 
 
+def _label_job(weights: dict[str, torch.Tensor]) -> bytes:
+    """A DCL label job (learn/label_wire.py) of one planned SKU under `weights`."""
+    from skurl.learn.dcl import DclSpec
+    from skurl.learn.dcl_parts import SamplePlan
+    from skurl.learn.label_wire import encode_job
+    from skurl.learn.labelling import LabelJob
+
+    plan = SamplePlan((2,), (np.array([0]),), 6)
+    return encode_job(LabelJob(1, 0, 1, 0, plan, DclSpec(states=1, horizon=2, budget=2, warmup=2), False, weights))
+
+
 def _env_cases(c: Chain) -> dict[str, tuple[Callable[[], Any], set[grpc.StatusCode]]]:
     n = c.sim.servicer.num_skus
 
@@ -205,6 +216,9 @@ def _collector_cases(c: Chain) -> dict[str, tuple[Callable[[], Any], set[grpc.St
     def push(tensors: dict[str, torch.Tensor], version: int, key: str = "policy") -> Callable[[], Any]:
         return lambda: c.coll.UpdateWeights(weights_msg(tensors, version, key), timeout=T)
 
+    def label(job: bytes) -> Callable[[], Any]:
+        return lambda: c.coll.Label(pb.LabelRequest(job=job), timeout=T)
+
     return {
         "collect-timeout-nan": (collect(timeout_s=math.nan), {BAD}),
         "collect-timeout-inf": (collect(timeout_s=math.inf), {BAD}),
@@ -228,6 +242,9 @@ def _collector_cases(c: Chain) -> dict[str, tuple[Callable[[], Any], set[grpc.St
         "push-bad-sha": (lambda: c.coll.UpdateWeights(pb.Weights(key="policy", version=60, sha256="x",
                                                                  payload=b"1"), timeout=T), {BAD}),
         "stats": (lambda: c.coll.GetStats(pb.StatsRequest(), timeout=T), {OK}),
+        "label-not-a-job": (label(b"junk"), {BAD}),
+        "label-nan-weights": (label(_label_job(_with(g, _nan))), {BAD}),
+        "label-empty": (label(b""), {BAD}),
     }
 
 
@@ -248,7 +265,8 @@ CASES = {**{f"env/{k}": k for k in ("info-bad-id", "info-unknown-id", "reset-neg
                                           "buffer-unknown-name", "buffer-negative-rows", "push-nan",
                                           "push-inf", "push-shape", "push-dtype",
                                           "push-other-key-max-version", "push-negative-version",
-                                          "push-bad-sha", "stats")}}
+                                          "push-bad-sha", "stats", "label-not-a-job", "label-nan-weights",
+                                          "label-empty")}}
 
 
 def assert_unharmed(c: Chain) -> None:

@@ -7,7 +7,8 @@ import pytest
 from test_rollout_q import _lost_sales  # tests/unit is on sys.path
 
 from skurl.config import ActionsConfig
-from skurl.learn.dcl import DclSpec, label_states, sampled_days
+from skurl.learn.dcl import DclSpec, sampled_days
+from skurl.learn.dcl_parts import label_states
 from skurl.policy.actions import ActionGrid
 from skurl.policy.baselines import make_policy
 from skurl.policy.rollout_q import baseline_rollout

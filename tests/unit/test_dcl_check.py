@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from test_dcl import Constant, _setup  # tests/unit is on sys.path
 
-from skurl.learn.dcl import DclSpec, label_states
+from skurl.learn.dcl import DclSpec
 from skurl.learn.dcl_check import episode_reward, paired_gain
+from skurl.learn.dcl_parts import label_states
 from skurl.policy.baselines import make_policy
 
 

@@ -10,7 +10,8 @@ from test_dcl import Constant, _setup  # tests/unit is on sys.path
 from skurl.columns.strata import strata_codes, strata_labels
 from skurl.config import load_config
 from skurl.errors import ConfigError
-from skurl.learn.dcl import DclSpec, label_states, sample_rows, stratum_shares
+from skurl.learn.dcl import DclSpec, sample_rows, stratum_shares
+from skurl.learn.dcl_parts import label_states
 from skurl.sim import VectorEnv
 
 

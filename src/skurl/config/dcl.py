@@ -58,7 +58,14 @@ class DclConfig:
         "(L10 p4 needed 2; a candidate that passes at once costs none)"
     )
 
+    label_timeout_s: float = opt(
+        3600.0, "longest a collector may take over its part of one labelling or check (decoupled and ray "
+        "modes, where the collectors label their own SKUs); a collector still silent after it is taken as lost"
+    )
+
     def __post_init__(self) -> None:
+        check(math.isfinite(self.label_timeout_s) and self.label_timeout_s > 0, "dcl.label_timeout_s",
+              self.label_timeout_s, "a number of seconds > 0")
         for key in ("states", "budget", "spread", "every", "fit_steps"):
             value = getattr(self, key)
             check(value >= 1, f"dcl.{key}", value, "an integer >= 1")

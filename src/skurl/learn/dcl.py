@@ -17,8 +17,7 @@ import torch
 
 from skurl.buffer.minibatch import seeded_generator
 from skurl.learn.imitate import Demonstrations
-from skurl.policy.actions import ActionGrid, bind_to_env
-from skurl.policy.learned import LearnedPolicy
+from skurl.policy.actions import ActionGrid
 from skurl.policy.rollout_q import (
     RolloutPolicy,
     RolloutSpec,
@@ -79,52 +78,7 @@ def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
     return usable[:wanted]
 
 
-def label_states(env: VectorEnv, policy: LearnedPolicy, rollout: RolloutPolicy, grid: ActionGrid, spec: DclSpec, *,
-                 seed: int, iteration: int, sampler: LearnedPolicy | None = None, part: int = 0,
-                 horizons: np.ndarray | None = None, strata: np.ndarray | None = None) -> Labelled:
-    """Run `sampler` (default `policy`; anything with `action_indices(obs)` on `grid`, a
-    greedy LearnedPolicy) for an episode of `env` and label the sampled states by Q
-    estimates with `rollout` (pi_k over clone rows) after the first order; the candidates
-    are around `policy`'s (pi_k's) own action. `part` > 0 numbers further labellings of
-    one iteration (states of another sampler: a fresh episode of it). `horizons` (int [N],
-    one per env row) replaces spec.horizon row by row: a catalog mixing lead times 1 and 10
-    would otherwise roll every SKU out for the longest one's horizon. `strata` (int [N]
-    dense codes, one per env row) spreads each sampled day's rows equally over the strata
-    (sample_rows); None: uniformly over the rows."""
-    grid = bind_to_env(grid, env)
-    sampler = policy if sampler is None else sampler
-    n, days = env.num_skus, int(env.info()["days"])
-    rows_per_day = min(n, math.ceil(spec.states / spec.spread))
-    schedule = set(sampled_days(days, spec, rows_per_day))
-    obs = env.reset(seed, SAMPLE_EPISODE0 + iteration + part * PART_STRIDE)
-    feats, days_out, taken, left = [], [], [], spec.states
-    for day in range(days):
-        actions = np.asarray(sampler.action_indices(obs), np.int64)
-        if day in schedule and left > 0:
-            rows = sample_rows(n, min(rows_per_day, left), seed, iteration, day, strata)
-            own = actions if sampler is policy else np.asarray(policy.action_indices(obs), np.int64)
-            base = ROLLOUT_EPISODE0 + (iteration * days + day) * ROLLOUT_STRIDE
-            rspec = RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed)
-            days_out.append(_label_rows(env, rows, own[rows], grid, rollout, spec, rspec,
-                                        None if horizons is None else horizons[rows]))
-            feats.append(np.asarray(obs.features[rows], np.float32))
-            taken.append(rows)
-            left -= rows.size
-        units, _ = grid.orders_for(actions, obs.raw)
-        result = env.step(units)
-        obs = result.obs
-        if result.done or left == 0:
-            break
-    if not feats:
-        raise ValueError(f"dcl: the episode ended before a sampled day (days {days}, warmup {spec.warmup})")
-    labels, targets, gaps, changed, sku_days = (list(x) for x in zip(*days_out, strict=True))
-    demos = Demonstrations(np.concatenate(feats), np.concatenate(labels), float("nan"), float("nan"),
-                           np.concatenate(targets) if spec.temperature > 0 else None)
-    return Labelled(demos, float(np.concatenate(gaps).mean()), sum(changed) / demos.labels.shape[0], sum(sku_days),
-                    np.concatenate(taken))
-
-
-def _label_rows(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionGrid, rollout: RolloutPolicy,
+def label_rows(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionGrid, rollout: RolloutPolicy,
                 spec: DclSpec, rspec: RolloutSpec, horizons: np.ndarray | None = None
                 ) -> tuple[np.ndarray, Any, np.ndarray, int, int]:
     """One sampled day's states (env rows `rows`, the policy's actions `own`, rollout days

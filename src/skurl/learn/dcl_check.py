@@ -56,14 +56,48 @@ def paired_gain(env: VectorEnv, incumbent: Policy, candidate: Policy, *, seed: i
                 episodes: int, skip: int) -> PairedGain:
     """`episodes` episodes of env (numbered per iteration, apart from every other use of
     the seed's streams) under both policies; see the module docstring."""
+    part = check_part(env, incumbent, candidate, seed=seed, iteration=iteration, episodes=episodes, skip=skip)
+    return merge_checks([part], part.sku_ids)
+
+
+@dataclass
+class CheckPart:
+    """One holder's share of the paired check: per episode, each of its SKUs' reward gain."""
+
+    sku_ids: np.ndarray  # int64 [N]
+    gains: np.ndarray  # float64 [episodes, N]: candidate minus incumbent mean daily reward
+
+
+def check_part(env: VectorEnv, incumbent: Policy, candidate: Policy, *, seed: int, iteration: int,
+               episodes: int, skip: int) -> CheckPart:
+    """The paired check's episodes (learn/dcl_check.py, paired_gain) on env's SKUs."""
     if episodes < 1:
         raise ValueError(f"dcl check: episodes {episodes}, expected >= 1")
-    diffs = []
+    gains = []
     for e in range(episodes):
         episode = CHECK_EPISODE0 + iteration * episodes + e
         before = episode_reward(env, incumbent, seed=seed, episode=episode, skip=skip)
-        after = episode_reward(env, candidate, seed=seed, episode=episode, skip=skip)
-        diffs.append(after - before)
-    d = np.concatenate(diffs)
+        gains.append(episode_reward(env, candidate, seed=seed, episode=episode, skip=skip) - before)
+    return CheckPart(np.asarray(env.catalog.sku_id, np.int64), np.stack(gains))
+
+
+def merge_checks(parts: list[CheckPart], shard_ids: np.ndarray) -> PairedGain:
+    """The paired gain over the union of `parts`, SKUs in the training shard's row order (so
+    the sums run in the order one env over the shard gives)."""
+    rows = shard_rows(shard_ids, np.concatenate([p.sku_ids for p in parts]))
+    gains = np.concatenate([p.gains for p in parts], axis=1)
+    if np.unique(rows).size != rows.size:
+        raise ValueError("dcl check: a SKU was checked by two parts (do the SKU shards overlap?)")
+    d = gains[:, np.argsort(rows, kind="stable")].ravel()
     se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else float("inf")
     return PairedGain(float(d.mean()), se, int(d.size))
+
+
+def shard_rows(shard_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Rows (int64) of SKUs `ids` in the training shard of SKUs `shard_ids`; unknown ones raise."""
+    sorter = np.argsort(shard_ids, kind="stable")
+    at = np.minimum(np.searchsorted(shard_ids, ids, sorter=sorter), max(shard_ids.size - 1, 0))
+    rows = sorter[at]
+    if ids.size and not np.array_equal(shard_ids[rows], ids):
+        raise ValueError("dcl: a part labelled SKUs outside the training shard")
+    return rows.astype(np.int64)

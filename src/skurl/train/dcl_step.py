@@ -3,12 +3,12 @@
 The iteration labels sampled states of the current greedy policy by common-random-number
 rollouts, fits the policy net to the labels, and keeps the fit only if it passes a paired
 check against the policy it came from (after dcl.corrections relabellings of its own states;
-learn/dcl_check.py). The value net is left alone (nothing reads it). It runs in the
-learner's process, on iteration k's training shard (k mod the shards, the round robin PPO
-collects in; one shard, the whole catalog, by default): the rollouts clone simulator rows,
-which only an in-process env holds. So every mode gives the same result, and the mode's
-collectors stay idle; spreading the labelling over collectors is not built. Everything is a
-function of (seed, iteration), so a resumed run redoes an iteration bit for bit.
+learn/dcl_check.py). The value net is left alone (nothing reads it). It labels
+iteration k's training shard (k mod the shards, the round robin PPO collects in; one shard,
+the whole catalog, by default) through the mode's Labellers (learn/labelling.py): wherever
+the shard's SKUs live, each holder labels the planned states among its own, and the parts
+merge into what one env over the shard gives (learn/dcl_parts.py). Everything is a function
+of (seed, iteration), so every mode and partition, and a resumed run, give the same bits.
 """
 
 from __future__ import annotations
@@ -22,22 +22,25 @@ import numpy as np
 import torch.distributed as dist
 
 from skurl.columns.strata import strata_codes, strata_names
-from skurl.config.dcl import auto_horizon
 from skurl.errors import UserError
-from skurl.learn.dcl import DclSpec, Labelled, label_states
-from skurl.learn.dcl_check import PairedGain, paired_gain
+from skurl.learn.dcl import DclSpec, Labelled
+from skurl.learn.dcl_check import PairedGain, merge_checks
+from skurl.learn.dcl_parts import merge_parts, sample_plan
 from skurl.learn.imitate import Demonstrations, clone
-from skurl.policy.actions import bind_to_env
-from skurl.policy.learned import LearnedPolicy
-from skurl.policy.nets import ActorCritic
-from skurl.policy.rollout_q import learned_rollout
+from skurl.learn.labelling import (
+    CheckJob,
+    LabelJob,
+    Labellers,
+    LocalLabellers,
+    Tensors,
+    row_horizons,
+)
 from skurl.telemetry.metrics import get_metrics
 
 if TYPE_CHECKING:
     from skurl.catalog import Catalog
     from skurl.config import Config
     from skurl.learn.learner import Learner
-    from skurl.sim.env import VectorEnv
     from skurl.sync.api import WeightBackend
     from skurl.train.core import RunCore
 
@@ -51,28 +54,20 @@ def dcl_spec(cfg: Config, catalog: Catalog) -> DclSpec:
     return DclSpec(**{**same, "horizon": cfg.dcl.horizon or int(np.max(row_horizons(catalog), initial=8))})
 
 
-def row_horizons(catalog: Catalog) -> np.ndarray:
-    """dcl.horizon=0's rollout days per SKU of `catalog` (int64 [N]): from its own lead time
-    and supplier delay, so a long-lead SKU does not lengthen every other SKU's rollouts."""
-    return auto_horizon(np.asarray(catalog.lead_time, np.int64) + np.asarray(catalog.delay_max, np.int64))
-
-
 class DclStep:
     """The Trainer's iteration under train.algo=dcl (Trainer.iteration calls it)."""
 
-    def __init__(self, core: RunCore, learner: Learner, weights: WeightBackend, *, warm: bool) -> None:
+    def __init__(self, core: RunCore, learner: Learner, weights: WeightBackend, *, warm: bool,
+                 labellers: Labellers | None = None) -> None:
         if dist.is_initialized() and dist.get_world_size() > 1:
             raise UserError("train.algo=dcl: the DDP learner is not built for it (its labelling runs in one "
                             "process); expected one learner process or train.algo=ppo")
         self.core, self.learner, self.weights, self.warm = core, learner, weights, warm
+        # the mode's labellers (its collectors), else this process on the shards' envs
+        self.labellers = labellers or LocalLabellers(core.local_env, core.grid)
         self.cfg = core.cfg
         # the horizon from the whole catalog: one setting for every shard
         self.spec = dcl_spec(core.cfg, core.catalog)
-
-    def env_for(self, it: int) -> VectorEnv:
-        """Iteration `it`'s training shard's in-process env (collect.skus' round robin)."""
-        core = self.core
-        return core.local_env(it % len(core.shards))
 
     def __call__(self, it: int) -> dict[str, Any]:
         learner, timer = self.learner, self.core.timer
@@ -98,22 +93,21 @@ class DclStep:
         incumbent on every label so far (learn/dcl_check.py). The labellings, the last fit's
         figures and every check."""
         core, learner, cfg = self.core, self.learner, self.cfg
-        env = self.env_for(it)
-        grid = bind_to_env(core.grid, env)
-        incumbent = LearnedPolicy(ActorCritic.from_state(before), grid)
-        horizons = self.horizons(env)
-        strata = strata_codes(env.catalog, strata_names(cfg.dcl.stratify))
+        shard = it % len(core.shards)
+        ids = self.shard_ids(shard)
+        plan = sample_plan(ids, cfg.sim.days, self.spec, seed=cfg.train.seed, iteration=it,
+                           strata=strata_codes(core.shard_catalog(shard), strata_names(cfg.dcl.stratify)))
         labs: list[Labelled] = []
         checks: list[PairedGain | None] = []
         sampler = None  # the first labelling: the incumbent's own states
         while True:
+            job = LabelJob(it, len(labs), cfg.train.seed, shard, plan, self.spec, cfg.dcl.horizon == 0,
+                           before, sampler, core.widths)
             with core.timer.stage("collect"):  # the labelling: a policy's episode and the rollouts
-                labs.append(label_states(env, incumbent, learned_rollout(incumbent), core.grid, self.spec,
-                                         seed=cfg.train.seed, iteration=it, sampler=sampler, part=len(labs),
-                                         horizons=horizons, strata=strata))
+                labs.append(merge_parts(self.labellers.label(job), ids))
             if len(labs) > 1:
                 learner.model.load_state_dict(before)
-            fit, candidate, check = self._fit_and_check(it, env, incumbent, labs)
+            fit, candidate, check = self._fit_and_check(it, shard, before, labs)
             checks.append(check)
             if check is not None:
                 log.info("dcl iteration %d, candidate %d: reward per SKU-day %+.4g +- %.2g against the "
@@ -121,6 +115,10 @@ class DclStep:
             if check is None or not check.worse(cfg.dcl.check_z) or len(labs) > cfg.dcl.corrections:
                 return labs, fit, checks
             sampler = candidate
+
+    def shard_ids(self, shard: int) -> np.ndarray:
+        """The SKUs (int64) of training shard `shard`, in its row order."""
+        return np.asarray(self.core.catalog.sku_id, np.int64)[self.core.shards[shard]]
 
     def _scalars(self, labs: list[Labelled], fit: dict[str, float],
                  checks: list[PairedGain | None]) -> dict[str, Any]:
@@ -137,18 +135,15 @@ class DclStep:
             "rollout_sku_days_per_s": sku_days / max(labelling, 1e-9), "dcl_corrections": len(labs) - 1,
             **({} if last is None else {"dcl_check_gain": last.gain, "dcl_check_se": last.se}),
             **({} if len(checks) == 1 or checks[0] is None else {"dcl_first_check_gain": checks[0].gain}),
-            **timer.as_scalars(exclusive=True),
+            **timer.as_scalars(exclusive=True), **self.labellers.figures(),
         }
 
-    def horizons(self, env: VectorEnv) -> np.ndarray | None:
-        """Per-row rollout days of `env`'s SKUs under dcl.horizon=0; None: dcl.horizon for all."""
-        return row_horizons(env.catalog) if self.cfg.dcl.horizon == 0 else None
-
-    def _fit_and_check(self, it: int, env: VectorEnv, incumbent: LearnedPolicy, labs: list[Labelled]
-                       ) -> tuple[dict[str, float], LearnedPolicy | None, PairedGain | None]:
-        """Fit the learner's policy net (holding the incumbent's weights) to every label of
-        `labs`; the fit's figures, the fitted candidate and its paired check against the
-        incumbent (both None with dcl.check_episodes 0: nothing checks or corrects it)."""
+    def _fit_and_check(self, it: int, shard: int, before: Tensors, labs: list[Labelled]
+                       ) -> tuple[dict[str, float], Tensors | None, PairedGain | None]:
+        """Fit the learner's policy net (holding the incumbent's weights `before`) to every
+        label of `labs`; the fit's figures, the fitted candidate's weights and its paired check
+        against the incumbent on training shard `shard` (both None with dcl.check_episodes 0:
+        nothing checks or corrects it)."""
         learner, cfg = self.learner, self.cfg
         with self.core.timer.stage("learn"):
             # The warm start fitted the observation moments; without one, the first labels do.
@@ -158,10 +153,11 @@ class DclStep:
                         max_grad_norm=cfg.ppo.max_grad_norm, device=learner.device)
         if cfg.dcl.check_episodes == 0:
             return fit, None, None
-        candidate = LearnedPolicy(ActorCritic.from_state(learner.weights()), incumbent.grid)
+        candidate = learner.weights()
+        job = CheckJob(it, cfg.train.seed, shard, cfg.dcl.check_episodes, self.spec.warmup, before, candidate,
+                       self.core.widths)
         with self.core.timer.stage("check"):
-            check = paired_gain(env, incumbent, candidate, seed=cfg.train.seed,
-                                iteration=it, episodes=cfg.dcl.check_episodes, skip=self.spec.warmup)
+            check = merge_checks(self.labellers.check(job), self.shard_ids(shard))
         return fit, candidate, check
 
 

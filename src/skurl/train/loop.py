@@ -80,7 +80,8 @@ class Trainer:
                               if mode.lead else None)
             # train.algo: how an iteration improves the policy (the rest of the loop is shared)
             self.step: Callable[[int], dict[str, Any]] = (
-                DclStep(self.core, self.learner, self.wiring.weights, warm=self.warm)
+                DclStep(self.core, self.learner, self.wiring.weights, warm=self.warm,
+                        labellers=self.wiring.labellers)
                 if cfg.train.algo == "dcl" else self.ppo_step)
         except BaseException:
             self.wiring.close()  # a mode's processes or actors started for this run

@@ -21,6 +21,7 @@ from skurl.train.core import TRAINED, RunCore
 if TYPE_CHECKING:
     from skurl.collect.collectors import Collectors
     from skurl.collect.evaluate import EvalResult
+    from skurl.learn.labelling import Labellers
     from skurl.sim.env import VectorEnv
     from skurl.sync.api import WeightBackend
 
@@ -98,7 +99,8 @@ class Wiring:
     outside any the run adds (Trainer.wrap); `warm_start_env`: the env the warm start
     records the baseline on (None: the first training shard's in-process env);
     `around_warm_start`: how the warm start runs (DDP: on rank 0, then broadcast);
-    `metrics_url`: this process's /metrics where the mode serves one."""
+    `metrics_url`: this process's /metrics where the mode serves one; `labellers`: where DCL's
+    labelling runs (the mode's collectors; None: in the learner's process)."""
 
     collectors: Collectors
     weights: WeightBackend
@@ -108,6 +110,7 @@ class Wiring:
     warm_start_env: VectorEnv | None = None
     around_warm_start: Callable[[WarmStep], Scalars] = _run_it
     metrics_url: str | None = None
+    labellers: Labellers | None = None  # train.algo=dcl's (None: the learner labels in process)
 
 
 class Mode(Protocol):

@@ -51,6 +51,12 @@ class CollectorClient:
                 "transitions": int(reply.transitions), "seconds": reply.seconds,
                 "manifest_json": reply.manifest_json}
 
+    def label(self, job: bytes, timeout_s: float, grid_center: tuple[str, str] = ("", "")) -> pb.LabelReply:
+        """A DCL label or check job (learn/label_wire.py) on the collector's SKUs, within timeout_s."""
+        request = pb.LabelRequest(job=job, grid_center_blob=grid_center[0], grid_center_sha256=grid_center[1])
+        reply: pb.LabelReply = self._call("Label", request, timeout=timeout_s)
+        return reply
+
     def get_buffer(self, iteration: int, names: list[str] | None = None,
                    max_chunk_rows: int = 0) -> tuple[int, dict[str, np.ndarray]]:
         """(policy_version, arrays) of the rollout of `iteration`, per-step arrays [T, N, ...]."""

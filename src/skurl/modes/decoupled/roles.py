@@ -25,13 +25,17 @@ from skurl.collect.staleness import refuse_unbuilt
 from skurl.config import Config
 from skurl.errors import ConfigError
 from skurl.modes.decoupled.collector_server import CollectorServer, CollectorServicer
+from skurl.rpc.servicer_base import rpc_method
 from skurl.sync import open_subscriber
 from skurl.sync.api import WeightSubscriber, WeightSyncTimeout
 
 if TYPE_CHECKING:
+    import grpc
+
     from skurl.buffer.rollout import Rollout
     from skurl.catalog.schema import Catalog
     from skurl.collect.collector import Collector
+    from skurl.learn.labelling import Labeller
     from skurl.modes.decoupled.shard_envs import CatalogSchemaEnv
     from skurl.rpc.gen import skurl_pb2 as pb
     from skurl.sim.api import Env
@@ -80,6 +84,8 @@ class RoleCollectorServicer(CollectorServicer):
         self._received: dict[int, float] = {}  # version -> unix time it was offered
         self._barrier_wait = 0.0
         self._center_sha = ""  # the cover grid's tuned centre in use (modes/decoupled/remote_grid.py)
+        self._full_cfg = cfg
+        self._labeller: tuple[str, Labeller] | None = None  # DCL's, by grid centre (label_service.py)
         self.announce: RedisShardQueue | None = None  # the run's shard stream (modes/decoupled/shard_stream.py), where used
 
     def _prepare(self, request: pb.CollectRequest) -> None:
@@ -90,6 +96,26 @@ class RoleCollectorServicer(CollectorServicer):
         if sha and sha != self._center_sha:
             self._collector.use_center(fetch_center(self._store, request.grid_center_blob, sha))
             self._center_sha = sha
+
+    @rpc_method
+    def Label(self, request: pb.LabelRequest, context: grpc.ServicerContext) -> pb.LabelReply:
+        """A DCL label or check job on this collector's SKUs (modes/decoupled/label_service.py)."""
+        from skurl.modes.decoupled.label_service import answer
+
+        with self._collect_lock:  # one episode or job at a time
+            return answer(request, self._label_env(request), self._store, self.collector_id)
+
+    def _label_env(self, request: pb.LabelRequest) -> Labeller:
+        from skurl.learn.labelling import Labeller
+        from skurl.modes.decoupled.remote_grid import fetch_center
+        from skurl.policy.learned import grid_for
+
+        sha = request.grid_center_sha256
+        if self._labeller is None or self._labeller[0] != sha:
+            center = fetch_center(self._store, request.grid_center_blob, sha) if sha else None
+            cfg = self._full_cfg
+            self._labeller = (sha, Labeller(_catalog_rows(cfg, self._env), cfg.sim, grid_for(cfg).with_center(center)))
+        return self._labeller[1]
 
     def offer(self, version: int, tensors: dict[str, Any]) -> bool:
         """Hold `version` for the next Collect when it is newer than the held one."""

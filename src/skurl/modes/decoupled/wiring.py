@@ -87,8 +87,15 @@ class Decoupled:
                 partial(RestartsCounted, cluster=cluster, weights=weights)]
             log.info("learner metrics on %s; weights on %s", metrics.url,
                      hosted or redact_url(self.cfg.sync.redis_url))
+            labellers = None
+            if self.cfg.train.algo == "dcl":  # DCL labels on the collectors (modes/decoupled/labellers.py)
+                from skurl.modes.decoupled.labellers import GrpcLabellers
+
+                assert driven.grpc is not None  # driven.build made it
+                labellers = GrpcLabellers(driven.grpc)
+                started.callback(labellers.close)
             return Wiring(collectors, publisher, close=started.close, metrics_url=metrics.url, around=counted,
-                          observers=[*driven.observers, BusinessFigures(core.run_dir.name)])
+                          observers=[*driven.observers, BusinessFigures(core.run_dir.name)], labellers=labellers)
         except BaseException:
             started.close()
             raise

@@ -35,6 +35,7 @@ from skurl.sync.ray import ray_get as get
 if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout
     from skurl.collect.collector import Collector
+    from skurl.learn.labelling import Labeller, PartReply
     from skurl.policy.nets import ActorCritic
     from skurl.sim.env import VectorEnv
     from skurl.store.api import RolloutStore, ShardManifest
@@ -271,6 +272,9 @@ class CollectorWorker:
         self.centers: dict[str, Any] = {}  # the cover grid's tuned centre (GridCenter), by SKU set
         self.model: ActorCritic | None = None
         self._store: RolloutStore | None = None
+        self.specs: dict[str, list[ShardSpec]] = {}  # DCL's labellers build their envs from these
+        self.centers_raw: dict[str, bytes | None] = {}
+        self.labellers: dict[str, Labeller] = {}
 
     def ping(self) -> int:
         return os.getpid()
@@ -290,6 +294,8 @@ class CollectorWorker:
         self.shards[key] = envs
         self.envs[key] = MultiShardEnv(envs, [s.rows for s in specs])
         self.collectors.pop(key, None)
+        self.specs[key], self.centers_raw[key] = specs, center
+        self.labellers.pop(key, None)
         if raw:
             self.catalogs[key] = _rows_in_env_order(specs, timeout, key)
             self.centers[key] = None if center is None else center_from_bytes(center, f"grid centre of '{key}'")
@@ -330,6 +336,44 @@ class CollectorWorker:
         else:
             reply["arrays"], reply["meta"] = rollout.arrays(), meta
         return reply
+
+    def label(self, key: str, blob: bytes) -> PartReply:
+        """Answer a DCL label or check job (learn/label_wire.py) on SKU set `key`'s rows, in
+        an in-process env of this actor's own (learn/labelling.py, Labeller). A label part
+        goes to the rollout store (ray.rollouts=store; its manifest is returned) or back as
+        arrays; a check part always comes back as arrays (a few floats per SKU)."""
+        from skurl.learn.dcl_parts import LabelPart
+        from skurl.learn.label_wire import decode_job
+
+        start = time.perf_counter()
+        job = decode_job(blob)
+        part = self._labeller(key).answer(job)
+        reply: PartReply = {"seconds": time.perf_counter() - start}
+        if not isinstance(part, LabelPart):
+            return {**reply, "arrays": {"sku_ids": part.sku_ids, "gains": part.gains}}
+        reply["sku_days"] = part.sku_days
+        if self.cfg.ray.rollouts != "store":
+            return {**reply, "arrays": part.arrays()}
+        if self._store is None:
+            from skurl.store import open_store
+
+            self._store = open_store(self.cfg.store)
+        meta = {"policy_version": 0, "label_part": getattr(job, "part", 0), "sku_count": int(part.sku_ids.size)}
+        manifest = self._store.put_shard(job.iteration, f"{self.collector_id}.label{meta['label_part']}",
+                                         part.arrays(), meta)
+        return {**reply, "manifest": manifest.to_json()}
+
+    def _labeller(self, key: str) -> Labeller:
+        from skurl.learn.labelling import Labeller
+        from skurl.policy.grid_center import center_from_bytes
+        from skurl.policy.learned import grid_for
+
+        if key not in self.labellers:
+            catalog = _rows_in_env_order(self.specs[key], self.cfg.ray.get_timeout_s, key)
+            raw = self.centers_raw.get(key)
+            grid = grid_for(self.cfg).with_center(None if raw is None else center_from_bytes(raw, "grid centre"))
+            self.labellers[key] = Labeller(catalog, self.cfg.sim, grid)
+        return self.labellers[key]
 
     def _put_shard(self, iteration: int, rollout: Rollout, meta: dict[str, Any]) -> ShardManifest:
         from skurl.store import open_store

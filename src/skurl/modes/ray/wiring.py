@@ -41,7 +41,12 @@ class RayMode:
         except BaseException:
             cluster.close()
             raise
-        return Wiring(collectors, weights, close=cluster.close)
+        labellers = None
+        if self.cfg.train.algo == "dcl":  # DCL labels on the collector actors (modes/ray/labellers.py)
+            from skurl.modes.ray.labellers import RayLabellers
+
+            labellers = RayLabellers(cluster)
+        return Wiring(collectors, weights, close=cluster.close, labellers=labellers)
 
 
 def mode(cfg: Config, run_dir: Path) -> RayMode:

@@ -216,6 +216,30 @@ class CollectReply(_message.Message):
     manifest_json: str
     def __init__(self, collector_id: _Optional[str] = ..., iteration: _Optional[int] = ..., policy_version: _Optional[int] = ..., transitions: _Optional[int] = ..., seconds: _Optional[float] = ..., manifest_json: _Optional[str] = ...) -> None: ...
 
+class LabelRequest(_message.Message):
+    __slots__ = ("job", "grid_center_blob", "grid_center_sha256")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    GRID_CENTER_BLOB_FIELD_NUMBER: _ClassVar[int]
+    GRID_CENTER_SHA256_FIELD_NUMBER: _ClassVar[int]
+    job: bytes
+    grid_center_blob: str
+    grid_center_sha256: str
+    def __init__(self, job: _Optional[bytes] = ..., grid_center_blob: _Optional[str] = ..., grid_center_sha256: _Optional[str] = ...) -> None: ...
+
+class LabelReply(_message.Message):
+    __slots__ = ("collector_id", "manifest_json", "check", "seconds", "sku_days")
+    COLLECTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SKU_DAYS_FIELD_NUMBER: _ClassVar[int]
+    collector_id: str
+    manifest_json: str
+    check: bytes
+    seconds: float
+    sku_days: int
+    def __init__(self, collector_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., check: _Optional[bytes] = ..., seconds: _Optional[float] = ..., sku_days: _Optional[int] = ...) -> None: ...
+
 class GetBufferRequest(_message.Message):
     __slots__ = ("iteration", "names", "max_chunk_rows")
     ITERATION_FIELD_NUMBER: _ClassVar[int]

@@ -520,6 +520,11 @@ class CollectorServiceStub:
                 request_serializer=skurl__pb2.StatsRequest.SerializeToString,
                 response_deserializer=skurl__pb2.StatsReply.FromString,
                 _registered_method=True)
+        self.Label = channel.unary_unary(
+                '/skurl.v1.CollectorService/Label',
+                request_serializer=skurl__pb2.LabelRequest.SerializeToString,
+                response_deserializer=skurl__pb2.LabelReply.FromString,
+                _registered_method=True)
 
 
 class CollectorServiceServicer:
@@ -551,6 +556,12 @@ class CollectorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Label(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CollectorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -573,6 +584,11 @@ def add_CollectorServiceServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=skurl__pb2.StatsRequest.FromString,
                     response_serializer=skurl__pb2.StatsReply.SerializeToString,
+            ),
+            'Label': grpc.unary_unary_rpc_method_handler(
+                    servicer.Label,
+                    request_deserializer=skurl__pb2.LabelRequest.FromString,
+                    response_serializer=skurl__pb2.LabelReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -685,6 +701,33 @@ class CollectorService:
             '/skurl.v1.CollectorService/GetStats',
             skurl__pb2.StatsRequest.SerializeToString,
             skurl__pb2.StatsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Label(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skurl.v1.CollectorService/Label',
+            skurl__pb2.LabelRequest.SerializeToString,
+            skurl__pb2.LabelReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,114 @@
+"""DCL's labelling on the decoupled collectors (learn/labelling.py's Labellers over gRPC).
+
+Every collector gets the job (Label RPC, modes/decoupled/label_service.py) and labels the
+planned states among its own SKUs; its part comes back through the rollout store, verified by
+checksum. A collector found unreachable is waited for (the launcher restarts it) up to
+deploy.reconnect_timeout_s and asked again: its labels are a function of (seed, iteration,
+SKU), so the replacement's part is the one the lost process would have given. A part the
+store refuses is asked again once, then fails the iteration.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import numpy as np
+from safetensors.numpy import load as st_load
+
+from skurl.learn.dcl_check import CheckPart
+from skurl.learn.dcl_parts import LabelPart
+from skurl.learn.label_wire import encode_job
+from skurl.learn.labelling import CheckJob, LabelJob
+from skurl.rpc.errors import ServerUnavailableError
+from skurl.rpc.gen import skurl_pb2 as pb
+from skurl.store import CorruptShardError, ShardManifest
+
+if TYPE_CHECKING:
+    from skurl.modes.decoupled.grpc_collectors import GrpcCollectors
+
+log = logging.getLogger("skurl.modes")
+_UNAVAILABLE_PAUSE_S = 0.5
+
+
+class GrpcLabellers:
+    """Label and check jobs sent to every collector of `collectors` (the run's GrpcCollectors:
+    its clients, store and grid centre)."""
+
+    def __init__(self, collectors: GrpcCollectors) -> None:
+        self.collectors = collectors
+        self._pool = ThreadPoolExecutor(max(len(collectors.clients), 1), "label")
+        self._figures: dict[str, float] = {}
+
+    def label(self, job: LabelJob) -> list[LabelPart]:
+        replies = self._fan_out(job)
+        parts = [self._label_part(cid, job, reply) for cid, reply in replies.items()]
+        self._add("dcl_rollout_sku_days_max_collector", max(float(r.sku_days) for r in replies.values()))
+        return parts
+
+    def check(self, job: CheckJob) -> list[CheckPart]:
+        parts = []
+        for reply in self._fan_out(job).values():
+            arrays = st_load(reply.check)
+            parts.append(CheckPart(arrays["sku_ids"].astype(np.int64), arrays["gains"]))
+        return parts
+
+    def figures(self) -> dict[str, float]:
+        out, self._figures = self._figures, {}
+        return out
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def _fan_out(self, job: LabelJob | CheckJob) -> dict[str, pb.LabelReply]:
+        blob, start = encode_job(job), time.perf_counter()
+        futures = {cid: self._pool.submit(self._ask, cid, blob, job.iteration) for cid in self.collectors.clients}
+        replies = {cid: f.result() for cid, f in futures.items()}
+        kind = "label" if isinstance(job, LabelJob) else "check"
+        seconds, wall = [r.seconds for r in replies.values()], time.perf_counter() - start
+        self._add(f"dcl_{kind}_collector_seconds_max", max(seconds))
+        self._add(f"dcl_{kind}_wall_seconds", wall)
+        self._figures[f"dcl_{kind}_collector_idle_share"] = max(1.0 - (sum(seconds) / len(seconds)) / wall, 0.0)
+        return replies
+
+    def _ask(self, cid: str, blob: bytes, iteration: int) -> pb.LabelReply:
+        """`cid`'s reply; while it is unreachable, wait for its restart (deploy.reconnect_timeout_s)."""
+        cfg = self.collectors.cfg
+        deadline = time.monotonic() + cfg.deploy.reconnect_timeout_s
+        asked_again = False
+        while True:
+            try:
+                reply = self.collectors.clients[cid].label(blob, cfg.dcl.label_timeout_s,
+                                                           grid_center=self.collectors.grid_center)
+                if asked_again:
+                    self._add("dcl_label_requeued", 1.0)
+                return reply
+            except ServerUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                if not asked_again:
+                    log.warning("dcl iteration %d: collector %s unreachable while labelling; waiting to ask "
+                                "it again", iteration, cid)
+                asked_again = True
+                time.sleep(_UNAVAILABLE_PAUSE_S)
+
+    def _label_part(self, cid: str, job: LabelJob, reply: pb.LabelReply) -> LabelPart:
+        try:
+            return self._read(reply)
+        except CorruptShardError as exc:  # asked again once; a second bad part fails the iteration
+            self._add("dcl_label_shards_refused", 1.0)
+            log.warning("dcl iteration %d: %s; asking collector %s again", job.iteration, exc, cid)
+            return self._read(self._ask(cid, encode_job(job), job.iteration))
+
+    def _read(self, reply: pb.LabelReply) -> LabelPart:
+        manifest = ShardManifest.from_json(reply.manifest_json.encode(), "collector label")
+        arrays = self.collectors.store.get_shard(manifest)
+        if manifest.sku_count != int(arrays["sku_ids"].size):
+            raise CorruptShardError(manifest.name, "its SKU count differs from its manifest's")
+        self._add("dcl_label_shards_stored", 1.0)
+        return LabelPart.from_arrays(arrays)
+
+    def _add(self, name: str, value: float) -> None:
+        self._figures[name] = self._figures.get(name, 0.0) + value
