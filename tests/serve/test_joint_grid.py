@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_parity import TIE, check_parity, _mass_gap
+from test_parity import TIE, _mass_gap, check_parity
 from tiny_runs import joint_onnx, joint_run  # noqa: F401
 
 from skurl.commands.serve_cmds import load_catalog_for
