@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_parity import TIE, _check_parity, _mass_gap
+from test_parity import TIE, _mass_gap, check_parity
 from tiny_runs import joint_onnx, joint_run  # noqa: F401
 
 from skurl.commands.serve_cmds import load_catalog_for
@@ -56,4 +56,4 @@ def test_graph_tables_and_recommend_match_the_simulator(joint_run: Path, joint_o
 
 @pytest.mark.slow
 def test_parity_joint_grid_100_days(joint_run: Path, joint_onnx: Path, tmp_path: Path) -> None:  # noqa: F811
-    _check_parity(joint_run, joint_onnx, tmp_path)
+    check_parity(joint_run, joint_onnx, tmp_path)

@@ -75,3 +75,20 @@ def joint_onnx(joint_run: Path) -> Path:
 
     out = joint_run / "policy.onnx"
     return out if out.is_file() else export_run(joint_run, out)
+
+
+# The embedded grid on a `dc` supply network (docs/networks.md): one DC and 2-10 stores an item.
+NETWORK = [*SYNTHETIC, "catalog.synthetic.network=dc"]
+
+
+@pytest.fixture(scope="session")
+def network_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return trained(tmp_path_factory, "network", sets(COMMON + NETWORK))
+
+
+@pytest.fixture(scope="session")
+def network_onnx(network_run: Path) -> Path:
+    from skurl.serve.export import export_run
+
+    out = network_run / "policy.onnx"
+    return out if out.is_file() else export_run(network_run, out)

@@ -20,6 +20,7 @@ from skurl.errors import UserError
 from skurl.policy.grid_center import GridCenter, center_from_bytes, load_center
 from skurl.policy.nets import input_tensor
 from skurl.serve.snapshot import Widths
+from skurl.sim.layout import NETWORK_FIELDS
 
 BATCH = 16_384  # rows per call: LearnedPolicy's chunk, so torch sees the simulator's shapes
 
@@ -33,6 +34,12 @@ class ModelInfo:
     cfg: Config
     center: GridCenter | None
     source: str  # what to name in messages
+
+    @property
+    def network(self) -> bool:
+        """Trained on a catalog with supply networks: its observation ends with NETWORK_FIELDS."""
+        tail = [name for name, _ in NETWORK_FIELDS]
+        return self.obs_names[-len(tail):] == tail
 
 
 def config_from_text(text: str, where: str) -> Config:

@@ -62,7 +62,7 @@ class Timings:
 
 def check_schema(info: ModelInfo) -> None:
     """The model's observation schema must be the one this skurl's feature function writes."""
-    ours = schema_for(info.widths.expiring, info.widths.pipeline).names()
+    ours = schema_for(info.widths.expiring, info.widths.pipeline, info.network).names()
     if ours != info.obs_names:
         k = next((i for i, (a, b) in enumerate(zip(ours, info.obs_names, strict=False)) if a != b),
                  min(len(ours), len(info.obs_names)))
@@ -176,7 +176,7 @@ def read_validated(state: Path, info: ModelInfo, timings: Timings) -> Snapshot:
     check_schema(info)
     t = time.perf_counter()
     table = read_table(state)
-    snap = snapshot_from_table(table, info.widths)
+    snap = snapshot_from_table(table, info.widths, info.network)
     timings.add("read", t)
     return snap
 
@@ -191,6 +191,9 @@ def recommend(model: Model, state: Path, catalog: Catalog, *, ab: Path | None = 
     snap = read_validated(state, model.info, timings)
     if ab is None:
         return model_orders(model, snap, catalog, timings)
+    if snap.has_network:
+        raise UserError(f"--ab {ab}: A/B groups on a catalog with supply networks are not supported yet "
+                        "(a group would split networks; docs/networks.md)")
     groups = read_groups(ab, snap)
     rows_a, rows_b = np.flatnonzero(groups == "A"), np.flatnonzero(groups == "B")
     if policy_a is not None:

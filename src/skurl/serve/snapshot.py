@@ -2,14 +2,16 @@
 
 Columns (docs/snapshot.md explains each): sku_id, day, day_of_week, history_days, on_hand,
 expiring_0..expiring_{A-1}, backlog, due_1..due_P, forecast_0..forecast_{H-1},
-sales_yesterday, sales_last_7d, lost_yesterday, promo_today, promo_ahead. A (days of shelf
-life), P (days of lead time + delay) and H (P + review days) are the model's widths.
+sales_yesterday, sales_last_7d, lost_yesterday, promo_today, promo_ahead, and for catalogs
+with supply networks upstream, item, owed (NETWORK_COLUMNS). A (days of shelf life), P (days
+of lead time + delay) and H (P + review days) are the model's widths.
 `from_env` takes one from the simulator; `read_snapshot` loads and validates a Parquet file
 (one line naming the SKU id and column for each kind of bad input).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from skurl.errors import UserError
 
 COUNT_COLUMNS = ("on_hand", "backlog", "sales_yesterday", "sales_last_7d", "lost_yesterday")
 FLAG_COLUMNS = ("promo_today", "promo_ahead")
+NETWORK_COLUMNS = ("upstream", "item", "owed")  # only in snapshots of catalogs with supply networks
 
 
 class SnapshotError(UserError):
@@ -55,6 +58,15 @@ class Snapshot:
     lost_yesterday: np.ndarray  # int64 [N]
     promo_today: np.ndarray  # bool [N]
     promo_ahead: np.ndarray  # bool [N]: a promotion day within t + 1 .. t + lead time
+    # Supply networks only (None otherwise): the catalog's upstream and item, and the units
+    # the upstream owes the row (requested, not yet shipped).
+    upstream: np.ndarray | None = None  # int64 [N]: sku_id of the supplying row, -1 outside
+    item: np.ndarray | None = None  # int64 [N]
+    owed: np.ndarray | None = None  # int64 [N]
+
+    @property
+    def has_network(self) -> bool:
+        return self.upstream is not None
 
     def __len__(self) -> int:
         return int(self.sku_id.shape[0])
@@ -64,15 +76,16 @@ class Snapshot:
         return Widths(self.expiring.shape[1], self.pipeline.shape[1], self.forecast.shape[1])
 
     def take(self, rows: np.ndarray) -> Snapshot:
-        return Snapshot(**{k: v[rows] for k, v in self.__dict__.items()})
+        return dataclasses.replace(self, **{k: v[rows] for k, v in self.__dict__.items() if v is not None})
 
 
-def column_names(w: Widths) -> list[str]:
-    """Every column of a snapshot of widths `w`, in file order."""
+def column_names(w: Widths, network: bool = False) -> list[str]:
+    """Every column of a snapshot of widths `w` (with the network columns), in file order."""
     return ["sku_id", "day", "day_of_week", "history_days", "on_hand",
             *[f"expiring_{k}" for k in range(w.expiring)], "backlog",
             *[f"due_{k + 1}" for k in range(w.pipeline)], *[f"forecast_{k}" for k in range(w.horizon)],
-            "sales_yesterday", "sales_last_7d", "lost_yesterday", *FLAG_COLUMNS]
+            "sales_yesterday", "sales_last_7d", "lost_yesterday", *FLAG_COLUMNS,
+            *(NETWORK_COLUMNS if network else ())]
 
 
 def from_env(env: object) -> Snapshot:
@@ -82,12 +95,19 @@ def from_env(env: object) -> Snapshot:
     n = arrays["counts"].shape[0]
     counts, promo = arrays["counts"], arrays["promo"]
     full = np.full(n, day, np.int64)
+    catalog = env.catalog  # type: ignore[attr-defined]
+    network: dict[str, np.ndarray] = {}
+    if catalog.has_network:
+        owed = env.observe().raw.owed  # type: ignore[attr-defined]
+        network = {"upstream": np.asarray(catalog.upstream, np.int64).copy(),
+                   "item": np.asarray(catalog.item, np.int64).copy(), "owed": np.asarray(owed, np.int64).copy()}
     return Snapshot(
-        sku_id=np.asarray(env.catalog.sku_id, np.int64).copy(), day=full,  # type: ignore[attr-defined]
+        sku_id=np.asarray(catalog.sku_id, np.int64).copy(), day=full,
         day_of_week=full % 7, history_days=np.minimum(full, 7), on_hand=counts[:, 0].copy(),
         expiring=arrays["expiring"], backlog=counts[:, 1].copy(), pipeline=arrays["pipeline"],
         forecast=arrays["forecast"], sales_yesterday=counts[:, 2].copy(), sales_last_7d=counts[:, 3].copy(),
-        lost_yesterday=counts[:, 4].copy(), promo_today=promo[:, 0].copy(), promo_ahead=promo[:, 1].copy())
+        lost_yesterday=counts[:, 4].copy(), promo_today=promo[:, 0].copy(), promo_ahead=promo[:, 1].copy(),
+        **network)
 
 
 def to_table(s: Snapshot) -> pa.Table:
@@ -98,6 +118,8 @@ def to_table(s: Snapshot) -> pa.Table:
     cols.update({f"due_{k + 1}": s.pipeline[:, k] for k in range(s.pipeline.shape[1])})
     cols.update({f"forecast_{k}": s.forecast[:, k] for k in range(s.forecast.shape[1])})
     cols.update({name: getattr(s, name) for name in (*COUNT_COLUMNS[2:], *FLAG_COLUMNS)})
+    if s.has_network:
+        cols.update({name: getattr(s, name) for name in NETWORK_COLUMNS})
     return pa.table({k: pa.array(np.ascontiguousarray(v)) for k, v in cols.items()})
 
 

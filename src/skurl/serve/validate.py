@@ -2,7 +2,9 @@
 
 Every bad input is a SnapshotError naming the SKU id (where one row is at fault) and the
 column: a missing column, a null or NaN, negative stock, a SKU the catalog does not list,
-block widths or SKU parameters the model's observation schema cannot show.
+block widths or SKU parameters the model's observation schema cannot show, network columns
+a model of a network-free catalog does not read (or missing where it does; serve/network.py
+checks their values).
 """
 
 from __future__ import annotations
@@ -11,9 +13,18 @@ import numpy as np
 import pyarrow as pa
 
 from skurl.catalog.schema import Catalog
-from skurl.serve.snapshot import Snapshot, SnapshotError, Widths, column_names, widths_of
+from skurl.serve.network import check_network
+from skurl.serve.snapshot import (
+    NETWORK_COLUMNS,
+    Snapshot,
+    SnapshotError,
+    Widths,
+    column_names,
+    widths_of,
+)
 
 RANGES = {"day_of_week": (0, 6), "history_days": (0, 7)}
+SIGNED = ("sku_id", "upstream", "item")  # columns where a negative value is allowed (-1: none)
 
 
 def _sku(ids: np.ndarray, i: int) -> str:
@@ -22,7 +33,7 @@ def _sku(ids: np.ndarray, i: int) -> str:
 
 def _column(table: pa.Table, name: str, dtype: pa.DataType, ids: np.ndarray) -> np.ndarray:
     """Column `name` as a numpy array of `dtype`: no nulls, finite, and >= 0 where it is stock
-    or a count (every numeric column but sku_id). Checked while the column is contiguous."""
+    or a count (every numeric column but SIGNED). Checked while the column is contiguous."""
     col = table.column(name)
     if col.null_count:
         i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
@@ -38,15 +49,29 @@ def _column(table: pa.Table, name: str, dtype: pa.DataType, ids: np.ndarray) -> 
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise SnapshotError(f"snapshot column '{name}': type {col.type}, expected {dtype} "
                             f"({str(e).splitlines()[0]})") from e
-    if name != "sku_id" and out.dtype.kind in "if":
+    if name not in SIGNED and out.dtype.kind in "if":
         bad = out < 0
         if bad.any():
             i = int(np.argmax(bad))
-            what = "stock" if name in ("on_hand", "backlog") or name.startswith(("expiring_", "due_")) else "a count"
+            stock = name in ("on_hand", "backlog", "owed") or name.startswith(("expiring_", "due_"))
+            what = "stock" if stock else "a count"
             v = out[i]
             shown = int(v) if float(v).is_integer() else float(v)
             raise SnapshotError(f"snapshot {_sku(ids, i)} column '{name}' = {shown}: negative, expected {what} >= 0")
     return out
+
+
+def _check_network_columns(table: pa.Table, network: bool) -> None:
+    """Network columns where the model reads them (trained on a catalog with supply networks),
+    none where it does not."""
+    have = [c for c in NETWORK_COLUMNS if c in table.column_names]
+    if network and len(have) < len(NETWORK_COLUMNS):
+        name = next(c for c in NETWORK_COLUMNS if c not in have)
+        raise SnapshotError(f"snapshot column '{name}' missing: the model was trained on a catalog with supply "
+                            f"networks (expected {', '.join(NETWORK_COLUMNS)}; docs/snapshot.md)")
+    if not network and have:
+        raise SnapshotError(f"snapshot column '{have[0]}': the model was trained on a catalog without supply "
+                            "networks and does not read network columns (expected a snapshot of its catalog)")
 
 
 def _check_widths(table: pa.Table, w: Widths) -> None:
@@ -63,9 +88,11 @@ def _check_widths(table: pa.Table, w: Widths) -> None:
                             "columns of docs/snapshot.md for the model's widths)")
 
 
-def snapshot_from_table(table: pa.Table, w: Widths) -> Snapshot:
-    """The snapshot in `table` with the model's widths `w`, checked column by column."""
+def snapshot_from_table(table: pa.Table, w: Widths, network: bool = False) -> Snapshot:
+    """The snapshot in `table` with the model's widths `w` (and the network columns, for a
+    model of a catalog with supply networks), checked column by column."""
     _check_widths(table, w)
+    _check_network_columns(table, network)
     ids = _column(table, "sku_id", pa.int64(), np.zeros(0, np.int64))
     uniq, first = np.unique(ids, return_index=True)
     if uniq.shape[0] != ids.shape[0]:
@@ -88,7 +115,8 @@ def snapshot_from_table(table: pa.Table, w: Widths) -> Snapshot:
                  sales_yesterday=ints("sales_yesterday"), sales_last_7d=ints("sales_last_7d"),
                  lost_yesterday=ints("lost_yesterday"),
                  promo_today=_column(table, "promo_today", pa.bool_(), ids),
-                 promo_ahead=_column(table, "promo_ahead", pa.bool_(), ids))
+                 promo_ahead=_column(table, "promo_ahead", pa.bool_(), ids),
+                 **({name: ints(name) for name in NETWORK_COLUMNS} if network else {}))
     _check_values(s)
     return s
 
@@ -104,7 +132,9 @@ def _check_values(s: Snapshot) -> None:
 
 def catalog_rows(s: Snapshot, catalog: Catalog, w: Widths, review_days: int) -> Catalog:
     """The catalog's rows of the snapshot's SKUs, in snapshot order; a SKU the catalog does not
-    list, or whose lead time / shelf life the model's widths cannot show, is a SnapshotError."""
+    list, or whose lead time / shelf life the model's widths cannot show, a network snapshot
+    that disagrees with the catalog's networks or a network catalog under a network-free
+    snapshot is a SnapshotError."""
     ids = np.asarray(catalog.sku_id, np.int64)
     order = np.argsort(ids, kind="stable")
     pos = np.minimum(np.searchsorted(ids[order], s.sku_id), max(ids.shape[0] - 1, 0))
@@ -124,6 +154,12 @@ def catalog_rows(s: Snapshot, catalog: Catalog, w: Widths, review_days: int) -> 
             raise SnapshotError(f"catalog SKU {int(s.sku_id[i])} column '{name.split()[0]}': {name} = {int(values[i])} "
                                 f"days, the model's observation schema shows {width} (model schema mismatch)")
     _check_expiring(s, rows)
+    if s.has_network:
+        check_network(s, rows, catalog)
+    elif rows.has_network:
+        i = int(np.argmax(rows.upstream >= 0))
+        raise SnapshotError(f"catalog SKU {int(s.sku_id[i])} column 'upstream' = {int(rows.upstream[i])}: the model "
+                            "was trained on a catalog without supply networks (expected its own catalog)")
     return rows
 
 
