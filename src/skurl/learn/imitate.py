@@ -132,11 +132,14 @@ def soft_targets(labels: torch.Tensor, n_actions: int, smoothing: float) -> torc
 
 def clone(model: ActorCritic, demos: Demonstrations, *, steps: int, smoothing: float, seed: int,
           normalize_obs: bool, stats_decay: float, max_grad_norm: float,
-          device: torch.device) -> dict[str, float]:
+          device: torch.device, ranks: tuple[int, int] = (0, 1)) -> dict[str, float]:
     """Fit model.policy (an ActorCritic's) to the demonstrations by cross-entropy against
     their targets, else soft_targets of their labels, for `steps` minibatch steps
     (reshuffled passes over the data); the value net is left alone. Returns the final
-    loss, the share of labels the greedy policy reproduces and the clone's mean entropy."""
+    loss, the share of labels the greedy policy reproduces and the clone's mean entropy.
+    `ranks` (rank, world) > 1 rank: every rank holds all the demonstrations and takes its
+    slice of each minibatch; the gradients are summed over the ranks (a process group),
+    so each rank takes the step one process would, within float rounding."""
     obs = torch.from_numpy(demos.obs).to(device)
     labels = torch.from_numpy(demos.labels).to(device)
     targets = None if demos.targets is None else torch.from_numpy(demos.targets).to(device)
@@ -155,14 +158,31 @@ def clone(model: ActorCritic, demos: Demonstrations, *, steps: int, smoothing: f
                 break
             done += 1
             index = perm[start:start + CLONE_MINIBATCH]
+            size = index.shape[0]
+            if ranks[1] > 1:  # this rank's slice of the minibatch
+                index = index[ranks[0] * size // ranks[1]:(ranks[0] + 1) * size // ranks[1]]
             target = (soft_targets(labels[index], model.n_actions, smoothing) if targets is None
                       else targets[index])
-            loss = F.cross_entropy(model.policy(x[index]), target)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if ranks[1] == 1:
+                F.cross_entropy(model.policy(x[index]), target).backward()
+            else:
+                (F.cross_entropy(model.policy(x[index]), target, reduction="sum") / size).backward()
+                _sum_over_ranks(params)
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
             optimizer.step()
     return _fit_stats(model, x, labels)
+
+
+def _sum_over_ranks(params: list[torch.nn.Parameter]) -> None:
+    """Each parameter's gradient summed over the process group's ranks (one flat all-reduce)."""
+    import torch.distributed as dist
+
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    for p, part in zip(params, flat.split([g.numel() for g in grads]), strict=True):
+        p.grad = part.view_as(p).clone()
 
 
 @torch.no_grad()

@@ -16,16 +16,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch.distributed as dist
 
 from skurl.columns.strata import strata_codes, strata_names
-from skurl.errors import UserError
 from skurl.learn.dcl import DclSpec, Labelled
 from skurl.learn.dcl_check import PairedGain, merge_checks
 from skurl.learn.dcl_parts import merge_parts, sample_plan
+from skurl.learn.ddp import rank_and_world
 from skurl.learn.imitate import Demonstrations, clone
 from skurl.learn.labelling import (
     CheckJob,
@@ -59,9 +59,6 @@ class DclStep:
 
     def __init__(self, core: RunCore, learner: Learner, weights: WeightBackend, *, warm: bool,
                  labellers: Labellers | None = None) -> None:
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            raise UserError("train.algo=dcl: the DDP learner is not built for it (its labelling runs in one "
-                            "process); expected one learner process or train.algo=ppo")
         self.core, self.learner, self.weights, self.warm = core, learner, weights, warm
         # the mode's labellers (its collectors), else this process on the shards' envs
         self.labellers = labellers or LocalLabellers(core.local_env, core.grid)
@@ -148,9 +145,12 @@ class DclStep:
         with self.core.timer.stage("learn"):
             # The warm start fitted the observation moments; without one, the first labels do.
             moments = cfg.ppo.normalize_obs and it == 0 and not self.warm
-            fit = clone(learner.model, merged(labs), steps=cfg.dcl.fit_steps, smoothing=0.0,
-                        seed=cfg.train.seed + 1 + it, normalize_obs=moments, stats_decay=cfg.ppo.stats_decay,
-                        max_grad_norm=cfg.ppo.max_grad_norm, device=learner.device)
+            # DDP: every rank holds every label; the normalizer's moments are its own (the same on
+            # every rank), the fit's gradients summed over the ranks (clone's ranks)
+            with local_statistics(learner):
+                fit = clone(learner.model, merged(labs), steps=cfg.dcl.fit_steps, smoothing=0.0,
+                            seed=cfg.train.seed + 1 + it, normalize_obs=moments, stats_decay=cfg.ppo.stats_decay,
+                            max_grad_norm=cfg.ppo.max_grad_norm, device=learner.device, ranks=rank_and_world())
         if cfg.dcl.check_episodes == 0:
             return fit, None, None
         candidate = learner.weights()
@@ -159,6 +159,13 @@ class DclStep:
         with self.core.timer.stage("check"):
             check = merge_checks(self.labellers.check(job), self.shard_ids(shard))
         return fit, candidate, check
+
+
+def local_statistics(learner: Learner) -> AbstractContextManager[None]:
+    """The DDP learner's own observation moments (not all-reduced); nothing elsewhere."""
+    from skurl.learn.ddp import DDPLearner
+
+    return learner.local_statistics() if isinstance(learner, DDPLearner) else nullcontext()
 
 
 def merged(labs: list[Labelled]) -> Demonstrations:

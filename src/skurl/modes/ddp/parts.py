@@ -41,6 +41,8 @@ from skurl.train.mode import (
 
 if TYPE_CHECKING:
     from skurl.learn.learner import Learner
+    from skurl.modes.ddp.labellers import RankLabellers
+    from skurl.modes.decoupled.grpc_collectors import GrpcCollectors
     from skurl.sync.api import WeightBackend
     from skurl.train.core import RunCore
 
@@ -78,7 +80,8 @@ class RankMode:
                              wait_s=self.wait_s, poll_s=self.poll_s)
         warm = partial(around_warm_start, learner, self.lead, self.device)
         if not self.lead:
-            return Wiring(RankFeed(None, reader, self.device), in_process_weights(learner), around_warm_start=warm)
+            return Wiring(RankFeed(None, reader, self.device), in_process_weights(learner), around_warm_start=warm,
+                          labellers=self._labellers(None))
         observers: list[Observer] = [StoreCleanup(self.store, learner)]
         if self.cfg.deploy.collector_addresses:
             from skurl.modes.decoupled.driven import driven_collectors
@@ -87,11 +90,29 @@ class RankMode:
             assert self.backend is not None  # sync.backend=inproc with collectors to drive is refused
             grpc = driven_collectors(core, learner, self.cfg.deploy.collector_addresses, self.backend, recording,
                                      assembly=reader.assembly)
+            labellers = self._labellers(grpc)
             return Wiring(RankFeed(DrivenShards(grpc, recording), reader, self.device), grpc.weights,
-                          close=grpc.close, observers=observers, around_warm_start=warm)
+                          close=grpc.close, observers=observers, around_warm_start=warm, labellers=labellers)
         shards = StoredShards(reader, self.cfg.deploy.collectors)
         return Wiring(RankFeed(shards, reader, self.device), self._publisher(core, learner), observers=observers,
-                      around_warm_start=warm)
+                      around_warm_start=warm, labellers=self._labellers(None, core))
+
+    def _labellers(self, grpc: GrpcCollectors | None, core: RunCore | None = None) -> RankLabellers | None:
+        """train.algo=dcl's: rank 0 labels on the collectors it drives (else in its own process,
+        on `core`'s envs) and broadcasts the parts; the other ranks receive them."""
+        if self.cfg.train.algo != "dcl":
+            return None
+        from skurl.learn.labelling import Labellers, LocalLabellers
+        from skurl.modes.ddp.labellers import RankLabellers
+
+        lead: Labellers | None = None
+        if self.lead and grpc is not None:
+            from skurl.modes.decoupled.labellers import GrpcLabellers
+
+            lead = GrpcLabellers(grpc)
+        elif self.lead and core is not None:
+            lead = LocalLabellers(core.local_env, core.grid)
+        return RankLabellers(lead, self.device)
 
     def _publisher(self, core: RunCore, learner: Learner) -> WeightBackend:
         """Weights for others' collectors, which take them from the backend (None: in process)."""
