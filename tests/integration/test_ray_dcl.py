@@ -22,6 +22,7 @@ from skurl.modes import colocated  # noqa: E402
 from skurl.modes.ray import wiring as ray_mode  # noqa: E402
 from skurl.modes.ray.cluster import start_ray  # noqa: E402
 from skurl.telemetry.logger import read_metrics  # noqa: E402
+from skurl.telemetry.metrics import get_metrics  # noqa: E402
 from skurl.train import run as training  # noqa: E402
 
 SETTINGS = [*DCL, "train.iterations=2", "ray.num_workers=2", "ray.collectors=2", "ray.cpus_per_worker=0.25",
@@ -60,6 +61,12 @@ def test_ray_collectors_label_what_colocated_labels(reference, tmp_path: Path, r
         assert r["dcl_check_collector_seconds_max"] > 0
         if rollouts == "store":  # every part through the store, one per collector and labelling
             assert r["dcl_label_shards_stored"] == 2 * (1 + r["dcl_corrections"])
+    registry = get_metrics().registry  # and on Prometheus
+    assert (registry.get_sample_value("dcl_collector_label_seconds_count") or 0) >= 4 * len(records)
+    assert 0 <= (registry.get_sample_value("dcl_collector_idle_share") or -1) <= 1
+    assert (registry.get_sample_value("dcl_rollout_sku_days_per_second") or 0) > 0
+    if rollouts == "store":
+        assert (registry.get_sample_value("dcl_label_shards_total", {"outcome": "stored"}) or 0) >= 2 * len(records)
 
 
 def test_a_collector_killed_mid_labelling_is_replaced_and_relabels(reference, tmp_path: Path,

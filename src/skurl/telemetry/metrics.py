@@ -78,6 +78,12 @@ ROLE_FAMILIES: dict[str, tuple[str, ...]] = {
 _STALENESS = ("policy_lag_versions", "sample_freshness", "stale_shards_refused_total", "learner_idle_seconds_total",
               "collector_idle_seconds_total", "collector_breaker_trips_total")
 ROLE_FAMILIES["colocated"] += _STALENESS
+# DCL's labelling (train.algo=dcl, learn/labelling.py): recorded by the learner, whose labellers
+# are the mode's collectors (the colocated learner labels itself: no idle collectors to show).
+_DCL = ("dcl_collector_label_seconds", "dcl_rollout_sku_days_per_second", "dcl_collector_idle_share",
+        "dcl_label_shards_total")
+ROLE_FAMILIES["learner"] += _DCL
+ROLE_FAMILIES["colocated"] += _DCL
 ROLE_FAMILIES["learner"] += _STALENESS
 ROLE_FAMILIES["collector"] += ("collector_idle_seconds_total", "collector_breaker_trips_total")
 # The shard queue (store/shard_queue.py) is read by the learner.
@@ -205,6 +211,19 @@ class SkurlMetrics:
             "shard_queue_resets_total",
             "Times the shard queue's stream was gone after a Redis restart without persistence "
             "(the learner re-reads the store's manifests of the iterations it waits for)", registry=r)
+        # DCL's labelling where the shards are (learn/labelling.py)
+        self.dcl_collector_label_seconds = Histogram(
+            "dcl_collector_label_seconds", "Seconds one collector spent on its part of a DCL labelling or check",
+            registry=r, buckets=_SLOW_BUCKETS)
+        self.dcl_rollout_sku_days_per_second = Gauge(
+            "dcl_rollout_sku_days_per_second", "Rollout SKU-days simulated per second of the last DCL labelling",
+            registry=r)
+        self.dcl_collector_idle_share = Gauge(
+            "dcl_collector_idle_share", "Share of the last DCL labelling's wall time the average collector idled",
+            registry=r)
+        self.dcl_label_shards_total = Counter(
+            "dcl_label_shards_total", "DCL label shards read from the rollout store, by outcome (stored: "
+            "verified and used; refused: failed its checksum, labelled again)", ["outcome"], registry=r)
         # business results of a policy, per run (evaluation or the last collection)
         self.business_fill_rate = Gauge(
             "business_fill_rate", "Units sold / units demanded", BUSINESS_LABELS, registry=r)

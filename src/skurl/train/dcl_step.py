@@ -124,6 +124,7 @@ class DclStep:
         timer = self.core.timer
         labelling = timer.totals(exclusive=True).get("collect", 0.0)
         last = checks[-1]
+        get_metrics().dcl_rollout_sku_days_per_second.set(sku_days / max(labelling, 1e-9))
         return {
             "transitions": states, "trained_transitions": states, "dcl_horizon": self.spec.horizon,
             "dcl_label_changed": labs[0].changed, "dcl_q_gap": labs[0].q_gap,

@@ -25,6 +25,7 @@ from skurl.learn.labelling import CheckJob, LabelJob
 from skurl.rpc.errors import ServerUnavailableError
 from skurl.rpc.gen import skurl_pb2 as pb
 from skurl.store import CorruptShardError, ShardManifest
+from skurl.telemetry.metrics import get_metrics
 
 if TYPE_CHECKING:
     from skurl.modes.decoupled.grpc_collectors import GrpcCollectors
@@ -68,9 +69,14 @@ class GrpcLabellers:
         replies = {cid: f.result() for cid, f in futures.items()}
         kind = "label" if isinstance(job, LabelJob) else "check"
         seconds, wall = [r.seconds for r in replies.values()], time.perf_counter() - start
+        for s in seconds:
+            get_metrics().dcl_collector_label_seconds.observe(s)
         self._add(f"dcl_{kind}_collector_seconds_max", max(seconds))
         self._add(f"dcl_{kind}_wall_seconds", wall)
-        self._figures[f"dcl_{kind}_collector_idle_share"] = max(1.0 - (sum(seconds) / len(seconds)) / wall, 0.0)
+        idle = max(1.0 - (sum(seconds) / len(seconds)) / wall, 0.0)  # of the average collector
+        self._figures[f"dcl_{kind}_collector_idle_share"] = idle
+        if kind == "label":
+            get_metrics().dcl_collector_idle_share.set(idle)
         return replies
 
     def _ask(self, cid: str, blob: bytes, iteration: int) -> pb.LabelReply:
@@ -99,6 +105,7 @@ class GrpcLabellers:
             return self._read(reply)
         except CorruptShardError as exc:  # asked again once; a second bad part fails the iteration
             self._add("dcl_label_shards_refused", 1.0)
+            get_metrics().dcl_label_shards_total.labels("refused").inc()
             log.warning("dcl iteration %d: %s; asking collector %s again", job.iteration, exc, cid)
             return self._read(self._ask(cid, encode_job(job), job.iteration))
 
@@ -108,6 +115,7 @@ class GrpcLabellers:
         if manifest.sku_count != int(arrays["sku_ids"].size):
             raise CorruptShardError(manifest.name, "its SKU count differs from its manifest's")
         self._add("dcl_label_shards_stored", 1.0)
+        get_metrics().dcl_label_shards_total.labels("stored").inc()
         return LabelPart.from_arrays(arrays)
 
     def _add(self, name: str, value: float) -> None:

@@ -21,6 +21,7 @@ from skurl.learn.dcl_parts import LabelPart
 from skurl.learn.label_wire import encode_job
 from skurl.learn.labelling import CheckJob, LabelJob, PartReply
 from skurl.modes.ray.collectors import CollectorsLost, Share
+from skurl.telemetry.metrics import get_metrics
 
 if TYPE_CHECKING:
     from skurl.modes.ray.cluster import RayCluster
@@ -105,6 +106,7 @@ class RayLabellers:
             return self._read(reply)
         except CorruptShardError as exc:  # asked again once; a second bad part fails the iteration
             self._add("dcl_label_shards_refused", 1.0)
+            get_metrics().dcl_label_shards_total.labels("refused").inc()
             log.warning("dcl iteration %d: %s; asking ray collector %d again", job.iteration, exc, share.index)
             got, lost = self._gather(self.cluster.placement(job.shard).key, encode_job(job), [share])
             if lost:
@@ -116,16 +118,21 @@ class RayLabellers:
 
         arrays = self.cluster.store().get_shard(ShardManifest.from_json(reply["manifest"], "ray collector label"))
         self._add("dcl_label_shards_stored", 1.0)
+        get_metrics().dcl_label_shards_total.labels("stored").inc()
         return LabelPart.from_arrays(arrays)
 
     def _timing(self, job: LabelJob | CheckJob, seconds: list[float], wall: float) -> None:
         """Per-collector busy seconds against the fan-out's wall time: the idle share is the
         part of the wall time the average collector waited (for the slowest one, the wire)."""
         kind = "label" if isinstance(job, LabelJob) else "check"
+        for s in seconds:
+            get_metrics().dcl_collector_label_seconds.observe(s)
         self._add(f"dcl_{kind}_collector_seconds_max", max(seconds))
         self._add(f"dcl_{kind}_wall_seconds", wall)
         idle = 1.0 - (sum(seconds) / len(seconds)) / max(wall, 1e-9)
         self._figures[f"dcl_{kind}_collector_idle_share"] = max(idle, 0.0)
+        if kind == "label":
+            get_metrics().dcl_collector_idle_share.set(max(idle, 0.0))
 
     def _add(self, name: str, value: float) -> None:
         self._figures[name] = self._figures.get(name, 0.0) + value
