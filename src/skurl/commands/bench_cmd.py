@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 # Modules adding `skurl bench` subcommands (skipped while they do not exist).
 BENCH_MODULES = ("skurl.commands.bench_train", "skurl.commands.bench_shards", "skurl.commands.bench_modes",
                  "skurl.commands.bench_sync", "skurl.commands.bench_rollouts",
-                 "skurl.commands.bench_recommend", "skurl.commands.bench_stages")
+                 "skurl.commands.bench_recommend", "skurl.commands.bench_stages",
+                 "skurl.commands.bench_labelling")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
