@@ -14,6 +14,7 @@ from test_decoupled import final_weights
 
 from skurl.config import load_config
 from skurl.errors import ConfigError
+from skurl.learn.checkpoint import latest_checkpoint
 from skurl.modes import colocated
 from skurl.modes.decoupled import wiring as decoupled
 from skurl.store import ShardManifest
@@ -51,6 +52,39 @@ def test_dcl_run_resumes_bit_exactly_and_records_its_labelling(tmp_path: Path) -
     evaluated = json.loads((tmp_path / "straight" / "eval.json").read_text())
     assert evaluated["policies"][evaluated["trained"]]["avg_cost_per_sku_day"] > 0
     assert "| dcl_fit_accuracy |" in (tmp_path / "straight" / "report.md").read_text()  # its diagnostics
+
+
+class Crash(Exception):
+    """The learner dying mid-labelling."""
+
+
+def test_a_run_killed_mid_labelling_resumes_to_the_undisturbed_weights(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The learner dies in iteration 1's labelling, after its first planned day was labelled;
+    the resumed run redoes the iteration's labelling from (seed, iteration)."""
+    from skurl.learn import dcl_parts
+
+    cfg = load_config(None, [*DCL, "train.iterations=2"])
+    training.start(colocated.mode, cfg, tmp_path / "straight", baseline=False)
+    label_rows, calls = dcl_parts.label_rows, []
+
+    def die_in_iteration_1(env, rows, *args, **kwargs):
+        calls.append(1)
+        out = label_rows(env, rows, *args, **kwargs)
+        if len(calls) == 4:  # iteration 0 labels 3 days (dcl.spread) and passes its check
+            raise Crash("killed mid-labelling")
+        return out
+
+    monkeypatch.setattr(dcl_parts, "label_rows", die_in_iteration_1)
+    with pytest.raises(Crash):
+        training.start(colocated.mode, cfg, tmp_path / "killed", baseline=False)
+    kept = latest_checkpoint(tmp_path / "killed")
+    assert kept is not None and kept.name == "iter_000001"  # iteration 0 done, 1 died labelling
+    monkeypatch.setattr(dcl_parts, "label_rows", label_rows)
+    training.resume(colocated.mode, tmp_path / "killed", baseline=False)
+    want, got = final_weights(tmp_path / "straight"), final_weights(tmp_path / "killed")
+    for k in want:
+        assert torch.equal(want[k], got[k]), k
 
 
 @pytest.mark.slow
