@@ -101,6 +101,9 @@ class DayMetrics:
     order_cost: np.ndarray
     waste_cost: np.ndarray
     revenue: np.ndarray
+    ship_cost: np.ndarray  # supply networks: per unit shipped to the row by its upstream
+    transfer_cost: np.ndarray  # supply networks: per unit the row sent to a sibling store
+    transferred: np.ndarray  # supply networks: units the row sent to sibling stores (docs/networks.md)
     # Not a field: the fields as the columns of one row-major [N, M] block, when a backend
     # keeps them so (VectorEnv). Summing a strided column reads every cache line of the
     # block, so M column sums cost ~M block reads; one pass over the rows costs one.

@@ -49,6 +49,7 @@ from skurl.sim.state import (
     make_state,
 )
 from skurl.sim.state_snapshot import N_COUNTS, snapshot_state
+from skurl.sim.transfers import check_transfer_lead, transfer_rule
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,6 +111,9 @@ class VectorEnv:
         self.layout: Layout = layout_for(catalog, self.cfg.review_days, min_widths)
         self._params = make_params(catalog, self.cfg.substitution)
         self._net = network_for(catalog, self.cfg)
+        if self._net is not None:
+            check_transfer_lead(self.cfg, self.layout.pipeline)
+        self._transfers = transfer_rule(self.cfg)
         self._state = make_state(catalog, self.layout)
         self._out = make_outputs(len(catalog), self.layout)
         self._kout = self._out  # what the kernels write: without the network columns
@@ -224,7 +228,7 @@ class VectorEnv:
                         np.int64(self._net_base), self._net, arr,
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
                         cfg.issuing == "lifo", cfg.reward == "cost", np.int64(RULES[cfg.upstream_allocation]),
-                        cfg.upstream_shortage == "cancel", cfg.network_reward == "network")
+                        cfg.upstream_shortage == "cancel", cfg.network_reward == "network", self._transfers)
         self._day += 1
         return StepResult(self._obs(), self._out.reward, self.done, self._metrics, self._failed_view)
 

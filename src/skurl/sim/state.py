@@ -22,11 +22,13 @@ from skurl.sim.layout import Layout, static_features
 METRIC_FIELDS = (
     "demand", "sales", "lost", "substituted", "waste", "ordered", "arrived", "on_hand_end",
     "holding_cost", "penalty_cost", "purchase_cost", "order_cost", "waste_cost", "revenue",
+    "ship_cost", "transfer_cost", "transferred",
 )
 TOTAL_FIELDS = (*METRIC_FIELDS, "reward")
 (M_DEMAND, M_SALES, M_LOST, M_SUBSTITUTED, M_WASTE, M_ORDERED, M_ARRIVED, M_ON_HAND_END,
- M_HOLDING, M_PENALTY, M_PURCHASE, M_ORDER, M_WASTE_COST, M_REVENUE) = range(14)
-NM = 14
+ M_HOLDING, M_PENALTY, M_PURCHASE, M_ORDER, M_WASTE_COST, M_REVENUE, M_SHIP_COST, M_TRANSFER_COST,
+ M_TRANSFERRED) = range(17)
+NM = 17  # the last three are written by supply networks only (sim/network.py), else 0
 T0 = NM  # totals start here; T0 + NM is the reward total
 NACC = 2 * NM + 1
 
