@@ -48,7 +48,6 @@ __all__ = [
     "SyntheticConfig",
     "TrackingConfig",
     "TrainConfig",
-    "TransfersConfig",
     "config_to_dict",
     "load_config",
 ]

@@ -15,7 +15,9 @@ class TransfersConfig:
                                "shipments and before customer demand (docs/networks.md); false = none")
     lead_time: int = opt(1, "days a transfer travels (0 = on hand the same day, before demand); at most the "
                             "catalog's longest lead time + supplier delay")
-    cost: float = opt(0.0, "money per unit transferred, charged to the sending store")
+    cost: float = opt(0.0, "money per unit transferred, charged to the sending store (plus cost_share)")
+    cost_share: float = opt(0.0, "per unit transferred, this share of the sending store's unit_cost (on top "
+                                 "of cost: for catalogs whose items differ in value)")
     above: float = opt(7.0, "a store whose cover (on hand / demand_mean, in days) exceeds this sends stock")
     target: float = opt(3.0, "cover in days a sender keeps and a receiver is filled up to")
     below: float = opt(1.0, "a store whose cover is under this receives stock")

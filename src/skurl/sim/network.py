@@ -323,7 +323,7 @@ def _settle(p: Params, s: State, net: Network, out: Outputs, i: np.int64, day: n
     waste_cost = np.float64(par[i, P_WASTE_COST]) * waste
     ship = np.float64(net.ship_cost[i]) * row[N_SHIPPED] if u >= 0 else 0.0
     sent = max(row[N_SENT], np.int64(0)) if rule.on and u >= 0 and store else np.int64(0)
-    transfer = rule.cost * sent
+    transfer = (rule.cost + rule.cost_share * np.float64(par[i, P_UNIT_COST])) * sent
     sales = row[N_SALES]
     revenue = np.float64(par[i, P_PRICE]) * sales if store else 0.0
     cost = hold + penalty + purchase + fixed + waste_cost + ship + transfer

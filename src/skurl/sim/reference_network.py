@@ -177,7 +177,8 @@ def network_costs(sim, i: int, v: dict, waste: int) -> dict:
         "order_cost": p["order_cost"] if v["q"] > 0 else 0.0,
         "waste_cost": p["waste_cost"] * waste,
         "ship_cost": p["ship_cost"] * v["shipped"] if parent[i] >= 0 else 0.0,
-        "transfer_cost": sim.cfg.transfers.cost * max(v["sent"], 0),
+        "transfer_cost": ((sim.cfg.transfers.cost + sim.cfg.transfers.cost_share * p["unit_cost"])
+                          * max(v["sent"], 0)),
     }
 
 

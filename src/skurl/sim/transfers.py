@@ -30,6 +30,7 @@ class TransferRule(NamedTuple):
     on: bool
     lead: np.int64
     cost: np.float64
+    cost_share: np.float64
     above: np.float64
     target: np.float64
     below: np.float64
@@ -37,7 +38,8 @@ class TransferRule(NamedTuple):
 
 def transfer_rule(cfg: SimConfig) -> TransferRule:
     t = cfg.transfers
-    return TransferRule(bool(t.enabled), np.int64(t.lead_time), np.float64(t.cost), np.float64(t.above),
+    return TransferRule(bool(t.enabled), np.int64(t.lead_time), np.float64(t.cost), np.float64(t.cost_share),
+                        np.float64(t.above),
                         np.float64(t.target), np.float64(t.below))
 
 
@@ -45,7 +47,7 @@ def transfer_rule(cfg: SimConfig) -> TransferRule:
 def _cover(st: np.ndarray, par: np.ndarray, c: np.int64) -> np.float64:
     """Days of demand on hand (inf at a zero demand mean)."""
     m = np.float64(par[c, P_DEMAND_MEAN])
-    return np.float64(st[c, S_ON_HAND]) / m if m > 0.0 else np.inf
+    return np.float64(st[c, S_ON_HAND]) / m if m > 0.0 else np.float64(np.inf)
 
 
 @sku_jit
