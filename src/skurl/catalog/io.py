@@ -6,9 +6,8 @@ Optional columns and their defaults when absent:
     category=0, group=-1, sub_frac=0, demand_dist=poisson, dispersion=1 (only used for
     negbin), trend=0, promo_uplift/promo_period/promo_length/promo_offset=0,
     delay_prob/delay_max=0, shelf_life=0, order_cost=0, unit_cost=0, waste_cost=0,
-    price=0, forecast_noise=0, season_0..season_6=1 (all seven or none), upstream=-1 and
-    item=-1 (supply networks, docs/networks.md; written only when some row has one),
-    ship_cost=0 (written only when some row is not 0).
+    price=0, forecast_noise=0, season_0..season_6=1 (all seven or none); upstream=-1, item=-1,
+    ship_cost=0 (supply networks, docs/networks.md; written only when some row has one).
 
 More: docs/internals.md (catalog/io.py)."""
 
