@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from skurl.catalog.network import echelons
@@ -34,6 +34,9 @@ def _same(name: str, got: np.ndarray, want: np.ndarray, day: int) -> None:
        init_days=st.sampled_from([-1.0, 0.0, 2.0]), shared=st.booleans(), ship=st.booleans(),
        transfers=st.sampled_from([None, (0, 0.0, 1.0, 1.5, 3.0), (1, 0.5, 0.5, 2.0, 2.0), (3, 2.0, 2.0, 2.0, 6.0),
                                   (2, 0.1, 0.0, 0.5, 1.0)]))
+@example(n=10, catalog_seed=10, run_seed=0, days=3, backorders=False, lifo=False, cost=False, rule="proportional",
+         cancel=False, init_days=-1.0, shared=False, ship=False, transfers=(3, 2.0, 2.0, 2.0, 6.0)).via(
+    "a transfer due beyond the store's own lead time shows in its pipeline features")
 def test_network_vector_env_matches_reference(n, catalog_seed, run_seed, days, backorders, lifo, cost, rule,
                                               cancel, init_days, shared, ship, transfers):
     catalog = random_network_catalog(n, catalog_seed)

@@ -5,6 +5,7 @@ Networks run in parallel (prange), each by one thread, in this order:
   1. arrivals (on hand since the previous day's `advance`);
   2. orders: to the outside supplier at a root, else a request to the upstream;
   3. shipments from the top down, split by sim.upstream_allocation when an upstream is short;
+     3b. after each upstream's shipments, transfers among its stores (sim.transfers, sim/transfers.py);
   4. customer demand at the stores (rows nobody orders from);
   5. costs on the end-of-day state, tomorrow (advance, features), the shared reward.
 Rows of one network use their own rows' state only, so results do not depend on threads.
@@ -70,6 +71,7 @@ from skurl.sim.state import (
     M_WASTE,
     M_WASTE_COST,
     NM,
+    P_DELAY_MAX,
     P_DEMAND_MEAN,
     P_DISPERSION,
     P_DIST,
@@ -438,7 +440,9 @@ def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: n
             continue
         _settle(p, s, net, out, i, day, backorders, cost_mode, cancel, xfer)
         if advance(par, st, s.stock, s.forecast, i, day):
-            write_features(par, st, s.stock, s.forecast, out.features, npipe, i, day + 1, False)
+            # transfers may fill pipeline columns beyond the row's own lead + delay: all columns then
+            full = xfer.on and xfer.lead > ipar(par, i, P_LEAD) + ipar(par, i, P_DELAY_MAX)
+            write_features(par, st, s.stock, s.forecast, out.features, npipe, i, day + 1, full)
         else:
             _isolate(s, out, i, FAIL_FORECAST, False)
             feats[i, :] = 0.0
