@@ -42,8 +42,6 @@ from skurl.sim.state import (
     S_KEY,
     S_ON_HAND,
     S_PIPE,
-    T0,
-    TOTAL_FIELDS,
     make_outputs,
     make_params,
     make_state,
@@ -115,7 +113,7 @@ class VectorEnv:
             check_transfer_lead(self.cfg, self.layout.pipeline)
         self._transfers = transfer_rule(self.cfg)
         self._state = make_state(catalog, self.layout)
-        self._out = make_outputs(len(catalog), self.layout)
+        self._out = make_outputs(len(catalog), self.layout, self._net is not None)
         self._kout = self._out  # what the kernels write: without the network columns
         if self._net is not None:
             self._owed_view = _read_only(self._net.owed)
@@ -127,9 +125,11 @@ class VectorEnv:
         self._raw_views = (_read_only(st[:, S_ON_HAND]), _read_only(st[:, S_PIPE:S_PIPE + npipe]),
                            _read_only(st[:, S_BACKLOG]), _read_only(self._state.forecast))
         acc = self._out.acc
-        self._metrics = DayMetrics(**{name: _read_only(acc[:, k])
+        self._nm = (acc.shape[1] - 1) // 2  # metrics the kernels write; the rest read as zeros
+        zeros = _read_only(np.zeros(len(catalog)))
+        self._metrics = DayMetrics(**{name: _read_only(acc[:, k]) if k < self._nm else zeros
                                       for k, name in enumerate(METRIC_FIELDS)})
-        self._metrics.block = _read_only(acc[:, :len(METRIC_FIELDS)])
+        self._metrics.block = _read_only(acc[:, :self._nm])
         self._failed_view = _read_only(self._state.failed)
         self._features_view = _read_only(self._out.features)
         self._day = -1
@@ -285,12 +285,15 @@ class VectorEnv:
     def totals(self) -> dict[str, np.ndarray]:
         """Per-SKU float64 sums of every DayMetrics field (and reward) since reset or
         reset_totals() (copies)."""
-        acc = self._out.acc
-        return {name: acc[:, T0 + k].copy() for k, name in enumerate(TOTAL_FIELDS)}
+        acc, nm = self._out.acc, self._nm
+        out = {name: acc[:, nm + k].copy() if k < nm else np.zeros(acc.shape[0])
+               for k, name in enumerate(METRIC_FIELDS)}
+        out["reward"] = acc[:, 2 * nm].copy()
+        return out
 
     def reset_totals(self) -> None:
         """Start the sums again (e.g. after an evaluation warm-up)."""
-        self._out.acc[:, T0:] = 0.0
+        self._out.acc[:, self._nm:] = 0.0
 
     def failed_ids(self) -> np.ndarray:
         return self.catalog.sku_id[self._state.failed].copy()
