@@ -101,14 +101,21 @@ class DayMetrics:
     order_cost: np.ndarray
     waste_cost: np.ndarray
     revenue: np.ndarray
-    ship_cost: np.ndarray  # supply networks: per unit shipped to the row by its upstream
-    transfer_cost: np.ndarray  # supply networks: per unit the row sent to a sibling store
-    transferred: np.ndarray  # supply networks: units the row sent to sibling stores (docs/networks.md)
+    # Supply networks only (docs/networks.md); None at init = zeros, so backends and fakes
+    # written before these fields build DayMetrics as they did.
+    ship_cost: np.ndarray = None  # type: ignore[assignment]  # per unit shipped to the row by its upstream
+    transfer_cost: np.ndarray = None  # type: ignore[assignment]  # per unit the row sent to a sibling store
+    transferred: np.ndarray = None  # type: ignore[assignment]  # units the row sent to sibling stores
     # Not a field: the first fields as the columns of one row-major [N, K] block, when a
     # backend keeps them so (VectorEnv; K < M where the later fields are all zeros: a
     # network-free env leaves out the supply-network ones). Summing a strided column reads
     # every cache line of the block, so M column sums cost ~M block reads; one pass costs one.
     block = None  # type: np.ndarray | None
+
+    def __post_init__(self) -> None:
+        for name in ("ship_cost", "transfer_cost", "transferred"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(np.shape(self.demand)))
 
     def sums(self) -> np.ndarray:
         """float64 [M]: each field summed over SKUs, in field order."""
