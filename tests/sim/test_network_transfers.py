@@ -115,3 +115,17 @@ def test_transfer_lead_beyond_the_pipeline_is_a_config_error():
               SimConfig(transfers=TransfersConfig(enabled=True, lead_time=60)))  # no network: not used
     with pytest.raises(ConfigError, match=r"'sim\.transfers\.above'"):
         load_config(None, ["sim.transfers.target=5", "sim.transfers.above=4"])
+
+
+@pytest.mark.parametrize(("keys", "words"), [
+    (["sim.transfers.enabled=true", "sim.transfers.lead_time=60"], "config key 'sim.transfers.lead_time': got 60"),
+    (["sim.transfers.below=2", "sim.transfers.target=1"], "config key 'sim.transfers.target': got 1"),
+    (["sim.transfers.cost=-1"], "config key 'sim.transfers.cost': got -1"),
+])
+def test_transfer_mistakes_exit_2_with_one_line(capsys, keys, words):
+    from skurl.cli import main
+
+    sets = [a for k in ["catalog.synthetic.network=dc", *keys] for a in ("--set", k)]
+    assert main(["bench", "sim", "--skus", "30", "--steps", "1", *sets]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and words in err, err
