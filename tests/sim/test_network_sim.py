@@ -93,8 +93,8 @@ def test_allocation_rules(rule, requests, avail, expected):
 @pytest.mark.parametrize("rule", ["proportional", "fair", "priority"])
 def test_kernel_allocation_matches_the_rule(rule):
     """The kernel's split of a short upstream is the rule's (random requests and stock)."""
-    from skurl.sim.network import N_REQUEST, N_SHIPPED
-    from skurl.sim.network import allocate as kernel_allocate
+    from skurl.sim.allocation import allocate as kernel_allocate
+    from skurl.sim.network_cols import N_REQUEST, N_SHIPPED
 
     rng = np.random.default_rng(5)
     for _ in range(200):

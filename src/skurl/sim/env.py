@@ -20,6 +20,7 @@ import numpy as np
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.errors import CatalogError
+from skurl.sim.allocation import RULES
 from skurl.sim.api import (
     ActionError,
     DayMetrics,
@@ -32,7 +33,7 @@ from skurl.sim.api import (
 from skurl.sim.clone import Expansion, clone_keys, copy_rows, group_expansion
 from skurl.sim.kernel import first_bad_order, reset_kernel, step_kernel
 from skurl.sim.layout import NETWORK_FIELDS, Layout, layout_for
-from skurl.sim.network import RULES, network_features_kernel, network_for, network_step_kernel
+from skurl.sim.network import network_features_kernel, network_for, network_step_kernel
 from skurl.sim.rng import MAX_DAY, run_key
 from skurl.sim.state import (
     FAIL_REASONS,
