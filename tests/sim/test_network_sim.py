@@ -3,13 +3,15 @@ reference on random network catalogs, stock conservation per network, allocation
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from skurl.catalog.network import echelons
-from skurl.config import SimConfig
+from skurl.config import SimConfig, TransfersConfig
 from skurl.sim import VectorEnv
 from skurl.sim.reference import ReferenceSim
 from skurl.sim.reference_network import allocate
@@ -29,14 +31,26 @@ def _same(name: str, got: np.ndarray, want: np.ndarray, day: int) -> None:
 @given(n=st.integers(1, 12), catalog_seed=st.integers(0, 10_000), run_seed=st.integers(0, 2**40),
        days=st.integers(1, 14), backorders=st.booleans(), lifo=st.booleans(), cost=st.booleans(),
        rule=st.sampled_from(["proportional", "fair", "priority"]), cancel=st.booleans(),
-       init_days=st.sampled_from([-1.0, 0.0, 2.0]), shared=st.booleans())
+       init_days=st.sampled_from([-1.0, 0.0, 2.0]), shared=st.booleans(), ship=st.booleans(),
+       transfers=st.sampled_from([None, (0, 0.0, 1.0, 1.5, 3.0), (1, 0.5, 0.5, 2.0, 2.0), (3, 2.0, 2.0, 2.0, 6.0),
+                                  (2, 0.1, 0.0, 0.5, 1.0)]))
+@example(n=10, catalog_seed=10, run_seed=0, days=3, backorders=False, lifo=False, cost=False, rule="proportional",
+         cancel=False, init_days=-1.0, shared=False, ship=False, transfers=(3, 2.0, 2.0, 2.0, 6.0)).via(
+    "a transfer due beyond the store's own lead time shows in its pipeline features")
 def test_network_vector_env_matches_reference(n, catalog_seed, run_seed, days, backorders, lifo, cost, rule,
-                                              cancel, init_days, shared):
+                                              cancel, init_days, shared, ship, transfers):
     catalog = random_network_catalog(n, catalog_seed)
+    if ship:  # shipping costs per unit on every row (charged on internal links only)
+        catalog = dataclasses.replace(catalog, ship_cost=np.random.default_rng(catalog_seed).uniform(0, 3, n))
+    xfer = TransfersConfig()
+    if transfers is not None:  # (lead time, cost, below, target, above); cost_share from the seed
+        lead, unit, below, target, above = transfers
+        xfer = TransfersConfig(enabled=True, lead_time=min(lead, catalog.max_lead_time), cost=unit,
+                               cost_share=0.05 * (run_seed % 3), below=below, target=target, above=above)
     cfg = SimConfig(days=days, backorders=backorders, issuing="lifo" if lifo else "fifo",
                     reward="cost" if cost else "profit", initial_stock_days=init_days, threads=1,
                     upstream_allocation=rule, upstream_shortage="cancel" if cancel else "backorder",
-                    network_reward="network" if shared else "location")
+                    network_reward="network" if shared else "location", transfers=xfer)
     env, ref = VectorEnv(catalog, cfg), ReferenceSim(catalog, cfg)
     obs, want = env.reset(run_seed, 1), ref.reset(run_seed, 1)
     rng = np.random.default_rng(catalog_seed)
@@ -53,7 +67,8 @@ def test_network_vector_env_matches_reference(n, catalog_seed, run_seed, days, b
         for name in METRIC_FIELDS:
             _same(name, getattr(res.metrics, name), metrics[name], day)
         assert not res.failed.any()
-        # stock conserved per network: + outside orders - store sales - waste
+        # stock conserved per network (transfers move units within it): + outside orders
+        # - store sales - waste
         m = res.metrics
         store = ~np.isin(np.arange(n), parent)
         flow = np.where(parent < 0, m.ordered, 0) - np.where(store, m.sales, 0) - m.waste
@@ -78,8 +93,8 @@ def test_allocation_rules(rule, requests, avail, expected):
 @pytest.mark.parametrize("rule", ["proportional", "fair", "priority"])
 def test_kernel_allocation_matches_the_rule(rule):
     """The kernel's split of a short upstream is the rule's (random requests and stock)."""
-    from skurl.sim.network import N_REQUEST, N_SHIPPED
-    from skurl.sim.network import allocate as kernel_allocate
+    from skurl.sim.allocation import allocate as kernel_allocate
+    from skurl.sim.network_cols import N_REQUEST, N_SHIPPED
 
     rng = np.random.default_rng(5)
     for _ in range(200):

@@ -77,7 +77,8 @@ def test_file_round_trip_and_bad_file_exits_2(tmp_path: Path, capsys):
 
 def test_network_free_catalogs_unchanged():
     cat = load_catalog(load_config(None, ["catalog.skus=300"]).catalog)
-    assert not cat.has_network and "upstream" not in cat.columns()
+    assert not cat.has_network and "upstream" not in cat.columns() and "ship_cost" not in cat.columns()
+    assert not cat.ship_cost.any()
     import hashlib
     h = hashlib.sha256()  # the digest as it was before the network columns existed
     for f in dataclasses.fields(cat):
@@ -101,6 +102,25 @@ def test_dc_network_generator(skus):
                                rtol=1e-5)
     np.testing.assert_array_equal(cat.demand_mean[~dc], flat.demand_mean[~dc])  # store demand as today
     assert (cat.price[dc] == 0).all() and (cat.lead_time[~dc] <= 3).all()
+    from skurl.catalog.dc_network import SHIP_COST_SHARE
+    assert (cat.ship_cost[dc] == 0).all()  # the supplier's link: its purchase cost covers it
+    np.testing.assert_array_equal(cat.ship_cost[~dc], np.float32(SHIP_COST_SHARE * cat.unit_cost[~dc]))
+
+
+def test_ship_cost_column_in_files_only_when_set(tmp_path: Path, capsys):
+    cat = _chain([1, 2, -1, -1, 3]).validate()
+    back = read_catalog(write_catalog(cat, tmp_path / "a.csv"))
+    assert "ship_cost" not in (tmp_path / "a.csv").read_text().splitlines()[0] and not back.ship_cost.any()
+    costly = dataclasses.replace(cat, ship_cost=np.array([0.5, 0.25, 0, 0, 1.5]))
+    back = read_catalog(write_catalog(costly, tmp_path / "b.parquet"))
+    assert back.ship_cost.tolist() == [0.5, 0.25, 0, 0, 1.5]
+    assert catalog_digest(back) == catalog_digest(costly) != catalog_digest(cat)
+    text = (tmp_path / "a.csv").read_text().splitlines()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join([text[0] + ",ship_cost"] + [row + ",-1" for row in text[1:]]) + "\n")
+    assert main(["catalog", "validate", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "field 'ship_cost' = -1.0" in err, err
 
 
 def test_dc_network_too_small_is_a_config_error(capsys, tmp_path: Path):

@@ -6,7 +6,8 @@ row becomes the DC: it keeps its supplier lead time and delays, meets no custome
 penalty 0), holds at half its stores' mean rate (warehouse space), has no promotions and a
 flat week, and carries its stores' summed demand mean (features and initial stock scale by
 it). The others are its stores: demand as generated, the DC's category, shelf life and
-money, lead time 1-3 days from the DC, no supplier delays, no substitution (docs/networks.md).
+money, lead time 1-3 days from the DC, no supplier delays, no substitution, and a shipping
+cost per unit from the DC of SHIP_COST_SHARE of the item's unit cost (docs/networks.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from skurl.errors import ConfigError
 STORES = (2, 10)  # stores per item, inclusive
 STORE_LEAD = (1, 3)  # days from DC to store, inclusive
 DC_HOLDING_SHARE = 0.5
+SHIP_COST_SHARE = 0.02  # DC-to-store freight per unit, a share of the unit cost (typical retail: 1-5%)
 SEED_SALT = 0x5EED_D0C  # the stream of block sizes, apart from the generator's own
 
 
@@ -69,6 +71,7 @@ def dc_network(catalog: Catalog, seed: int) -> Catalog:
                  "trend"):
         cols[name] = np.where(is_dc, 0, cols[name])
     cols["season"] = np.where(is_dc[:, None], 1.0, c.season)
+    cols["ship_cost"] = np.where(store, SHIP_COST_SHARE * cols["unit_cost"], 0.0)
     cols["upstream"] = np.where(store, c.sku_id[dc_row], -1)
     cols["item"] = item.astype(np.int64)
     return Catalog(**cols).validate()

@@ -6,8 +6,8 @@ Optional columns and their defaults when absent:
     category=0, group=-1, sub_frac=0, demand_dist=poisson, dispersion=1 (only used for
     negbin), trend=0, promo_uplift/promo_period/promo_length/promo_offset=0,
     delay_prob/delay_max=0, shelf_life=0, order_cost=0, unit_cost=0, waste_cost=0,
-    price=0, forecast_noise=0, season_0..season_6=1 (all seven or none), upstream=-1 and
-    item=-1 (supply networks, docs/networks.md; written only when some row has one).
+    price=0, forecast_noise=0, season_0..season_6=1 (all seven or none); upstream=-1, item=-1,
+    ship_cost=0 (supply networks, docs/networks.md; written only when some row has one).
 
 More: docs/internals.md (catalog/io.py)."""
 
@@ -28,6 +28,7 @@ from skurl.catalog.schema import (
     COLUMNS,
     DIST_CODES,
     DIST_NAMES,
+    LINK_COLUMNS,
     NETWORK_COLUMNS,
     SEASON_COLUMNS,
     WEEK,
@@ -42,9 +43,10 @@ DEFAULTS: dict[str, float] = {
     "dispersion": 1.0, "trend": 0.0, "promo_uplift": 0.0, "promo_period": 0, "promo_length": 0,
     "promo_offset": 0, "delay_prob": 0.0, "delay_max": 0, "shelf_life": 0, "order_cost": 0.0,
     "unit_cost": 0.0, "waste_cost": 0.0, "price": 0.0, "forecast_noise": 0.0, "upstream": -1, "item": -1,
+    "ship_cost": 0.0,
 }  # fmt: skip
 SEASON_DEFAULT = 1.0
-EXPECTED_NAMES = tuple(c.name for c in COLUMNS) + SEASON_COLUMNS + tuple(c.name for c in NETWORK_COLUMNS)
+EXPECTED_NAMES = tuple(c.name for c in COLUMNS) + SEASON_COLUMNS + tuple(c.name for c in NETWORK_COLUMNS + LINK_COLUMNS)
 DIST_TEXT = tuple(DIST_NAMES[code] for code in sorted(DIST_NAMES))  # index == code
 
 
@@ -91,7 +93,7 @@ def _read_table(path: Path, fmt: str, as_text: bool = False) -> pa.Table:
     try:
         if fmt == "parquet":
             return pq.read_table(path)
-        types = {c.name: pa.from_numpy_dtype(c.dtype) for c in COLUMNS + NETWORK_COLUMNS}
+        types = {c.name: pa.from_numpy_dtype(c.dtype) for c in COLUMNS + NETWORK_COLUMNS + LINK_COLUMNS}
         types.update({name: pa.float32() for name in SEASON_COLUMNS})
         types["demand_dist"] = pa.string()
         if as_text:
@@ -112,7 +114,7 @@ def _check_names(path: Path, names: list[str]) -> None:
         if name not in EXPECTED_NAMES:
             raise CatalogError(
                 f"catalog file '{path}': unknown column '{name}' (expected: "
-                f"{', '.join(c.name for c in COLUMNS)}, season_0..season_6, upstream, item)"
+                f"{', '.join(c.name for c in COLUMNS)}, season_0..season_6, upstream, item, ship_cost)"
             )
     for name in REQUIRED:
         if name not in names:
@@ -199,7 +201,7 @@ def _catalog_from_table(path: Path, table: pa.Table) -> Catalog:
         return f"SKU {int(sku_id[i])}"
 
     arrays: dict[str, np.ndarray] = {"sku_id": sku_id}
-    for col in COLUMNS[1:] + NETWORK_COLUMNS:
+    for col in COLUMNS[1:] + NETWORK_COLUMNS + LINK_COLUMNS:
         if col.name in table.column_names:
             arrays[col.name] = _to_numpy(path, table, col.name, np.dtype(col.dtype), where)
         else:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from skurl.columns import COLUMNS, NETWORK_COLUMNS
+from skurl.columns import COLUMNS, LINK_COLUMNS, NETWORK_COLUMNS
 from skurl.errors import CatalogError
 
 DIST_CODES = {"poisson": 0, "geometric": 1, "negbin": 2}
@@ -20,12 +20,14 @@ DIST_NAMES = {v: k for k, v in DIST_CODES.items()}
 WEEK = 7
 SEASON_COLUMNS = tuple(f"season_{d}" for d in range(WEEK))
 NETWORK_NAMES = tuple(c.name for c in NETWORK_COLUMNS)
+LINK_NAMES = tuple(c.name for c in LINK_COLUMNS)
 
 
 @dataclass
 class Catalog:
     """SKU parameters as arrays of length N (season: [N, 7], mean 1 per row); `upstream` and
-    `item` (NETWORK_COLUMNS) default to -1: no supply network (docs/networks.md)."""
+    `item` (NETWORK_COLUMNS) default to -1: no supply network; `ship_cost` (LINK_COLUMNS) to 0
+    (docs/networks.md)."""
 
     sku_id: np.ndarray
     category: np.ndarray
@@ -53,6 +55,7 @@ class Catalog:
     season: np.ndarray
     upstream: np.ndarray = None  # type: ignore[assignment]  # None at init only: __post_init__ sets -1s
     item: np.ndarray = None  # type: ignore[assignment]  # None at init only: __post_init__ sets -1s
+    ship_cost: np.ndarray = None  # type: ignore[assignment]  # None at init only: __post_init__ sets 0s
 
     def __post_init__(self) -> None:
         for col in COLUMNS:
@@ -61,6 +64,10 @@ class Catalog:
         for col in NETWORK_COLUMNS:
             value = getattr(self, col.name)
             arr = np.full(self.sku_id.shape[0], -1) if value is None else value
+            object.__setattr__(self, col.name, np.ascontiguousarray(arr, dtype=col.dtype))
+        for col in LINK_COLUMNS:
+            value = getattr(self, col.name)
+            arr = np.zeros(self.sku_id.shape[0]) if value is None else value
             object.__setattr__(self, col.name, np.ascontiguousarray(arr, dtype=col.dtype))
         self.season = np.ascontiguousarray(self.season, dtype=np.float32).reshape(-1, WEEK)
 
@@ -99,6 +106,7 @@ class Catalog:
             out[SEASON_COLUMNS[d]] = self.season[:, d]
         if self.has_network or (self.item >= 0).any():
             out.update({c.name: getattr(self, c.name) for c in NETWORK_COLUMNS})
+        out.update({c.name: getattr(self, c.name) for c in LINK_COLUMNS if (getattr(self, c.name) != 0).any()})
         return out
 
     def validate(self) -> Catalog:
@@ -110,7 +118,7 @@ class Catalog:
             arr = getattr(self, f.name)
             if arr.shape[0] != n:
                 raise CatalogError(f"catalog field '{f.name}': {arr.shape[0]} rows, expected {n}")
-        for col in COLUMNS + NETWORK_COLUMNS:
+        for col in COLUMNS + NETWORK_COLUMNS + LINK_COLUMNS:
             arr = getattr(self, col.name)
             bad = ~np.isfinite(arr) if arr.dtype.kind == "f" else np.zeros(n, bool)
             bad |= (arr < col.lo) | (arr > col.hi)
@@ -146,6 +154,8 @@ def catalog_digest(catalog: Catalog) -> str:
     for f in fields(catalog):
         if f.name in NETWORK_NAMES and not (getattr(catalog, f.name) >= 0).any():
             continue  # network-free catalogs keep the digests they had before these columns
+        if f.name in LINK_NAMES and not (getattr(catalog, f.name) != 0).any():
+            continue  # so do catalogs without shipping costs
         h.update(f.name.encode())
         h.update(np.ascontiguousarray(getattr(catalog, f.name)).tobytes())
     return h.hexdigest()

@@ -19,7 +19,8 @@ from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.policy.api import Policy
 from skurl.sim.episode import (
-    COST_FIELDS,
+    BASE_COST_FIELDS,
+    LINK_COST_FIELDS,
     TotalingEnv,
     make_env,
     run_episode,
@@ -131,7 +132,8 @@ def _aggregate(policy: Policy, sums: dict[str, np.ndarray], failed: np.ndarray, 
     draws = episode_cost[:, ok].ravel()
     se = float(draws.std(ddof=1) / np.sqrt(draws.size)) if draws.size > 1 else float("nan")
     demand = total["demand"]
-    breakdown = {k.removesuffix("_cost"): total[k] / sku_days for k in (*COST_FIELDS, "revenue")}
+    breakdown = {k.removesuffix("_cost"): total[k] / sku_days for k in (*BASE_COST_FIELDS, "revenue")}
+    breakdown.update({k.removesuffix("_cost"): total[k] / sku_days for k in LINK_COST_FIELDS if total[k] != 0})
     breakdown["expired_purchase"] = float((unit_cost * per_day["waste"])[ok].sum() / count)
     return EvalResult(
         policy=str(getattr(policy, "name", type(policy).__name__)),

@@ -3,7 +3,8 @@
 avg_cost_per_network_day: the cost summed over a network's locations, averaged over
 networks and counted days (cost_se: its standard error over network-episodes). Per echelon
 index (1 = stores): cost per location-day, fill rate (stores: customers served the same day;
-upstream: requests shipped the same day), mean on hand.
+upstream: requests shipped the same day), mean on hand, shipping and transfer cost and units
+transferred per location-day (ship_cost: at the receiving row; transfers: at the sender).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from skurl.catalog.network import echelons
 from skurl.catalog.schema import Catalog
+from skurl.sim.episode import COST_FIELDS
 
 
 def whole_networks(catalog: Catalog, rows: np.ndarray) -> np.ndarray:
@@ -33,13 +35,15 @@ def network_summary(catalog: Catalog, episode_cost: np.ndarray, per_day: dict[st
     for e in range(1, int(echelon.max()) + 1):
         rows = (echelon == e) & ok
         demand = float(per_day["demand"][rows].sum())
-        cost = sum(per_day[k][rows].sum() for k in ("holding_cost", "penalty_cost", "purchase_cost",
-                                                     "order_cost", "waste_cost"))
+        cost = sum(per_day[k][rows].sum() for k in COST_FIELDS)
+        locations = max(int(rows.sum()), 1)
         by_echelon[str(e)] = {
             "locations": int(rows.sum()),
-            "cost_per_location_day": float(cost / max(int(rows.sum()), 1)),
+            "cost_per_location_day": float(cost / locations),
             "fill_rate": 1.0 - float(per_day["lost"][rows].sum()) / demand if demand > 0 else 1.0,
-            "mean_on_hand": float(per_day["on_hand_end"][rows].sum() / max(int(rows.sum()), 1)),
+            "mean_on_hand": float(per_day["on_hand_end"][rows].sum() / locations),
+            **{f"{k}_per_location_day": float(per_day[k][rows].sum() / locations)
+               for k in ("ship_cost", "transfer_cost", "transferred")},
         }
     return {
         "networks": int(good.sum()),

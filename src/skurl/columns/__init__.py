@@ -53,3 +53,9 @@ NETWORK_COLUMNS: tuple[Column, ...] = (
     Column("upstream", np.int64, -1, 2**62, "sku_id of the SKU-location that supplies this one; -1 = outside supplier"),
     Column("item", np.int64, -1, 2**62, "product shared by the SKU-locations of a network; -1 = unspecified"),
 )
+
+# Optional link columns (docs/networks.md): default 0, outside COLUMNS for the same reason;
+# a file carries them only when some row is not 0.
+LINK_COLUMNS: tuple[Column, ...] = (
+    Column("ship_cost", np.float32, 0.0, 1e9, "per unit shipped to this row from its upstream location"),
+)

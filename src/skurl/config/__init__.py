@@ -58,6 +58,7 @@ from skurl.config.services import (
 from skurl.config.tracking import (
     TrackingConfig,
 )
+from skurl.config.transfers import TransfersConfig
 
 __all__ = [
     "DEVICE_PATTERN",
@@ -87,6 +88,7 @@ __all__ = [
     "TlsConfig",
     "TrackingConfig",
     "TrainConfig",
+    "TransfersConfig",
     "apply_overrides",
     "auto_horizon",
     "build",

@@ -27,6 +27,7 @@ from skurl.config.loader import (
 )
 from skurl.config.services import DeployConfig, RayConfig, RpcConfig, StoreConfig, SyncConfig
 from skurl.config.tracking import TrackingConfig
+from skurl.config.transfers import TransfersConfig
 
 __all__ = [
     "ActionsConfig",
@@ -78,6 +79,8 @@ class SimConfig:
     upstream_shortage: Literal["backorder", "cancel"] = opt(
         "backorder", "supply networks: the unshipped part of a request stays owed by the upstream (backorder) "
         "or is dropped (cancel)")
+    transfers: TransfersConfig = section(TransfersConfig, "supply networks: lateral transfers between the stores "
+                                         "of one upstream (docs/networks.md)")
 
     def __post_init__(self) -> None:
         check(self.days >= 1, "sim.days", self.days, "an integer >= 1")

@@ -108,14 +108,17 @@ class SimDriver:
     def metrics(result: StepResult) -> dict[str, np.ndarray]:
         """The day's cost breakdown and flows per SKU (float64 [N] each, one fresh copy) and
         the mask of SKUs isolated at run time."""
-        block = np.array(result.metrics.block, dtype=np.float64)
-        out = {name: block[:, k] for k, name in enumerate(METRIC_FIELDS)}
+        block = np.array(result.metrics.block, dtype=np.float64)  # its later fields may be left out: zeros
+        out = {name: block[:, k] if k < block.shape[1] else np.zeros(block.shape[0])
+               for k, name in enumerate(METRIC_FIELDS)}
         out["failed"] = result.failed.copy()
         return out
 
     @staticmethod
     def metrics_of(result: StepResult, row: int) -> dict[str, float | bool]:
         """`metrics` of one SKU row, as Python scalars."""
-        out: dict[str, float | bool] = dict(zip(METRIC_FIELDS, np.asarray(result.metrics.block)[row].tolist(), strict=True))
+        values = np.asarray(result.metrics.block)[row].tolist()
+        values += [0.0] * (len(METRIC_FIELDS) - len(values))  # fields the block leaves out are zeros
+        out: dict[str, float | bool] = dict(zip(METRIC_FIELDS, values, strict=True))
         out["failed"] = bool(result.failed[row])
         return out

@@ -101,15 +101,28 @@ class DayMetrics:
     order_cost: np.ndarray
     waste_cost: np.ndarray
     revenue: np.ndarray
-    # Not a field: the fields as the columns of one row-major [N, M] block, when a backend
-    # keeps them so (VectorEnv). Summing a strided column reads every cache line of the
-    # block, so M column sums cost ~M block reads; one pass over the rows costs one.
+    # Supply networks only (docs/networks.md); None at init = zeros, so backends and fakes
+    # written before these fields build DayMetrics as they did.
+    ship_cost: np.ndarray = None  # type: ignore[assignment]  # per unit shipped to the row by its upstream
+    transfer_cost: np.ndarray = None  # type: ignore[assignment]  # per unit the row sent to a sibling store
+    transferred: np.ndarray = None  # type: ignore[assignment]  # units the row sent to sibling stores
+    # Not a field: the first fields as the columns of one row-major [N, K] block, when a
+    # backend keeps them so (VectorEnv; K < M where the later fields are all zeros: a
+    # network-free env leaves out the supply-network ones). Summing a strided column reads
+    # every cache line of the block, so M column sums cost ~M block reads; one pass costs one.
     block = None  # type: np.ndarray | None
+
+    def __post_init__(self) -> None:
+        for name in ("ship_cost", "transfer_cost", "transferred"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(np.shape(self.demand)))
 
     def sums(self) -> np.ndarray:
         """float64 [M]: each field summed over SKUs, in field order."""
         if self.block is not None:
-            return _row_sums(self.block)
+            out = np.zeros(len(fields(self)))
+            out[:self.block.shape[1]] = _row_sums(self.block)
+            return out
         return np.array([getattr(self, f.name).sum(dtype=np.float64) for f in fields(self)])
 
 

@@ -47,7 +47,7 @@ from skurl.sim.state import (
     M_SUBSTITUTED,
     M_WASTE,
     M_WASTE_COST,
-    NM,
+    NM_PLAIN,
     P_DEMAND_MEAN,
     P_DISPERSION,
     P_DIST,
@@ -72,7 +72,7 @@ from skurl.sim.state import (
     S_SALES_WEEK,
     S_SALES_YDAY,
     S_SLOT_OFF,
-    T0,
+    T0_PLAIN,
     W_BACKLOG_SERVED,
     W_CREDIT,
     W_DEMAND,
@@ -230,9 +230,9 @@ def settle(par: np.ndarray, st: np.ndarray, stock: np.ndarray, reward: np.ndarra
     a[M_ORDER] = fixed
     a[M_WASTE_COST] = waste_cost
     a[M_REVENUE] = revenue
-    for k in range(NM):
-        a[T0 + k] += a[k]
-    a[T0 + NM] += r
+    for k in range(NM_PLAIN):
+        a[T0_PLAIN + k] += a[k]
+    a[T0_PLAIN + NM_PLAIN] += r
     col = S_SALES_DAY + day % 7
     s[S_SALES_WEEK] += sales - s[col]
     s[col] = sales

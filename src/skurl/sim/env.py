@@ -20,6 +20,7 @@ import numpy as np
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.errors import CatalogError
+from skurl.sim.allocation import RULES
 from skurl.sim.api import (
     ActionError,
     DayMetrics,
@@ -32,7 +33,7 @@ from skurl.sim.api import (
 from skurl.sim.clone import Expansion, clone_keys, copy_rows, group_expansion
 from skurl.sim.kernel import first_bad_order, reset_kernel, step_kernel
 from skurl.sim.layout import NETWORK_FIELDS, Layout, layout_for
-from skurl.sim.network import RULES, network_features_kernel, network_for, network_step_kernel
+from skurl.sim.network import network_features_kernel, network_for, network_step_kernel
 from skurl.sim.rng import MAX_DAY, run_key
 from skurl.sim.state import (
     FAIL_REASONS,
@@ -42,13 +43,12 @@ from skurl.sim.state import (
     S_KEY,
     S_ON_HAND,
     S_PIPE,
-    T0,
-    TOTAL_FIELDS,
     make_outputs,
     make_params,
     make_state,
 )
 from skurl.sim.state_snapshot import N_COUNTS, snapshot_state
+from skurl.sim.transfers import check_transfer_lead, transfer_rule
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,8 +110,11 @@ class VectorEnv:
         self.layout: Layout = layout_for(catalog, self.cfg.review_days, min_widths)
         self._params = make_params(catalog, self.cfg.substitution)
         self._net = network_for(catalog, self.cfg)
+        if self._net is not None:
+            check_transfer_lead(self.cfg, self.layout.pipeline)
+        self._transfers = transfer_rule(self.cfg)
         self._state = make_state(catalog, self.layout)
-        self._out = make_outputs(len(catalog), self.layout)
+        self._out = make_outputs(len(catalog), self.layout, self._net is not None)
         self._kout = self._out  # what the kernels write: without the network columns
         if self._net is not None:
             self._owed_view = _read_only(self._net.owed)
@@ -123,9 +126,11 @@ class VectorEnv:
         self._raw_views = (_read_only(st[:, S_ON_HAND]), _read_only(st[:, S_PIPE:S_PIPE + npipe]),
                            _read_only(st[:, S_BACKLOG]), _read_only(self._state.forecast))
         acc = self._out.acc
-        self._metrics = DayMetrics(**{name: _read_only(acc[:, k])
+        self._nm = (acc.shape[1] - 1) // 2  # metrics the kernels write; the rest read as zeros
+        zeros = _read_only(np.zeros(len(catalog)))
+        self._metrics = DayMetrics(**{name: _read_only(acc[:, k]) if k < self._nm else zeros
                                       for k, name in enumerate(METRIC_FIELDS)})
-        self._metrics.block = _read_only(acc[:, :len(METRIC_FIELDS)])
+        self._metrics.block = _read_only(acc[:, :self._nm])
         self._failed_view = _read_only(self._state.failed)
         self._features_view = _read_only(self._out.features)
         self._day = -1
@@ -224,7 +229,7 @@ class VectorEnv:
                         np.int64(self._net_base), self._net, arr,
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
                         cfg.issuing == "lifo", cfg.reward == "cost", np.int64(RULES[cfg.upstream_allocation]),
-                        cfg.upstream_shortage == "cancel", cfg.network_reward == "network")
+                        cfg.upstream_shortage == "cancel", cfg.network_reward == "network", self._transfers)
         self._day += 1
         return StepResult(self._obs(), self._out.reward, self.done, self._metrics, self._failed_view)
 
@@ -281,12 +286,15 @@ class VectorEnv:
     def totals(self) -> dict[str, np.ndarray]:
         """Per-SKU float64 sums of every DayMetrics field (and reward) since reset or
         reset_totals() (copies)."""
-        acc = self._out.acc
-        return {name: acc[:, T0 + k].copy() for k, name in enumerate(TOTAL_FIELDS)}
+        acc, nm = self._out.acc, self._nm
+        out = {name: acc[:, nm + k].copy() if k < nm else np.zeros(acc.shape[0])
+               for k, name in enumerate(METRIC_FIELDS)}
+        out["reward"] = acc[:, 2 * nm].copy()
+        return out
 
     def reset_totals(self) -> None:
         """Start the sums again (e.g. after an evaluation warm-up)."""
-        self._out.acc[:, T0:] = 0.0
+        self._out.acc[:, self._nm:] = 0.0
 
     def failed_ids(self) -> np.ndarray:
         return self.catalog.sku_id[self._state.failed].copy()

@@ -17,7 +17,9 @@ from skurl.sim.api import DayMetrics, Env, Obs
 if TYPE_CHECKING:
     from skurl.sim.env import VectorEnv
 
-COST_FIELDS = ("holding_cost", "penalty_cost", "purchase_cost", "order_cost", "waste_cost")
+BASE_COST_FIELDS = ("holding_cost", "penalty_cost", "purchase_cost", "order_cost", "waste_cost")
+LINK_COST_FIELDS = ("ship_cost", "transfer_cost")  # supply networks only (docs/networks.md), else 0
+COST_FIELDS = BASE_COST_FIELDS + LINK_COST_FIELDS
 TOTAL_FIELDS = tuple(f.name for f in dataclasses.fields(DayMetrics))
 
 

@@ -23,7 +23,6 @@ from skurl.sim.rng import sku_key
 from skurl.sim.sku_ops import advance, write_features
 from skurl.sim.state import (
     FAIL_FORECAST,
-    NM,
     P_GROUPED,
     P_SLOTS,
     S_FAIL,
@@ -48,7 +47,7 @@ METRICS_PREFETCH_AHEAD = 8  # SKUs: ~1.3 us of work ahead of the metrics row's u
 @njit(cache=True, inline="always")
 def _clear_day(out: Outputs, i: np.int64) -> None:
     out.reward[i] = 0.0
-    for k in range(NM):
+    for k in range((out.acc.shape[1] - 1) // 2):  # the env's metric count (state.make_outputs)
         out.acc[i, k] = 0.0
 
 

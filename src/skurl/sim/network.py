@@ -5,6 +5,7 @@ Networks run in parallel (prange), each by one thread, in this order:
   1. arrivals (on hand since the previous day's `advance`);
   2. orders: to the outside supplier at a root, else a request to the upstream;
   3. shipments from the top down, split by sim.upstream_allocation when an upstream is short;
+     3b. after each upstream's shipments, transfers among its stores (sim.transfers, sim/transfers.py);
   4. customer demand at the stores (rows nobody orders from);
   5. costs on the end-of-day state, tomorrow (advance, features), the shared reward.
 Rows of one network use their own rows' state only, so results do not depend on threads.
@@ -22,10 +23,21 @@ from skurl.catalog.network import echelons, parent_rows
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.errors import CatalogError
+from skurl.sim.allocation import allocate
 from skurl.sim.api import STREAM_DEMAND
 from skurl.sim.demand import MAX_COUNT, sample_demand
 from skurl.sim.jit import sku_jit
 from skurl.sim.kernel import _clear_day, _isolate
+from skurl.sim.network_cols import (
+    N_DEMAND,
+    N_LOST,
+    N_ORDER,
+    N_POS,
+    N_REQUEST,
+    N_SALES,
+    N_SENT,
+    N_SHIPPED,
+)
 from skurl.sim.sku_ops import (
     MAX_MEAN,
     advance,
@@ -52,10 +64,14 @@ from skurl.sim.state import (
     M_PURCHASE,
     M_REVENUE,
     M_SALES,
+    M_SHIP_COST,
     M_SUBSTITUTED,
+    M_TRANSFER_COST,
+    M_TRANSFERRED,
     M_WASTE,
     M_WASTE_COST,
     NM,
+    P_DELAY_MAX,
     P_DEMAND_MEAN,
     P_DISPERSION,
     P_DIST,
@@ -83,18 +99,7 @@ from skurl.sim.state import (
     Params,
     State,
 )
-
-RULES = {"proportional": 0, "fair": 1, "priority": 2}
-PROPORTIONAL, FAIR, PRIORITY = 0, 1, 2
-# Scratch columns of st for the day (free: network catalogs have no substitution groups).
-N_ORDER = 16  # today's order, units
-N_REQUEST = 17  # what the row asks of its upstream today (order + owed)
-N_SHIPPED = 18  # what its upstream ships it today
-N_BUMPED = 19  # allocation: got one of the leftover units already
-N_DEMAND = 20  # customer demand (store) or requests received (upstream)
-N_SALES = 21  # customer demand served (store) or units shipped (upstream)
-N_LOST = 22  # lost or newly backordered (store), requests left unshipped (upstream)
-N_POS = 23  # features: units at and below the row (on hand, in transit, less store backlog)
+from skurl.sim.transfers import TransferRule, transfer_among
 
 
 class Network(NamedTuple):
@@ -107,6 +112,7 @@ class Network(NamedTuple):
     child_rows: np.ndarray  # locations each row supplies, ascending sku_id
     echelon: np.ndarray  # [N] 1 at stores, 1 + the largest below otherwise
     owed: np.ndarray  # [N] units the upstream owes this row (state, zeroed at reset)
+    ship_cost: np.ndarray  # [N] float32, per unit shipped to the row by its upstream
 
 
 def make_network(catalog: Catalog) -> Network:
@@ -123,7 +129,8 @@ def make_network(catalog: Catalog) -> Network:
     counts = np.bincount(parent[kids], minlength=n)
     child_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return Network(parent.astype(np.int64), net_start, order.astype(np.int64), child_start,
-                   kids.astype(np.int64), echelon.astype(np.int64), np.zeros(n, np.int64))
+                   kids.astype(np.int64), echelon.astype(np.int64), np.zeros(n, np.int64),
+                   np.ascontiguousarray(catalog.ship_cost, np.float32))
 
 
 def network_for(catalog: Catalog, cfg: SimConfig) -> Network | None:
@@ -142,70 +149,6 @@ def network_for(catalog: Catalog, cfg: SimConfig) -> Network | None:
         raise CatalogError(f"catalog SKU {int(catalog.sku_id[i])}: field 'upstream' = {int(catalog.upstream[i])} "
                            "is not in this shard, expected whole networks (catalog.partition keeps them)")
     return make_network(catalog)
-
-
-@sku_jit
-def allocate(st: np.ndarray, kids: np.ndarray, lo: np.int64, hi: np.int64, avail: np.int64,
-             rule: np.int64) -> None:
-    """st[c, N_SHIPPED] for the rows kids[lo:hi] from their st[c, N_REQUEST] and `avail`
-    units, when the requests exceed them (docs/networks.md, allocation rules)."""
-    total = np.int64(0)
-    for r in range(lo, hi):
-        total += st[kids[r], N_REQUEST]
-        st[kids[r], N_SHIPPED] = 0
-        st[kids[r], N_BUMPED] = 0
-    left = avail
-    if rule == PRIORITY:
-        for r in range(lo, hi):
-            c = kids[r]
-            give = min(st[c, N_REQUEST], left)
-            st[c, N_SHIPPED] = give
-            left -= give
-        return
-    if rule == PROPORTIONAL:
-        for r in range(lo, hi):
-            c = kids[r]
-            give = np.int64(math.floor(np.float64(avail) * np.float64(st[c, N_REQUEST]) / np.float64(total)))
-            give = min(give, st[c, N_REQUEST])
-            st[c, N_SHIPPED] = give
-            left -= give
-        while left > 0:  # largest remainder first, ties to the lower sku_id; one unit each
-            best = np.int64(-1)
-            best_frac = -1.0
-            for r in range(lo, hi):
-                c = kids[r]
-                if st[c, N_BUMPED] != 0 or st[c, N_SHIPPED] >= st[c, N_REQUEST]:
-                    continue
-                exact = np.float64(avail) * np.float64(st[c, N_REQUEST]) / np.float64(total)
-                frac = exact - math.floor(exact)
-                if frac > best_frac:
-                    best, best_frac = c, frac
-            if best < 0:
-                break
-            st[best, N_SHIPPED] += 1
-            st[best, N_BUMPED] = 1
-            left -= 1
-        return
-    while left > 0:  # fair: equal shares, capped at each request, until nothing is left
-        active = np.int64(0)
-        for r in range(lo, hi):
-            if st[kids[r], N_SHIPPED] < st[kids[r], N_REQUEST]:
-                active += 1
-        if active == 0:
-            break
-        share = left // active
-        for r in range(lo, hi):
-            c = kids[r]
-            want = st[c, N_REQUEST] - st[c, N_SHIPPED]
-            if want <= 0:
-                continue
-            give = min(want, share if share > 0 else np.int64(1))
-            st[c, N_SHIPPED] += give
-            left -= give
-            if left == 0:
-                break
-
-
 
 
 @njit(cache=True, inline="always")
@@ -281,11 +224,12 @@ def _customers(p: Params, s: State, i: np.int64, day: np.int64, backorders: bool
 
 @njit(cache=True, inline="always")
 def _settle(p: Params, s: State, net: Network, out: Outputs, i: np.int64, day: np.int64,
-            backorders: bool, cost_mode: bool, cancel: bool) -> None:
+            backorders: bool, cost_mode: bool, cancel: bool, rule: TransferRule) -> None:
     """Step 5 at row i: expiry, costs on the end-of-day state, reward, metrics, history.
     Holding: own rate on on-hand, the upstream's rate on units in transit to it; purchase
     cost only on orders to an outside supplier; penalty on the store's lost or backlogged
-    units, on the units an upstream owes (backorder) or failed to ship (cancel)."""
+    units, on the units an upstream owes (backorder) or failed to ship (cancel); shipping
+    cost on the units shipped to it today, transfer cost on the units it sent."""
     par, st, stock = p.par, s.st, s.stock
     row = st[i]
     q = row[N_ORDER]
@@ -313,9 +257,12 @@ def _settle(p: Params, s: State, net: Network, out: Outputs, i: np.int64, day: n
     purchase = np.float64(par[i, P_UNIT_COST]) * q if u < 0 else 0.0
     fixed = np.float64(par[i, P_ORDER_COST]) if q > 0 else 0.0
     waste_cost = np.float64(par[i, P_WASTE_COST]) * waste
+    ship = np.float64(net.ship_cost[i]) * row[N_SHIPPED] if u >= 0 else 0.0
+    sent = max(row[N_SENT], np.int64(0)) if rule.on and u >= 0 and store else np.int64(0)
+    transfer = (rule.cost + rule.cost_share * np.float64(par[i, P_UNIT_COST])) * sent
     sales = row[N_SALES]
     revenue = np.float64(par[i, P_PRICE]) * sales if store else 0.0
-    cost = hold + penalty + purchase + fixed + waste_cost
+    cost = hold + penalty + purchase + fixed + waste_cost + ship + transfer
     r = -cost if cost_mode else revenue - cost
     out.reward[i] = r
     a = out.acc[i]
@@ -333,6 +280,9 @@ def _settle(p: Params, s: State, net: Network, out: Outputs, i: np.int64, day: n
     a[M_ORDER] = fixed
     a[M_WASTE_COST] = waste_cost
     a[M_REVENUE] = revenue
+    a[M_SHIP_COST] = ship
+    a[M_TRANSFER_COST] = transfer
+    a[M_TRANSFERRED] = sent
     for k in range(NM):
         a[T0 + k] += a[k]
     a[T0 + NM] += r
@@ -392,7 +342,7 @@ def network_features_kernel(p: Params, s: State, net: Network, feats: np.ndarray
 def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
                    orders: np.ndarray, npipe: np.int64, lo: np.int64, hi: np.int64, day: np.int64,
                    backorders: bool, lifo: bool, cost_mode: bool, rule: np.int64, cancel: bool,
-                   shared: bool) -> None:
+                   shared: bool, xfer: TransferRule) -> None:
     """One day of the network whose rows are net_rows[lo:hi] (upstream first)."""
     par, st, rows = p.par, s.st, net.net_rows
     for r in range(lo, hi):  # 2. orders
@@ -408,6 +358,9 @@ def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: n
         i = rows[r]
         if net.child_start[i + 1] > net.child_start[i]:
             _ship(p, s, net, i, day, lifo, rule, cancel)
+            if xfer.on:  # 3b. transfers among its stores
+                transfer_among(par, st, s.stock, p.sku_id, net.child_rows, net.child_start[i],
+                               net.child_start[i + 1], net.child_start, xfer, day, lifo)
     for r in range(lo, hi):  # 4. customer demand at the stores
         i = rows[r]
         if st[i, S_FAIL] == 0 and net.child_start[i + 1] == net.child_start[i]:
@@ -419,9 +372,11 @@ def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: n
         if st[i, S_FAIL] != 0:
             _clear_day(out, i)
             continue
-        _settle(p, s, net, out, i, day, backorders, cost_mode, cancel)
+        _settle(p, s, net, out, i, day, backorders, cost_mode, cancel, xfer)
         if advance(par, st, s.stock, s.forecast, i, day):
-            write_features(par, st, s.stock, s.forecast, out.features, npipe, i, day + 1, False)
+            # transfers may fill pipeline columns beyond the row's own lead + delay: all columns then
+            full = xfer.on and xfer.lead > ipar(par, i, P_LEAD) + ipar(par, i, P_DELAY_MAX)
+            write_features(par, st, s.stock, s.forecast, out.features, npipe, i, day + 1, full)
         else:
             _isolate(s, out, i, FAIL_FORECAST, False)
             feats[i, :] = 0.0
@@ -438,9 +393,9 @@ def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: n
 @njit(cache=True, parallel=True)
 def network_step_kernel(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
                         orders: np.ndarray, npipe: np.int64, day: np.int64, backorders: bool, lifo: bool,
-                        cost_mode: bool, rule: np.int64, cancel: bool, shared: bool) -> None:
+                        cost_mode: bool, rule: np.int64, cancel: bool, shared: bool, xfer: TransferRule) -> None:
     """One day of every network of the shard (module docstring). `out.features` is the view
     of the base columns, `feats` the whole matrix (network columns from `base`)."""
     for k in prange(net.net_start.shape[0] - 1):
         _network_range(p, s, out, feats, base, net, orders, npipe, net.net_start[k], net.net_start[k + 1],
-                       day, backorders, lifo, cost_mode, rule, cancel, shared)
+                       day, backorders, lifo, cost_mode, rule, cancel, shared, xfer)

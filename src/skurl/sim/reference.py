@@ -116,6 +116,7 @@ class ReferenceSim:
         for i in range(len(catalog)):
             p = {k: v[i].item() for k, v in cols.items()}
             p["season"] = [float(x) for x in catalog.season[i]]
+            p["ship_cost"] = float(catalog.ship_cost[i])  # float32 -> float, as the kernel reads it
             for k in ("demand_mean", "sub_frac", "dispersion", "trend", "promo_uplift",
                       "delay_prob", "holding_cost", "lost_sale_cost", "order_cost", "unit_cost",
                       "waste_cost", "price", "forecast_noise"):
@@ -199,8 +200,9 @@ class ReferenceSim:
             store = not self.topology[1][i]
             revenue = p["price"] * v["sales"] if store else 0.0
             cost = (costs["holding_cost"] + costs["penalty_cost"] + costs["purchase_cost"]
-                    + costs["order_cost"] + costs["waste_cost"])
+                    + costs["order_cost"] + costs["waste_cost"] + costs["ship_cost"] + costs["transfer_cost"])
             values = {"demand": v["demand"], "sales": v["sales"], "lost": v["lost"], "substituted": 0,
+                      "transferred": max(v["sent"], 0),
                       "waste": waste, "ordered": v["q"], "arrived": sku.arrived_today,
                       "on_hand_end": sku.on_hand(), "revenue": revenue, **costs}
             for name, value in values.items():

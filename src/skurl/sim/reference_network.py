@@ -2,7 +2,8 @@
 independently of sim/network.py: plain loops, the allocation rules written from their
 definitions (proportional: largest remainder; fair: the max-min level, then one unit each
 in sku_id order; priority: sku_id order). Events: arrivals (on hand since yesterday's
-settlement), orders, shipments from the top down, customer demand at stores, costs.
+settlement), orders, shipments from the top down, transfers among each upstream's stores
+(sim.transfers), customer demand at stores, costs.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def network_day(sim, orders: np.ndarray, take, mean) -> list[dict]:
     vals = []
     for i, sku in enumerate(sim.skus):  # 2. orders
         q = math.floor(float(orders[i]) + 0.5)
-        vals.append({"q": q, "demand": 0, "sales": 0, "lost": 0})
+        vals.append({"q": q, "demand": 0, "sales": 0, "lost": 0, "shipped": 0, "sent": 0})
         p = sku.p
         if parent[i] < 0 and q > 0:
             extra = 0
@@ -91,6 +92,7 @@ def network_day(sim, orders: np.ndarray, take, mean) -> list[dict]:
         ship = req if sum(req) <= have else allocate(cfg.upstream_allocation, req, have)
         for c, r, q in zip(kids, req, ship, strict=True):
             sim.owed[c] = 0 if cfg.upstream_shortage == "cancel" else r - q
+            vals[c]["shipped"] = q
             if q == 0:
                 continue
             kid = sim.skus[c]
@@ -103,6 +105,9 @@ def network_day(sim, orders: np.ndarray, take, mean) -> list[dict]:
         take(sim.skus[u], sum(ship), lifo)
         sim.skus[u].backlog = sum(sim.owed[c] for c in kids)
         vals[u].update(demand=sum(req), sales=sum(ship), lost=sum(req) - sum(ship))
+    if cfg.transfers.enabled:
+        for u in order:  # 3b. transfers among each upstream's stores
+            transfers(sim, [c for c in children[u] if not children[c]], vals, lifo, take)
     for i, sku in enumerate(sim.skus):  # 4. customers at the stores
         if children[i]:
             continue
@@ -117,6 +122,40 @@ def network_day(sim, orders: np.ndarray, take, mean) -> list[dict]:
             sku.backlog = sku.backlog - served + lost
         vals[i].update(demand=d, sales=own, lost=lost)
     return vals
+
+
+def transfers(sim, stores: list[int], vals: list[dict], lifo: bool, take) -> None:
+    """Sibling stores' lateral transfers (docs/networks.md, "Transfers"), written from the
+    rule: the receivers by (cover, sku_id), each from the senders by (-cover, sku_id)."""
+    rule, t = sim.cfg.transfers, sim.day
+    give, need, cover = {}, {}, {}
+    for c in stores:
+        m, have = sim.skus[c].p["demand_mean"], sim.skus[c].on_hand()
+        cover[c] = have / m if m > 0 else math.inf
+        keep = math.ceil(rule.target * m)
+        if have > rule.above * m and have > keep:
+            give[c] = have - keep
+        elif have < rule.below * m:
+            need[c] = keep - have
+    sku_id = {c: sim.skus[c].p["sku_id"] for c in stores}
+    senders = sorted(give, key=lambda c: (-cover[c], sku_id[c]))
+    for to in sorted(need, key=lambda c: (cover[c], sku_id[c])):
+        for frm in senders:
+            q = min(need[to], give[frm])
+            need[to] -= q
+            give[frm] -= q
+            vals[frm]["sent"] += q
+            vals[to]["sent"] -= q
+    for c in stores:
+        q, kid = vals[c]["sent"], sim.skus[c]
+        if q > 0:
+            take(kid, q, lifo)
+        elif q < 0 and rule.lead_time == 0:
+            kid.batches.append([t, -q])
+            kid.arrived_today -= q
+        elif q < 0:
+            due = t + rule.lead_time
+            kid.pipeline[due] = kid.pipeline.get(due, 0) - q
 
 
 def network_costs(sim, i: int, v: dict, waste: int) -> dict:
@@ -137,6 +176,9 @@ def network_costs(sim, i: int, v: dict, waste: int) -> dict:
         "purchase_cost": p["unit_cost"] * v["q"] if parent[i] < 0 else 0.0,
         "order_cost": p["order_cost"] if v["q"] > 0 else 0.0,
         "waste_cost": p["waste_cost"] * waste,
+        "ship_cost": p["ship_cost"] * v["shipped"] if parent[i] >= 0 else 0.0,
+        "transfer_cost": ((sim.cfg.transfers.cost + sim.cfg.transfers.cost_share * p["unit_cost"])
+                          * max(v["sent"], 0)),
     }
 
 

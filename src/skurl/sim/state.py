@@ -22,13 +22,19 @@ from skurl.sim.layout import Layout, static_features
 METRIC_FIELDS = (
     "demand", "sales", "lost", "substituted", "waste", "ordered", "arrived", "on_hand_end",
     "holding_cost", "penalty_cost", "purchase_cost", "order_cost", "waste_cost", "revenue",
+    "ship_cost", "transfer_cost", "transferred",
 )
 TOTAL_FIELDS = (*METRIC_FIELDS, "reward")
 (M_DEMAND, M_SALES, M_LOST, M_SUBSTITUTED, M_WASTE, M_ORDERED, M_ARRIVED, M_ON_HAND_END,
- M_HOLDING, M_PENALTY, M_PURCHASE, M_ORDER, M_WASTE_COST, M_REVENUE) = range(14)
-NM = 14
+ M_HOLDING, M_PENALTY, M_PURCHASE, M_ORDER, M_WASTE_COST, M_REVENUE, M_SHIP_COST, M_TRANSFER_COST,
+ M_TRANSFERRED) = range(17)
+NM = 17  # the last three are written by supply networks only (sim/network.py)
 T0 = NM  # totals start here; T0 + NM is the reward total
 NACC = 2 * NM + 1
+# Network-free envs keep the first NM_PLAIN fields only (acc [N, 2 NM_PLAIN + 1]: a narrower
+# row for the memory-bound plain kernel); their last three fields read as zeros.
+NM_PLAIN = 14
+T0_PLAIN = NM_PLAIN
 
 # Why a SKU was isolated (info()["failed_reasons"]).
 FAIL_PARAMS = 1  # a parameter is NaN/inf/negative where a count or rate is needed
@@ -138,6 +144,7 @@ def make_state(catalog: Catalog, layout: Layout) -> State:
                  np.zeros((n, layout.horizon), np.float32), np.zeros(n, bool))
 
 
-def make_outputs(n: int, layout: Layout) -> Outputs:
+def make_outputs(n: int, layout: Layout, network: bool = False) -> Outputs:
+    nm = NM if network else NM_PLAIN
     return Outputs(np.zeros((n, layout.dim), np.float32), np.zeros(n, np.float32),
-                   np.zeros((n, NACC), np.float64))
+                   np.zeros((n, 2 * nm + 1), np.float64))

@@ -49,7 +49,8 @@ PLOT_FILES = {
 
 
 class CostBreakdown(TypedDict, total=False):
-    """Per SKU-day averages; the five costs add up to avg_cost_per_sku_day."""
+    """Per SKU-day averages; the five costs (and ship, transfer: supply networks, present only
+    when not 0) add up to avg_cost_per_sku_day."""
 
     holding: float
     penalty: float
@@ -57,6 +58,8 @@ class CostBreakdown(TypedDict, total=False):
     order: float
     waste: float
     revenue: float
+    ship: float
+    transfer: float
     expired_purchase: float  # purchase cost of expired units, inside purchase (not a sixth cost)
 
 
