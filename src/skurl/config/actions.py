@@ -32,10 +32,12 @@ class ActionsConfig:
         "policy.actions.center_policy (tuned: offset 0 orders exactly what that baseline orders; tuned once per run "
         "and kept in RUN_DIR/grid_center.safetensors); other grids ignore it"
     )
-    center_policy: Literal["forecast-base-stock", "forecast-s-S"] = opt(
+    center_policy: Literal["forecast-base-stock", "forecast-s-S", "echelon-base-stock"] = opt(
         "forecast-base-stock", "z_center=tuned: the per-SKU-tuned baseline offset 0 reproduces: "
         "forecast-base-stock (a safety factor per SKU) or forecast-s-S (a factor and a lot: below the "
-        "level, every action orders up to its level + the SKU's lot, so orders carry a fixed cost in batches)"
+        "level, every action orders up to its level + the SKU's lot, so orders carry a fixed cost in batches) "
+        "or, on supply networks, echelon-base-stock (offsets in standard deviations of the demand over the "
+        "echelon protection days from the tuned echelon level, on the echelon inventory position)"
     )
     skip: bool = opt(
         False, "cover grid: action 0 orders nothing and the other n - 1 span z_min..z_max (lets the policy "

@@ -207,7 +207,7 @@ class TrainConfig:
         "(never a held-out one), kept in RUN_DIR/best: the final eval.json and `skurl eval --run` use it"
     )
     warm_start: Literal["none", "base-stock", "capped-base-stock", "s-S", "constant", "forecast-base-stock",
-                         "forecast-s-S"] = opt(
+                         "forecast-s-S", "echelon-base-stock"] = opt(
         "none", "before PPO, tune this baseline on the training SKUs and clone it into the policy net "
         "(behaviour cloning on its decisions); none = start from random weights"
     )

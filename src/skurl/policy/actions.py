@@ -27,6 +27,7 @@ from skurl.policy.baselines import (
     protection_days,
     protection_moments,
 )
+from skurl.policy.echelon_cover import EchelonCover
 from skurl.policy.grid_center import GridCenter
 from skurl.sim.api import RawState
 from skurl.sim.env import MAX_ORDER
@@ -43,6 +44,7 @@ class CoverParams:
     dispersion: np.ndarray  # float64 [N]
     z0: np.ndarray  # float64 [N]: added to every safety factor (policy.actions.z_center)
     lot: np.ndarray | None = None  # float64 [N]: units added to an order (a forecast-s-S centre)
+    echelon: EchelonCover | None = None  # an echelon-base-stock centre: levels on the echelon position
 
     @classmethod
     def of(cls, catalog: Catalog, review_days: int, center: str = "zero", reward: str = "profit",
@@ -58,8 +60,18 @@ class CoverParams:
                 lot = None if tuned.lot is None else tuned.lots(catalog.sku_id)
         else:
             z0 = np.zeros(len(catalog))
+        echelon = EchelonCover.of(catalog) if tuned is not None and tuned.echelon and center == "tuned" else None
         return cls(protection_days(catalog, review_days), np.asarray(catalog.demand_dist),
-                   catalog.dispersion.astype(np.float64), z0, lot)
+                   catalog.dispersion.astype(np.float64), z0, lot, echelon)
+
+    def moments(self, raw: RawState, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mean, variance, position) float64 [B] of rows `rows`: the demand over the protection
+        days and the inventory position, or their echelon versions (echelon_cover.py)."""
+        if self.echelon is not None:
+            return self.echelon.moments(raw, rows)
+        mean, var = protection_moments(raw.forecast[rows], self.cover_days[rows], self.dist[rows],
+                                       self.dispersion[rows])
+        return mean, var, inventory_position(_rows(raw, rows))
 
     def lots(self, n: int) -> np.ndarray:
         """The lot of every row (zeros without a forecast-s-S centre)."""
@@ -179,11 +191,10 @@ class ActionGrid:
         zz = (self.values[None, :] if index is None else self.values[index]) + cover.z0[rows, None]
         if self.review_days > 1 and raw.day % self.review_days:
             return np.zeros((raw.forecast[rows].shape[0], zz.shape[1]))
-        mean, var = protection_moments(raw.forecast[rows], cover.cover_days[rows], cover.dist[rows],
-                                       cover.dispersion[rows])
+        mean, var, position = cover.moments(raw, rows)
         with np.errstate(invalid="ignore", over="ignore"):
             level = order_up_to_level(mean[:, None], np.sqrt(var)[:, None], zz)
-            units = np.maximum(0.0, level - inventory_position(_rows(raw, rows))[:, None])
+            units = np.maximum(0.0, level - position[:, None])
             if cover.lot is not None:  # below the level: up to level + lot (forecast-s-S)
                 units = units + np.where(units > 0.0, self._lots(cover.lot[rows, None], index), 0.0)
         return np.where(zz == SKIP, 0.0, units)  # up to -inf: nothing (-inf x 0 would be NaN)
@@ -203,7 +214,7 @@ class ActionGrid:
         if self.cover.cover_days.shape[0] != n:
             raise ValueError(f"actions: cover grid bound to {self.cover.cover_days.shape[0]} SKUs, "
                              f"the observation has {n}")
-        if raw.forecast.shape[1] < width:
+        if self.cover.echelon is None and raw.forecast.shape[1] < width:
             raise ConfigError(f"policy.actions.kind=cover: observations carry {raw.forecast.shape[1]} forecast "
                               f"day(s), the grid needs {width} (lead + review) and the full raw state; lean "
                               "remote env replies do not carry it (expected --mode colocated)")

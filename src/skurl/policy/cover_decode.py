@@ -15,7 +15,6 @@ import numpy as np
 from numba import njit, prange
 
 from skurl.policy.actions import ActionGrid
-from skurl.policy.baselines import inventory_position, protection_moments
 from skurl.policy.quantity_decode import BLOCK, most_likely_row
 from skurl.sim.api import RawState
 from skurl.sim.env import dynamic_blocks
@@ -80,13 +79,11 @@ def cover_greedy(grid: ActionGrid, raw: RawState, rows: slice, logits: np.ndarra
     idx, units = np.empty(b, np.int64), np.empty(b)
     if grid.review_days > 1 and raw.day % grid.review_days:  # no order today: one quantity, 0
         return np.zeros(b, np.int64), np.zeros(b)
-    mean, var = protection_moments(raw.forecast[rows], cover.cover_days[rows], cover.dist[rows],
-                                   cover.dispersion[rows])
-    sub = RawState(raw.on_hand[rows], raw.pipeline[rows], raw.backlog[rows], raw.forecast[rows], raw.day)
+    mean, var, position = cover.moments(raw, rows)
     lot = np.zeros(b) if cover.lot is None else np.ascontiguousarray(cover.lot[rows], np.float64)
     scale = np.ones(grid.n) if grid.lot_scale is None else np.ascontiguousarray(grid.lot_scale, np.float64)
     dynamic_blocks(_cover_greedy, np.ascontiguousarray(logits, np.float32),
                    np.ascontiguousarray(grid.values, np.float64), np.ascontiguousarray(cover.z0[rows], np.float64),
-                   mean, var, inventory_position(sub), lot, cover.lot is not None, scale, grid.lot_scale is not None,
+                   mean, var, position, lot, cover.lot is not None, scale, grid.lot_scale is not None,
                    idx, units)
     return idx, units

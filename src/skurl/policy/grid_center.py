@@ -37,6 +37,7 @@ class GridCenter:
     z: np.ndarray  # float64 [M]
     objective: float  # the tuner's objective per SKU-day (lower is better)
     lot: np.ndarray | None = None  # float64 [M] whole units; None = no lots (all 0)
+    echelon: bool = False  # tuned echelon base-stock: z places the echelon level (policy/echelon_cover.py)
 
     def lookup(self, ids: np.ndarray, fallback: np.ndarray) -> np.ndarray:
         """Factors of SKUs `ids` (float64), `fallback`'s value where an id is not listed."""
@@ -67,7 +68,8 @@ class GridCenter:
             mine = self.lot if self.lot is not None else np.zeros(self.sku_id.size)
             theirs = other.lot if other.lot is not None else np.zeros(other.sku_id.size)
             lot = np.concatenate([mine, theirs[extra]])[order]
-        return GridCenter(ids[order], np.concatenate([self.z, other.z[extra]])[order], self.objective, lot)
+        return GridCenter(ids[order], np.concatenate([self.z, other.z[extra]])[order], self.objective, lot,
+                          self.echelon)
 
 
 def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
@@ -78,6 +80,8 @@ def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
     from skurl.policy.tuning import tune
 
     teacher = cfg.policy.actions.center_policy
+    if teacher == "echelon-base-stock":
+        return _tune_echelon(cfg, catalog)
     result = tune(teacher, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
                   sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus)
     ids = np.asarray(catalog.sku_id, dtype=np.int64)
@@ -90,11 +94,27 @@ def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
     return GridCenter(ids[order], per_sku("z"), float(result.objective), lot)
 
 
+def _tune_echelon(cfg: Config, catalog: Catalog) -> GridCenter:
+    """Echelon base-stock tuned on `catalog` (per echelon index, the baseline's horizon), as
+    the per-row factors whose cover-grid level is the tuned level (echelon_cover.py)."""
+    from skurl.policy.echelon_cover import POLICY, EchelonCover, center_factors
+    from skurl.policy.tuning import tune
+
+    EchelonCover.of(catalog)  # a catalog without networks: the one-line error before tuning
+    result = tune(POLICY, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup)
+    ids = np.asarray(catalog.sku_id, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    z = center_factors(catalog, np.asarray(result.params["S"], np.float64))
+    return GridCenter(ids[order], z[order], float(result.objective), None, echelon=True)
+
+
 def center_bytes(center: GridCenter) -> bytes:
     """The centre as safetensors bytes (the run dir's file; the blob remote collectors read)."""
     # Contiguous copies: safetensors writes a strided view's underlying buffer, not its values.
     tensors = {"sku_id": np.ascontiguousarray(center.sku_id, dtype=np.int64),
                "z": np.ascontiguousarray(center.z, dtype=np.float64), "objective": np.array([center.objective])}
+    if center.echelon:
+        tensors["echelon"] = np.ones(1)
     if center.lot is not None:
         tensors["lot"] = np.ascontiguousarray(center.lot, dtype=np.float64)
     return save(tensors)
@@ -123,7 +143,7 @@ def center_from_bytes(data: bytes, where: str, fix: str = "delete it to tune the
         bad = ~(np.isfinite(lot) & (lot >= 0) & (lot == np.round(lot)))
         if bad.any():
             raise UserError(f"{where}: lot must hold whole units >= 0 (SKU {int(ids[bad][0])}: {float(lot[bad][0])})")
-    return GridCenter(ids, z, float(obj[0]), lot)
+    return GridCenter(ids, z, float(obj[0]), lot, echelon="echelon" in t)
 
 
 def save_center(run_dir: str | Path, center: GridCenter) -> None:
@@ -159,7 +179,8 @@ def ensure_center(cfg: Config, run_dir: str | Path, catalog: Catalog) -> GridCen
 def check_center_policy(center: GridCenter, policy: str, where: str) -> None:
     """A saved centre has lots exactly when it was tuned for forecast-s-S: a run resumed with
     another policy.actions.center_policy would change what every action orders."""
-    saved = "forecast-s-S" if center.lot is not None else "forecast-base-stock"
+    saved = ("echelon-base-stock" if center.echelon else "forecast-s-S" if center.lot is not None
+             else "forecast-base-stock")
     if saved != policy:
         raise UserError(f"policy.actions.center_policy: {policy}, but {where} was tuned for {saved} "
                         f"(expected {saved}, as the run was started, or a new run dir)")

@@ -22,7 +22,7 @@ from skurl.catalog.network import MAX_DEPTH, echelons
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.policy.newsvendor import default_z as store_z
-from skurl.sim.api import Obs
+from skurl.sim.api import Obs, RawState
 
 if TYPE_CHECKING:
     from skurl.policy.api import Policy
@@ -53,8 +53,18 @@ class Topology:
 
 
 def _owed(obs: Obs) -> np.ndarray:
-    owed = obs.raw.owed
-    return np.zeros(obs.raw.on_hand.shape[0]) if owed is None else owed.astype(np.float64)
+    return _owed_raw(obs.raw)
+
+
+def _owed_raw(raw: RawState) -> np.ndarray:
+    return np.zeros(raw.on_hand.shape[0]) if raw.owed is None else raw.owed.astype(np.float64)
+
+
+def echelon_position(topo: Topology, raw: RawState) -> np.ndarray:
+    """Per row: on hand and in transit at and below it, plus what its upstream owes it, less
+    the stores' backlog (float64 [N])."""
+    local = raw.on_hand + raw.pipeline.sum(axis=1) - np.where(topo.store, raw.backlog, 0)
+    return topo.echelon_sum(local) + _owed_raw(raw)
 
 
 @dataclass
@@ -66,9 +76,7 @@ class EchelonBaseStock:
     name: str = "echelon-base-stock"
 
     def position(self, obs: Obs) -> np.ndarray:
-        raw = obs.raw
-        local = raw.on_hand + raw.pipeline.sum(axis=1) - np.where(self.topo.store, raw.backlog, 0)
-        return self.topo.echelon_sum(local) + _owed(obs)
+        return echelon_position(self.topo, obs.raw)
 
     def orders(self, obs: Obs) -> np.ndarray:
         return np.maximum(0.0, self.S - self.position(obs))

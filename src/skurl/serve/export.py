@@ -56,6 +56,9 @@ def load_run_model(run_dir: Path, probabilities: bool = False) -> RunModel:
 
     cfg_path = run_config_file(run_dir, "--run")
     cfg = load_config(cfg_path)
+    if cfg.policy.actions.kind == "cover" and cfg.policy.actions.center_policy == "echelon-base-stock":
+        raise UserError(f"--run {run_dir}: policy.actions.center_policy=echelon-base-stock (orders from the echelon "
+                        "position) is not served yet; expected a run on a row-centred grid (docs/networks.md)")
     policy = policy_of_run(run_dir)
     layout = layout_for(load_catalog(cfg.catalog), cfg.sim.review_days)
     if layout.dim != policy.nets_dim:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from skurl.catalog import Catalog
 from skurl.telemetry.stages import StageTimer
 
@@ -56,6 +58,11 @@ def teacher_params(core: RunCore, catalog: Catalog) -> tuple[dict[str, Any], flo
     cfg = core.cfg
     center = core.grid.tuned
     if center is not None and cfg.train.warm_start == cfg.policy.actions.center_policy:
+        if center.echelon:  # the levels offset 0 orders up to
+            from skurl.policy.echelon_cover import center_levels
+
+            return {"S": center_levels(catalog, center.lookup(catalog.sku_id, np.zeros(len(catalog))))}, \
+                center.objective
         params = {"z": center.lookup(catalog.sku_id, default_z(catalog, cfg.sim))}
         if cfg.train.warm_start == "forecast-s-S":
             params["lot"] = center.lots(catalog.sku_id)
