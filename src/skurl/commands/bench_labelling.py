@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from skurl.train.core import RunCore
 
 PROJECTED = (8, 64, 512)
+# The machine's own parallel bound: W processes of this numpy workload at once against one
+# alone (W x t_one / t_slowest). On shared or hyperthreaded vCPUs it is well under W, and no
+# labelling spread over W collector processes can beat it.
+_PROBE = ("import numpy as np, time; a = np.random.default_rng(0).random(2_000_000); t = time.perf_counter()\n"
+          "for _ in range(40): np.sqrt(a * 1.0001 + 0.5).sum()\nprint(time.perf_counter() - t)")
 
 
 def register_bench(sub: argparse._SubParsersAction) -> None:
@@ -93,12 +98,31 @@ def measure(cfg: Config, tmp: Path, workers: list[int], rounds: int) -> dict[str
             for w in workers:
                 timings[str(w)].append(_time(labellers[w], job))
         fit_s = _fit_seconds(core, local, job)
+        bounds = {str(w): machine_bound(w) for w in workers}
     finally:
         for cluster in clusters:
             cluster.close()
         if started and ray.is_initialized():
             ray.shutdown()
-    return _summary(cfg, job, timings, workers, fit_s)
+    return {**_summary(cfg, job, timings, workers, fit_s), "machine_bound": bounds}
+
+
+def machine_bound(processes: int) -> float:
+    """`processes` copies of _PROBE at once against one alone: the most a spread over that
+    many processes can gain on this machine (median of 3 tries)."""
+    import subprocess
+    import sys
+
+    def run(n: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, text=True)
+                 for _ in range(n)]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    ratios = []
+    for _ in range(3):
+        one = run(1)
+        ratios.append(processes * one / run(processes))
+    return float(np.median(ratios))
 
 
 def _job(core: RunCore) -> LabelJob:
@@ -197,6 +221,10 @@ def _print(out: dict[str, object]) -> None:
         print(f"  {w} Ray collector(s): {f['wall_s']:.2f} s, {f['rollout_sku_days_per_s'] / 1e6:.3f}M rollout "
               f"SKU-days/s, x{f['speedup_over_first']:.2f} over the first, collector idle share "
               f"{f['collector_idle_share']:.1%}")
+    bounds = out["machine_bound"]
+    assert isinstance(bounds, dict)
+    print("  this machine's bound for W processes (a numpy probe): " +
+          ", ".join(f"W={w} x{b:.2f}" for w, b in bounds.items()))
     projected = out["projected_iteration_s"]
     assert isinstance(projected, dict)
     print(f"  learner fit {out['fit_s']:.2f} s; fan-out overhead {out['fan_out_overhead_s']:.2f} s; projected "
