@@ -62,7 +62,7 @@ def run_sync(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="skurl-bench-sync-") as tmp:
             subs = _Subscribers(cfg, Path(tmp), args.subscribers)
             try:
-                subs.wait_for(0, cfg.deploy.start_timeout_s)
+                subs.wait_for(0, cfg.deploy.start_timeout_s, "deploy.start_timeout_s")
                 latencies, calls = _publish_all(weights, tensors, subs, args, cfg.sync.timeout_s)
             finally:
                 subs.close()
@@ -136,15 +136,17 @@ class _Subscribers:
             self._lines.put((i, line.strip()))
         self._lines.put((i, ""))  # end of output: the process is gone
 
-    def wait_for(self, version: int, timeout_s: float) -> list[float]:
-        """Times at which every subscriber held `version` (UserError on timeout or exit)."""
+    def wait_for(self, version: int, timeout_s: float, key: str = "sync.timeout_s") -> list[float]:
+        """Times at which every subscriber held `version` (UserError naming the config `key`
+        of timeout_s on timeout, or on a subscriber's exit)."""
         deadline = time.monotonic() + timeout_s
         while not all(version in h for h in self._held):
             try:
                 i, line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.0))
             except queue.Empty:
+                hint = " (is rpc.tls.* the same on both sides?)" if version == 0 else ""
                 raise UserError(f"bench sync: version {version} did not reach every subscriber "
-                                f"within sync.timeout_s={timeout_s:g} s") from None
+                                f"within {key}={timeout_s:g} s{hint}") from None
             if not line:
                 stderr = self._procs[i].stderr
                 err = stderr.read().strip().splitlines() if stderr else []
