@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,12 +96,24 @@ def test_serves_its_shard_and_stops_gracefully_on_sigterm(served: Served) -> Non
     assert "stopped" in served.next_line(5)
 
 
+def _wait_stopped(pid: int, timeout_s: float = 10.0) -> None:
+    """Until /proc says process `pid` is stopped (state T)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat[stat.rindex(")") + 2] in "Tt":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop within {timeout_s} s")
+
+
 def test_probe_tells_a_serving_a_hung_and_a_killed_process_apart(served: Served) -> None:
     """What the supervisor sees: SERVING, then a SIGSTOPped (hung) process times out, then
     answers again once continued, then a killed one is refused."""
     assert probe(served.address, 10.0, service_name("EnvService"))
     served.proc.send_signal(signal.SIGSTOP)
     try:
+        _wait_stopped(served.proc.pid)  # the signal lands asynchronously; a busy machine showed it
         assert not probe(served.address, 1.0)
     finally:
         served.proc.send_signal(signal.SIGCONT)
