@@ -3,9 +3,9 @@
 A collector cannot tell it from VectorEnv: same reset/step/info/close, same schema, same
 Obs/StepResult with the env's own dtypes, arrays reused every step. With lean=True it
 asks for lean replies (env_wire.py): only what a collector reads, about 1/13 of the bytes;
-the raw state but today's forecast reads as zeros (unless raw=True: then it is whole, owed too
-on supply networks), the
-per-SKU metrics as NaN, and `metric_sums` holds the shard's sums of the last step. Failures surface as
+the raw state but today's forecast reads as zeros (unless raw=True: then it is whole, owed
+too on supply networks), the per-SKU metrics as NaN, and `metric_sums` holds the shard's
+sums of the last step. Failures surface as
 skurl errors naming the server: a dead or unreachable server is ServerUnavailableError,
 a rejected request RequestRejectedError carrying the server's one-line reason.
 """
