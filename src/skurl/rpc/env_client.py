@@ -3,8 +3,9 @@
 A collector cannot tell it from VectorEnv: same reset/step/info/close, same schema, same
 Obs/StepResult with the env's own dtypes, arrays reused every step. With lean=True it
 asks for lean replies (env_wire.py): only what a collector reads, about 1/13 of the bytes;
-the raw state but today's forecast reads as zeros (unless raw=True: then it is whole), the
-per-SKU metrics as NaN, and `metric_sums` holds the shard's sums of the last step. Failures surface as
+the raw state but today's forecast reads as zeros (unless raw=True: then it is whole, owed
+too on supply networks), the per-SKU metrics as NaN, and `metric_sums` holds the shard's
+sums of the last step. Failures surface as
 skurl errors naming the server: a dead or unreachable server is ServerUnavailableError,
 a rejected request RequestRejectedError carrying the server's one-line reason.
 """
@@ -146,7 +147,7 @@ class RemoteEnv:
     def reset(self, seed: int, episode: int = 0) -> Obs:
         reply = self._call("Reset", pb.ResetRequest(env_id=self.env_id, seed=int(seed),
                                                     episode=int(episode), lean=self.lean,
-                                                    raw=self.raw))
+                                                    raw=self.raw, owed=True))
         return self._decoder.reset_reply(reply)
 
     def step(self, orders: np.ndarray) -> StepResult:

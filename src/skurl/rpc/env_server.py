@@ -74,6 +74,7 @@ class _Session:
     day: int = 0
     lean: bool = False  # the episode's replies are lean (its Reset asked)
     raw: bool = False  # lean replies also carry the raw state (its Reset asked)
+    owed: bool = False  # replies carry owed where the env has one (its Reset asked)
     delta: FeatureDeltaEncoder | None = None  # lean: the features last sent
     used: float = field(default_factory=time.monotonic)  # last call (monotonic seconds)
     attached: int = 0  # Attach streams open
@@ -222,11 +223,12 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             with self._sim_lock:
                 obs = session.env.reset(int(request.seed), int(request.episode))
             session.state, session.day, session.lean = "running", int(obs.raw.day), request.lean
-            session.raw = request.raw
+            session.raw, session.owed = request.raw, request.owed
             if request.lean:
-                reply = encode_lean_reset_reply(obs, session.reset_delta(*obs.features.shape), request.raw)
+                reply = encode_lean_reset_reply(obs, session.reset_delta(*obs.features.shape), request.raw,
+                                                request.owed)
             else:
-                reply = encode_reset_reply(obs)
+                reply = encode_reset_reply(obs, request.owed)
         check_reply_size(reply, self._cfg, "Reset")
         return reply
 
@@ -260,9 +262,9 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             session.state = "done" if result.done else "running"
             if session.lean:
                 assert session.delta is not None
-                reply = encode_lean_step_reply(result, session.delta, session.raw)
+                reply = encode_lean_step_reply(result, session.delta, session.raw, session.owed)
             else:
-                reply = encode_step_reply(result)
+                reply = encode_step_reply(result, session.owed)
         histogram = _step_histogram()
         if histogram is not None:
             histogram.observe(seconds)

@@ -27,6 +27,7 @@ METRIC_NAMES = tuple(f.name for f in fields(DayMetrics))
 STEP_NAMES = ("reward", "failed", *METRIC_NAMES)
 LEAN_OBS_NAMES = ("features_mask", "features_values", "features_base", "forecast")
 RAW_NAMES = ("on_hand", "pipeline", "backlog")  # lean with raw: these too
+OWED = "owed"  # int64 [N], only when asked and the env has supply networks (skurl.proto)
 METRIC_SUMS = "metric_sums"
 LEAN_STEP_NAMES = ("reward", "failed", METRIC_SUMS)
 ORDER_DTYPES = frozenset({"float32", "float64", "int32", "int64", "uint8", "uint16", "uint32",
@@ -45,35 +46,39 @@ STEP_OBS, STEP_RESULT, STEP_DONE, STEP_DAY = _numbers(pb.StepReply,
                                                       ("obs", "result", "done", "day"))
 
 
-def encode_reset_reply(obs: Obs) -> bytes:
-    """A serialized ResetReply."""
-    return encode_reply({RESET_OBS: obs_arrays(obs)}, {RESET_DAY: int(obs.raw.day)})
+def encode_reset_reply(obs: Obs, owed: bool = False) -> bytes:
+    """A serialized ResetReply (`owed`: with the raw state's owed, if it has one)."""
+    return encode_reply({RESET_OBS: obs_arrays(obs, owed)}, {RESET_DAY: int(obs.raw.day)})
 
 
-def encode_step_reply(result: StepResult) -> bytes:
-    """A serialized StepReply."""
-    return encode_reply({STEP_OBS: obs_arrays(result.obs), STEP_RESULT: step_arrays(result)},
+def encode_step_reply(result: StepResult, owed: bool = False) -> bytes:
+    """A serialized StepReply (`owed`: as encode_reset_reply)."""
+    return encode_reply({STEP_OBS: obs_arrays(result.obs, owed), STEP_RESULT: step_arrays(result)},
                         {STEP_DONE: int(bool(result.done)), STEP_DAY: int(result.obs.raw.day)})
 
 
-def encode_lean_reset_reply(obs: Obs, delta: FeatureDeltaEncoder, raw: bool = False) -> bytes:
+def encode_lean_reset_reply(obs: Obs, delta: FeatureDeltaEncoder, raw: bool = False,
+                            owed: bool = False) -> bytes:
     """A serialized lean ResetReply (`delta` was reset: the features go against zeros)."""
-    return encode_reply({RESET_OBS: lean_obs_arrays(obs, delta, raw)}, {RESET_DAY: int(obs.raw.day)})
+    return encode_reply({RESET_OBS: lean_obs_arrays(obs, delta, raw, owed)}, {RESET_DAY: int(obs.raw.day)})
 
 
-def encode_lean_step_reply(result: StepResult, delta: FeatureDeltaEncoder, raw: bool = False) -> bytes:
+def encode_lean_step_reply(result: StepResult, delta: FeatureDeltaEncoder, raw: bool = False,
+                           owed: bool = False) -> bytes:
     """A serialized lean StepReply (features against the session's previous reply)."""
-    return encode_reply({STEP_OBS: lean_obs_arrays(result.obs, delta, raw),
+    return encode_reply({STEP_OBS: lean_obs_arrays(result.obs, delta, raw, owed),
                          STEP_RESULT: lean_step_arrays(result)},
                         {STEP_DONE: int(bool(result.done)), STEP_DAY: int(result.obs.raw.day)})
 
 
-def lean_obs_arrays(obs: Obs, delta: FeatureDeltaEncoder, raw: bool = False) -> dict[str, np.ndarray]:
-    """The features as a delta and today's forecast; with `raw`, the raw state whole."""
+def lean_obs_arrays(obs: Obs, delta: FeatureDeltaEncoder, raw: bool = False,
+                    owed: bool = False) -> dict[str, np.ndarray]:
+    """The features as a delta and today's forecast; with `raw`, the raw state whole
+    (with `owed` too, owed where the env has one)."""
     state = obs.raw
     if raw:
         extra = {"forecast": state.forecast, "on_hand": state.on_hand, "pipeline": state.pipeline,
-                 "backlog": state.backlog}
+                 "backlog": state.backlog, **_owed(state, owed)}
     else:
         extra = {"forecast": state.forecast[:, :1]}
     return {**delta.encode(obs.features, int(state.day)), **extra}
@@ -124,10 +129,19 @@ def lean_step_specs(num_skus: int) -> dict[str, TensorSpec]:
             METRIC_SUMS: TensorSpec(frozenset({"float64"}), (len(METRIC_NAMES),))}
 
 
-def obs_arrays(obs: Obs) -> dict[str, np.ndarray]:
+def obs_arrays(obs: Obs, owed: bool = False) -> dict[str, np.ndarray]:
     raw = obs.raw
     return {"features": obs.features, "on_hand": raw.on_hand, "pipeline": raw.pipeline,
-            "backlog": raw.backlog, "forecast": raw.forecast}
+            "backlog": raw.backlog, "forecast": raw.forecast, **_owed(raw, owed)}
+
+
+def _owed(raw: RawState, asked: bool) -> dict[str, np.ndarray]:
+    """{owed: raw.owed} when asked and the env has supply networks, else nothing (no bytes)."""
+    return {OWED: raw.owed} if asked and raw.owed is not None else {}
+
+
+def owed_spec(num_skus: int) -> dict[str, TensorSpec]:
+    return {OWED: TensorSpec(frozenset({"int64"}), (num_skus,))}
 
 
 def step_arrays(result: StepResult) -> dict[str, np.ndarray]:
@@ -143,6 +157,7 @@ class ReplyDecoder:
         self.num_skus = num_skus
         self.schema = schema
         self._obs_specs = obs_specs(num_skus, schema.dim)
+        self._optional = owed_spec(num_skus)  # present on supply networks (skurl.proto)
         self._step_specs = step_specs(num_skus)
         self._buffers: dict[str, np.ndarray] = {}
 
@@ -156,9 +171,10 @@ class ReplyDecoder:
                          scalars.get(STEP_DAY, 0), bool(scalars.get(STEP_DONE, 0)))
 
     def obs(self, arrays: dict[str, np.ndarray], day: int) -> Obs:
-        out = self._fill(_checked(arrays, self._obs_specs, "observation reply"))
+        out = self._fill(_checked(arrays, self._obs_specs, "observation reply", self._optional))
         raw = RawState(on_hand=out["on_hand"], pipeline=out["pipeline"],
-                       backlog=out["backlog"], forecast=out["forecast"], day=int(day))
+                       backlog=out["backlog"], forecast=out["forecast"], day=int(day),
+                       owed=out.get(OWED))
         return Obs(features=out["features"], raw=raw, schema=self.schema)
 
     def step(self, obs: dict[str, np.ndarray], result: dict[str, np.ndarray], day: int,
@@ -201,6 +217,7 @@ class LeanReplyDecoder:
         self._delta = FeatureDeltaDecoder(num_skus, schema.dim, self.schema.dim,
                                           column_index(schema, self.schema))
         self._obs_specs = lean_obs_specs(num_skus, schema.dim, raw)
+        self._optional = owed_spec(num_skus) if raw else {}  # lean with raw, on supply networks
         self._raw_buffers: dict[str, np.ndarray] = {}  # lean with raw: the raw state
         self._step_specs = lean_step_specs(num_skus)
         self._forecast = np.zeros((num_skus, 1), np.float32)
@@ -226,12 +243,13 @@ class LeanReplyDecoder:
                           failed=result["failed"].copy())
 
     def obs(self, arrays: dict[str, np.ndarray], day: int) -> Obs:
-        checked = _checked(arrays, self._obs_specs, "lean observation reply")
+        checked = _checked(arrays, self._obs_specs, "lean observation reply", self._optional)
         features = self._delta.apply(checked, int(day))
         if self.raw:
-            out = fill_buffers(self._raw_buffers, {name: checked[name] for name in (*RAW_NAMES, "forecast")})
+            names = (*RAW_NAMES, "forecast", *(n for n in self._optional if n in checked))
+            out = fill_buffers(self._raw_buffers, {name: checked[name] for name in names})
             raw = RawState(on_hand=out["on_hand"], pipeline=out["pipeline"], backlog=out["backlog"],
-                           forecast=out["forecast"], day=int(day))
+                           forecast=out["forecast"], day=int(day), owed=out.get(OWED))
             return Obs(features=features, raw=raw, schema=self.schema)
         forecast = checked["forecast"]
         if self._forecast.dtype != forecast.dtype:  # the env's own dtype, as the full reply
@@ -259,14 +277,15 @@ def column_index(inner: ObsSchema, outer: ObsSchema) -> np.ndarray:
 
 
 def _checked(arrays: dict[str, np.ndarray], specs: dict[str, TensorSpec],
-             what: str) -> dict[str, np.ndarray]:
-    """Exactly the names of `specs`, each matching its spec; else WireError."""
-    if arrays.keys() != specs.keys():
-        missing = sorted(specs.keys() - arrays.keys())
-        extra = sorted(arrays.keys() - specs.keys())
+             what: str, optional: dict[str, TensorSpec] | None = None) -> dict[str, np.ndarray]:
+    """Exactly the names of `specs`, and any of `optional`, each matching its spec; else WireError."""
+    optional = optional or {}
+    missing = sorted(specs.keys() - arrays.keys())
+    extra = sorted(arrays.keys() - specs.keys() - optional.keys())
+    if missing or extra:
         raise WireError(f"{what}: missing tensors {missing}, unexpected {extra}")
-    for name, spec in specs.items():
-        check_spec(name, arrays[name], spec, what)
+    for name, arr in arrays.items():
+        check_spec(name, arr, specs.get(name) or optional[name], what)
     return dict(arrays)
 
 

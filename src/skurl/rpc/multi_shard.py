@@ -106,6 +106,7 @@ class MultiShardEnv:
         self._pool = ThreadPoolExecutor(len(self._envs), "shard") if use_threads else None
         self._buf: dict[str, np.ndarray] = {}
         self._wide: dict[str, int] = {}
+        self._owed = False  # some shard has supply networks (its raw state carries owed)
         self._day = -1
         self._in_step = False  # True while shards may disagree (a step failed midway)
 
@@ -163,6 +164,8 @@ class MultiShardEnv:
         # Raw widths are known only now; the widest shard sets the merged arrays' width.
         self._wide = {attr: max(getattr(o.raw, attr).shape[1] for o in shard_obs)
                       for attr in ("pipeline", "forecast")}
+        # Supply networks: owed merged where any shard has it (a shard without reads as 0 owed).
+        self._owed = any(o.raw.owed is not None for o in shard_obs)
         self._prepare_obs(shard_obs[0])
         self._map(lambda k: self._gather_obs(k, shard_obs[k]))
         days = {int(o.raw.day) for o in shard_obs}
@@ -259,6 +262,8 @@ class MultiShardEnv:
             self._alloc(attr, getattr(obs.raw, attr))
         for attr in ("pipeline", "forecast"):
             self._alloc(attr, getattr(obs.raw, attr), self._wide[attr])
+        if self._owed:
+            self._alloc("owed", np.zeros(0, np.int64))
 
     def _prepare_step(self, result: StepResult) -> None:
         self._alloc("reward", result.reward)
@@ -275,6 +280,8 @@ class MultiShardEnv:
                 b["features"][sel, dst:dst + w] = obs.features[:, src:src + w]
         b["on_hand"][sel] = raw.on_hand
         b["backlog"][sel] = raw.backlog
+        if raw.owed is not None:
+            b["owed"][sel] = raw.owed
         for attr in ("pipeline", "forecast"):
             part = getattr(raw, attr)
             b[attr][sel, :part.shape[1]] = part
@@ -295,7 +302,7 @@ class MultiShardEnv:
     def _obs(self) -> Obs:
         b = self._buf
         raw = RawState(on_hand=b["on_hand"], pipeline=b["pipeline"], backlog=b["backlog"],
-                       forecast=b["forecast"], day=self._day)
+                       forecast=b["forecast"], day=self._day, owed=b["owed"] if self._owed else None)
         return Obs(features=b["features"], raw=raw, schema=self._schema)
 
 

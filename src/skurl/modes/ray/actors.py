@@ -50,7 +50,8 @@ def threads_for(cpus: float, configured: int) -> int:
 class LeanDay:
     """What a collector reads of a day: about half the bytes of a StepResult (no metrics,
     no raw state but today's forecast, unless `raw`: the cover grid's collectors need it
-    whole), for Ray's object store to carry."""
+    whole, `owed` included on supply networks: the echelon grid reads it), for Ray's object
+    store to carry."""
 
     features: np.ndarray
     forecast0: np.ndarray  # float32 [N, 1]: raw.forecast[:, :1]

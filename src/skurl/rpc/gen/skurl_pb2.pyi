@@ -61,18 +61,20 @@ class InfoReply(_message.Message):
     def __init__(self, num_skus: _Optional[int] = ..., schema: _Optional[_Iterable[_Union[SchemaField, _Mapping]]] = ..., shard_index: _Optional[int] = ..., shard_count: _Optional[int] = ..., rows: _Optional[_Union[TensorBatch, _Mapping]] = ..., info_json: _Optional[str] = ..., env_ids: _Optional[_Iterable[str]] = ..., days: _Optional[int] = ...) -> None: ...
 
 class ResetRequest(_message.Message):
-    __slots__ = ("env_id", "seed", "episode", "lean", "raw")
+    __slots__ = ("env_id", "seed", "episode", "lean", "raw", "owed")
     ENV_ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     LEAN_FIELD_NUMBER: _ClassVar[int]
     RAW_FIELD_NUMBER: _ClassVar[int]
+    OWED_FIELD_NUMBER: _ClassVar[int]
     env_id: str
     seed: int
     episode: int
     lean: bool
     raw: bool
-    def __init__(self, env_id: _Optional[str] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ..., lean: _Optional[bool] = ..., raw: _Optional[bool] = ...) -> None: ...
+    owed: bool
+    def __init__(self, env_id: _Optional[str] = ..., seed: _Optional[int] = ..., episode: _Optional[int] = ..., lean: _Optional[bool] = ..., raw: _Optional[bool] = ..., owed: _Optional[bool] = ...) -> None: ...
 
 class ResetReply(_message.Message):
     __slots__ = ("obs", "day")
