@@ -69,3 +69,5 @@ def test_eval_json_reports_cost_per_network_day(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["network"]["networks"] == 4 and out["skus"] == 8  # eval.skus=7 rows: 4 whole networks
     assert out["avg_cost_per_network_day"] == out["network"]["avg_cost_per_network_day"] > 0
+    for echelon in out["network"]["by_echelon"].values():  # serial: no price, profit = -cost
+        assert echelon["profit_per_location_day"] == -echelon["cost_per_location_day"] < 0

@@ -103,6 +103,15 @@ def test_uniform_yaml_is_a_textbook_instance() -> None:
     assert (cat.lead_time == cfg.catalog.lead_time).all() and (cat.group == -1).all()
 
 
+def test_dc_yaml_is_a_lost_sales_dc_network_on_the_echelon_grid() -> None:
+    cfg = load_config(CONFIGS / "dc.yaml")
+    assert cfg.catalog.synthetic.network == "dc" and not cfg.sim.backorders
+    assert cfg.policy.actions.center_policy == "echelon-base-stock"
+    assert cfg.train.warm_start == "echelon-base-stock" and cfg.train.keep_best
+    cat = load_catalog(cfg.catalog)
+    assert len(cat) <= 5000 and (cat.upstream >= 0).any()  # stores fed by a DC, small enough to train
+
+
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_config_file_loads(path: Path) -> None:
     load_config(path)

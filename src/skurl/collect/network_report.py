@@ -2,9 +2,10 @@
 
 avg_cost_per_network_day: the cost summed over a network's locations, averaged over
 networks and counted days (cost_se: its standard error over network-episodes). Per echelon
-index (1 = stores): cost per location-day, fill rate (stores: customers served the same day;
-upstream: requests shipped the same day), mean on hand, shipping and transfer cost and units
-transferred per location-day (ship_cost: at the receiving row; transfers: at the sender).
+index (1 = stores): cost and profit (revenue, at stores only, less cost) per location-day,
+fill rate (stores: customers served the same day; upstream: requests shipped the same day),
+mean on hand, shipping and transfer cost and units transferred per location-day (ship_cost:
+at the receiving row; transfers: at the sender).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def network_summary(catalog: Catalog, episode_cost: np.ndarray, per_day: dict[st
         by_echelon[str(e)] = {
             "locations": int(rows.sum()),
             "cost_per_location_day": float(cost / locations),
+            "profit_per_location_day": float((per_day["revenue"][rows].sum() - cost) / locations),
             "fill_rate": 1.0 - float(per_day["lost"][rows].sum()) / demand if demand > 0 else 1.0,
             "mean_on_hand": float(per_day["on_hand_end"][rows].sum() / locations),
             **{f"{k}_per_location_day": float(per_day[k][rows].sum() / locations)
