@@ -20,6 +20,7 @@ import numpy as np
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
+from skurl.threads import set_torch_threads
 
 if TYPE_CHECKING:
     from skurl.catalog import Catalog
@@ -68,7 +69,7 @@ def _rollout_policy(args: argparse.Namespace, cfg: Config, grid: ActionGrid, env
     torch.manual_seed(0)
     threads = cfg.train.torch_threads
     if threads:
-        torch.set_num_threads(threads)
+        set_torch_threads(threads)
     model = ActorCritic(env.layout.dim, grid.n, cfg.policy.hidden)
     return learned_rollout(LearnedPolicy(model, grid, name="network"))
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
+from skurl.threads import set_torch_threads
 
 if TYPE_CHECKING:
     from skurl.collect.collector import Collector
@@ -51,7 +52,6 @@ def _untuned(cfg: Config) -> Config:
 
 
 def run_train_stages(args: argparse.Namespace) -> int:
-    import torch
 
     from skurl.catalog import load_catalog
     from skurl.collect.collector import Collector
@@ -64,7 +64,7 @@ def run_train_stages(args: argparse.Namespace) -> int:
         raise UserError(f"bench train: --iterations {args.iterations}, expected an integer >= 1")
     cfg = _untuned(config_from_args(args, embedded=True))
     threads = cfg.train.torch_threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
+    set_torch_threads(threads)
     catalog = load_catalog(cfg.catalog)
     env = make_env(catalog, cfg.sim)
     grid = grid_for(cfg, catalog)

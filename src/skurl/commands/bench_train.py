@@ -17,11 +17,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
 from skurl.policy.bf16 import cpu_has_bf16
+from skurl.threads import set_torch_threads
 
 BOUND_SECONDS = 0.1  # per timed round of each GEMM of the bound (3 rounds, best kept)
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
 
 def _threads(cfg: Config) -> int:
     threads = cfg.train.torch_threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
+    set_torch_threads(threads)
     return threads
 
 

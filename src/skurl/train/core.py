@@ -24,6 +24,7 @@ from skurl.policy.learned import grid_for
 from skurl.sim.api import ObsSchema
 from skurl.sim.layout import catalog_widths, schema_for
 from skurl.telemetry.stages import StageTimer
+from skurl.threads import set_torch_threads
 
 if TYPE_CHECKING:
     from skurl.sim.env import VectorEnv
@@ -46,7 +47,7 @@ def seed_global_rngs(seed: int) -> None:
 
 def set_threads(cfg: Config) -> int:
     threads = cfg.train.torch_threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
+    set_torch_threads(threads)
     return threads
 
 

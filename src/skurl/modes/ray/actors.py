@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
-import torch
 from ray.exceptions import ActorUnavailableError, RayActorError
 
 from skurl.catalog.schema import Catalog
@@ -31,6 +30,7 @@ from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 from skurl.sync.api import Tensors
 from skurl.sync.ray import RayTimeoutError, RayWeights
 from skurl.sync.ray import ray_get as get
+from skurl.threads import set_torch_threads
 
 if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout
@@ -262,7 +262,7 @@ class CollectorWorker:
     def __init__(self, collector_id: str, cfg: Config, weights_slot: Any) -> None:
         # As in --mode colocated: inference and simulation take turns, so by default the
         # collector's inference uses every core (measured: 1 thread costs ~35% throughput).
-        torch.set_num_threads(cfg.train.torch_threads or os.cpu_count() or 1)
+        set_torch_threads(cfg.train.torch_threads or os.cpu_count() or 1)
         self.collector_id, self.cfg = collector_id, cfg
         self.weights = RayWeights(weights_slot, "ppo", cfg.ray.get_timeout_s)
         self.slots: dict[int, WorkerSlot] = {}  # one per worker, shared by its SKU sets
