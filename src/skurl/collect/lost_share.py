@@ -28,16 +28,17 @@ class Loss:
                 "lost_share": self.share, "lost_recollected": float(self.waited)}
 
 
-def judge_loss(lost: dict[str, int], total_skus: int, threshold: float, what: str) -> Loss:
-    """The rule for `lost` (collector -> its SKUs) of `total_skus`: proceed without them, or
-    wait to collect them again (one warning line either way; proceeding is counted)."""
+def judge_loss(lost: dict[str, int], total_skus: int, threshold: float, what: str, unit: str = "SKUs") -> Loss:
+    """The rule for `lost` (collector -> its SKUs, or other `unit`s) of `total_skus`: proceed
+    without them, or wait to collect them again (one warning line either way; proceeding is
+    counted)."""
     if not lost:
         return Loss()
     skus = sum(lost.values())
     share = skus / max(total_skus, 1)
     waited = share > threshold or skus >= total_skus  # nothing left to train on
     loss = Loss(sorted(lost), skus, share, waited)
-    line = (f"collectors {', '.join(loss.collectors)} died collecting {what}: {skus} of {total_skus} SKUs "
+    line = (f"collectors {', '.join(loss.collectors)} died collecting {what}: {skus} of {total_skus} {unit} "
             f"({100 * share:.1f}%, deploy.max_lost_share {100 * threshold:g}%)")
     if waited:
         log.warning("%s; waiting for them to collect their shares again", line)

@@ -193,7 +193,8 @@ class DeployConfig:
         0.05, "every mode with remote collectors (decoupled, ray): when collectors die during an "
         "iteration and their SKUs are at most this share of the iteration's SKUs, the iteration "
         "trains without them (logged, counted in collector_shares_lost_total); above it, it waits "
-        "for restarted or replacement collectors to collect them again"
+        "for restarted or replacement collectors to collect them again. DCL's label jobs wait "
+        "deploy.reconnect_timeout_s first, then apply the same share to their states"
     )
     health_interval_s: float = opt(
         5.0, "--mode decoupled: seconds between the supervisor's grpc.health.v1 checks of each "

@@ -4,8 +4,10 @@ Every collector gets the job (Label RPC, modes/decoupled/label_service.py) and l
 planned states among its own SKUs; its part comes back through the rollout store, verified by
 checksum. A collector found unreachable is waited for (the launcher restarts it) up to
 deploy.reconnect_timeout_s and asked again: its labels are a function of (seed, iteration,
-SKU), so the replacement's part is the one the lost process would have given. A part the
-store refuses is asked again once, then fails the iteration.
+SKU), so the replacement's part is the one the lost process would have given. One still lost
+then follows collection's rule (collect/lost_share.py): within deploy.max_lost_share of the
+job's states the iteration proceeds without its part and says so; above it, it fails. A part
+the store refuses is asked again once, then fails the iteration.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from safetensors.numpy import load as st_load
 
+from skurl.collect.lost_share import judge_loss
 from skurl.learn.dcl_check import CheckPart
 from skurl.learn.dcl_parts import LabelPart
 from skurl.learn.label_wire import encode_job
@@ -42,12 +45,15 @@ class GrpcLabellers:
         self.collectors = collectors
         self._pool = ThreadPoolExecutor(max(len(collectors.clients), 1), "label")
         self._figures: dict[str, float] = {}
+        self._share_of: dict[str, float] = {}  # each collector's share of the last label job's states
+        self._states = 0  # the last label job's planned states
 
     def label(self, job: LabelJob) -> list[LabelPart]:
         replies = self._fan_out(job)
-        parts = [self._label_part(cid, job, reply) for cid, reply in replies.items()]
+        parts = {cid: self._label_part(cid, job, reply) for cid, reply in replies.items()}
+        self._share_of.update({cid: p.sku_ids.size / max(self._states, 1) for cid, p in parts.items()})
         self._add("dcl_rollout_sku_days_max_collector", max(float(r.sku_days) for r in replies.values()))
-        return parts
+        return list(parts.values())
 
     def check(self, job: CheckJob) -> list[CheckPart]:
         parts = []
@@ -64,10 +70,17 @@ class GrpcLabellers:
         self._pool.shutdown(wait=True)
 
     def _fan_out(self, job: LabelJob | CheckJob) -> dict[str, pb.LabelReply]:
+        """Every reachable collector's reply; those lost past the reconnect timeout are judged
+        by deploy.max_lost_share (_judge_lost)."""
         blob, start = encode_job(job), time.perf_counter()
+        if isinstance(job, LabelJob):
+            self._states = job.plan.states
         futures = {cid: self._pool.submit(self._ask, cid, blob, job.iteration) for cid in self.collectors.clients}
-        replies = {cid: f.result() for cid, f in futures.items()}
         kind = "label" if isinstance(job, LabelJob) else "check"
+        lost = {cid: exc for cid, f in futures.items()
+                if isinstance(exc := f.exception(), ServerUnavailableError)}
+        replies = {cid: f.result() for cid, f in futures.items() if cid not in lost}
+        self._judge_lost(job.iteration, kind, lost, replies)
         seconds, wall = [r.seconds for r in replies.values()], time.perf_counter() - start
         for s in seconds:
             get_metrics().dcl_collector_label_seconds.observe(s)
@@ -78,6 +91,23 @@ class GrpcLabellers:
         if kind == "label":
             get_metrics().dcl_collector_idle_share.set(idle)
         return replies
+
+    def _judge_lost(self, iteration: int, kind: str, lost: dict[str, ServerUnavailableError],
+                    replies: dict[str, pb.LabelReply]) -> None:
+        """Proceed without collectors still unreachable when their states are at most
+        deploy.max_lost_share of the job's (each one's share of the last label job's states;
+        1/collectors before any), else raise the first one's error."""
+        if not lost:
+            return
+        even = 1.0 / len(self.collectors.clients)
+        shares = {cid: self._share_of.get(cid, even) for cid in lost}
+        share, threshold = sum(shares.values()), self.collectors.cfg.deploy.max_lost_share
+        if share > threshold or not replies:
+            raise next(iter(lost.values()))
+        states = max(self._states, 1)
+        judge_loss({cid: round(s * states) for cid, s in shares.items()}, states, threshold,
+                   f"dcl iteration {iteration}'s {kind} job", unit="states")
+        self._add(f"dcl_{kind}_lost_share", share)
 
     def _ask(self, cid: str, blob: bytes, iteration: int) -> pb.LabelReply:
         """`cid`'s reply; while it is unreachable, wait for its restart (deploy.reconnect_timeout_s)."""
