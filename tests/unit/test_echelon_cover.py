@@ -85,3 +85,39 @@ def test_a_catalog_without_networks_is_one_line() -> None:
     with pytest.raises(ConfigError) as err:
         tune_center(cfg, load_catalog(cfg.catalog))
     assert "\n" not in str(err.value) and "policy.actions.center_policy" in str(err.value)
+
+
+def test_clones_order_as_their_source_rows(tuned: tuple[Config, Catalog, GridCenter]) -> None:
+    """DCL's rollouts on networks (policy/rollout_q.py): the grid taken at a clone env's rows
+    (grid_rows with the clones' upstreams) orders what the source rows order, every action;
+    the candidates of sampled rows are their rows of the whole-network unit table; the
+    greedy rollout policy on the clones picks the source rows' actions."""
+    import torch
+
+    from skurl.policy.learned import LearnedPolicy
+    from skurl.policy.nets import ActorCritic
+    from skurl.policy.rollout_q import candidate_orders, grid_rows, learned_rollout
+
+    cfg, catalog, center = tuned
+    grid = grid_for(cfg).with_center(center).bind(catalog)
+    env = make_env(catalog, cfg.sim)
+    obs = env.reset(seed=3, episode=0)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        obs = env.step(rng.poisson(3.0, len(catalog)).astype(float)).obs
+    rows = np.array([0, 5, 6, 6, 31])
+    clone = env.clone(rows, whole_groups=True)
+    ex = clone.cloned
+    assert ex is not None and ex.parent is not None
+    n, r = len(catalog), ex.src.size
+    want = grid.unit_table(obs.raw, slice(0, n))
+    np.testing.assert_array_equal(grid_rows(grid, ex.src, ex.parent).unit_table(clone.observe().raw, slice(0, r)),
+                                  want[ex.src])
+    np.testing.assert_array_equal(candidate_orders(grid, env, rows), want[rows])
+    torch.manual_seed(0)
+    policy = LearnedPolicy(ActorCritic(env.layout.dim, grid.n, (16, 16)), grid)
+    on_clones = learned_rollout(policy)(ex)
+    np.testing.assert_array_equal(on_clones.action_indices(clone.observe()), policy.action_indices(obs)[ex.src])
+    np.testing.assert_array_equal(on_clones.orders(clone.observe()), policy.orders(obs)[ex.src])
+    with pytest.raises(ValueError, match="upstreams"):
+        grid_rows(grid, ex.src)

@@ -64,7 +64,7 @@ class CoverParams:
         return cls(protection_days(catalog, review_days), np.asarray(catalog.demand_dist),
                    catalog.dispersion.astype(np.float64), z0, lot, echelon)
 
-    def moments(self, raw: RawState, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def moments(self, raw: RawState, rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean, variance, position) float64 [B] of rows `rows`: the demand over the protection
         days and the inventory position, or their echelon versions (echelon_cover.py)."""
         if self.echelon is not None:
@@ -184,7 +184,7 @@ class ActionGrid:
         table = self.unit_table(raw, slice(0, idx.shape[0]), idx[:, None])
         return clip_orders(table[:, 0])
 
-    def unit_table(self, raw: RawState, rows: slice, index: np.ndarray | None = None) -> np.ndarray:
+    def unit_table(self, raw: RawState, rows: slice | np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
         """Cover grid: orders (float64 [B, A]) of SKU rows `rows` for every action (or for
         action indices `index` [B, 1]); zeros off review days, as ForecastBaseStock."""
         cover = self.bound_cover(raw)
@@ -231,7 +231,7 @@ def joint_values(offsets: np.ndarray, factors: np.ndarray, skip: bool) -> tuple[
     return values, scale
 
 
-def _rows(raw: RawState, rows: slice) -> RawState:
+def _rows(raw: RawState, rows: slice | np.ndarray) -> RawState:
     return RawState(raw.on_hand[rows], raw.pipeline[rows], raw.backlog[rows], raw.forecast[rows], raw.day)
 
 

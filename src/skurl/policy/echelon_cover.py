@@ -38,7 +38,11 @@ class EchelonCover:
         topo = Topology.of(catalog)
         return cls(demand_over_cover(catalog, topo), topo)
 
-    def moments(self, raw: RawState, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def for_clones(self, src: np.ndarray, parent: np.ndarray) -> EchelonCover:
+        """This cover for a clone env's rows (Topology.for_clones)."""
+        return EchelonCover(self.mean[src], self.topo.for_clones(src, parent))
+
+    def moments(self, raw: RawState, rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean, variance, echelon position) float64 [B] of rows `rows`; the position is
         computed over every row of `raw` (an echelon sums a whole network)."""
         if self.mean.shape[0] != raw.on_hand.shape[0]:

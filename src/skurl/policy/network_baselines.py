@@ -43,6 +43,11 @@ class Topology:
         store[parent[parent >= 0]] = False
         return Topology(parent, echelon, store)
 
+    def for_clones(self, src: np.ndarray, parent: np.ndarray) -> Topology:
+        """The topology of a clone env (VectorEnv.clone): its rows are rows `src` of this
+        one, their upstreams the clone rows `parent` (sim/clone.network_expansion)."""
+        return Topology(parent, self.echelon[src], self.store[src])
+
     def echelon_sum(self, local: np.ndarray) -> np.ndarray:
         """Per row, the sum of `local` over the row and every row below it."""
         out = local.astype(np.float64).copy()

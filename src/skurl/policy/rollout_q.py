@@ -22,17 +22,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from skurl.policy.actions import ActionGrid
+from skurl.policy.actions import ActionGrid, clip_orders
 from skurl.policy.api import Policy
+from skurl.policy.network_baselines import Topology
 from skurl.sim.api import RawState
+from skurl.sim.clone import Expansion
 from skurl.sim.env import VectorEnv
 
 if TYPE_CHECKING:
     from skurl.policy.learned import LearnedPolicy
 
 _UNPAIRED_STRIDE = 1 << 32  # RolloutSpec.common=False: action a replays episodes from (a + 1) << 32
-RolloutPolicy = Callable[[np.ndarray], Policy]
-"""Given the source rows of the clone rows (int64 [M]), a Policy over those M rows."""
+RolloutPolicy = Callable[[Expansion], Policy]
+"""Given the rows of a clone env (sim/clone.Expansion: each row's source row, and on supply
+networks its upstream among them), a Policy over those rows."""
 
 
 @dataclass(frozen=True)
@@ -105,12 +108,13 @@ def rollout_returns(env: VectorEnv, src_rows: np.ndarray, first: np.ndarray, epi
     """Discounted reward (float64 [M]) over the first horizons[m] days (default spec.horizon)
     of clones of env rows src_rows [M] that order first [M] today, then follow `policy`;
     clone m replays episode episodes[m]. A grouped row is cloned with its substitution
-    group (VectorEnv.clone whole_groups), whose members follow `policy` from today on."""
+    group, a network row with its whole network (VectorEnv.clone whole_groups), whose other
+    rows follow `policy` from today on."""
     days = spec.horizon if horizons is None else int(horizons.max())
     clones = env.clone(src_rows, episodes=episodes, seed=spec.seed, days=env.day + days, whole_groups=True)
     ex = clones.cloned
     assert ex is not None
-    rollout = policy(ex.src)
+    rollout = policy(ex)
     heads = ex.heads
     if ex.src.size == heads.size:  # nothing grouped: the clones are the heads
         orders = first
@@ -176,10 +180,12 @@ def baseline_rollout(policy: Policy) -> RolloutPolicy:
     if not dataclasses.is_dataclass(policy):
         raise TypeError(f"baseline_rollout: {type(policy).__name__} is not a dataclass baseline")
 
-    def for_rows(src_rows: np.ndarray) -> Policy:
-        arrays = {f.name: getattr(policy, f.name)[src_rows] for f in dataclasses.fields(policy)
+    def for_rows(ex: Expansion) -> Policy:
+        arrays = {f.name: getattr(policy, f.name)[ex.src] for f in dataclasses.fields(policy)
                   if isinstance(getattr(policy, f.name), np.ndarray)}
-        return dataclasses.replace(policy, **arrays)
+        topo = {f.name: _topology(getattr(policy, f.name), ex) for f in dataclasses.fields(policy)
+                if isinstance(getattr(policy, f.name), Topology)}
+        return dataclasses.replace(policy, **arrays, **topo)
 
     return for_rows
 
@@ -190,23 +196,36 @@ def learned_rollout(policy: LearnedPolicy) -> RolloutPolicy:
     if policy.sample:
         raise ValueError("learned_rollout: a sampling policy draws noise per SKU row; expected sample=False")
 
-    def for_rows(src_rows: np.ndarray) -> Policy:
+    def for_rows(ex: Expansion) -> Policy:
         out = copy.copy(policy)
-        out.grid = grid_rows(policy.grid, src_rows)
+        out.grid = grid_rows(policy.grid, ex.src, ex.parent)
         out.sku_ids = None
         return out
 
     return for_rows
 
 
-def grid_rows(grid: ActionGrid, rows: np.ndarray) -> ActionGrid:
+def _topology(topo: Topology, ex: Expansion) -> Topology:
+    if ex.parent is None:
+        raise ValueError("baseline_rollout: a network baseline needs the clones' networks (VectorEnv.clone "
+                         "on a catalog with supply networks)")
+    return topo.for_clones(ex.src, ex.parent)
+
+
+def grid_rows(grid: ActionGrid, rows: np.ndarray, parent: np.ndarray | None = None) -> ActionGrid:
     """`grid` for SKU rows `rows` of the SKUs it is bound to (only a bound cover grid holds
-    per-SKU data)."""
+    per-SKU data); an echelon-centred grid also needs the rows' upstreams among them
+    (`parent`, sim/clone.Expansion), since an echelon position sums a whole network."""
     if grid.cover is None:
         return grid
     cover = grid.cover
     taken = {f.name: getattr(cover, f.name)[rows] for f in dataclasses.fields(cover)
-             if getattr(cover, f.name) is not None}
+             if isinstance(getattr(cover, f.name), np.ndarray)}
+    if cover.echelon is not None:
+        if parent is None:
+            raise ValueError("grid_rows: an echelon-centred grid needs the rows' upstreams (expected clones "
+                             "of whole networks)")
+        taken["echelon"] = cover.echelon.for_clones(rows, parent)
     return dataclasses.replace(grid, cover=dataclasses.replace(cover, **taken))
 
 
@@ -214,6 +233,8 @@ def candidate_orders(grid: ActionGrid, env: VectorEnv, rows: np.ndarray) -> np.n
     """Units (float64 [S, A]) each action of `grid` (bound to env's SKUs when it is a cover
     grid) orders today in the states of env rows `rows` [S]."""
     raw = env.observe().raw
+    if grid.cover is not None and grid.cover.echelon is not None:  # positions over whole networks
+        return clip_orders(grid.unit_table(raw, rows))[0]
     n, actions = rows.shape[0], grid.n
     rep = np.repeat(rows, actions)
     sub = RawState(raw.on_hand[rep], raw.pipeline[rep], raw.backlog[rep], raw.forecast[rep], raw.day)

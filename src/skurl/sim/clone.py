@@ -5,7 +5,9 @@ key, so stepped with the source's orders it replays the source's trajectory bit 
 and clones under different orders see the same demand (common random numbers); another
 (seed, episode) key gives an independent future (a replication). `whole_groups` brings
 each cloned row's substitution group along (group_expansion), one group per clone, so a
-grouped SKU's clone replays its group too. More: docs/internals.md (sim/clone.py)."""
+grouped SKU's clone replays its group too; on a catalog with supply networks each cloned
+row brings its whole network (network_expansion, clone_network). More: docs/internals.md
+(sim/clone.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from skurl.sim.network import Network
 from skurl.sim.rng import run_key, sku_key
 from skurl.sim.state import P_GROUPED, P_SLOTS, S_KEY, S_SLOT_OFF, Outputs, Params, State
 
@@ -64,6 +67,7 @@ class Expansion(NamedTuple):
     heads: np.ndarray  # int64 [M]: the clone env row of each requested clone
     owner: np.ndarray  # int64 [R]: the requested clone each row belongs to
     group: np.ndarray  # int64 [R]: its substitution group in the clone env (-1: none)
+    parent: np.ndarray | None = None  # int64 [R]: its upstream's clone env row (-1: a supplier); None: no networks
 
 
 def group_expansion(group_start: np.ndarray, group_rows: np.ndarray, n: int, rows: np.ndarray) -> Expansion:
@@ -109,3 +113,43 @@ def clone_keys(src_keys: np.ndarray, sku_ids: np.ndarray, seed: int,
     unique, which = np.unique(episodes, return_inverse=True)
     run_keys = np.array([run_key(seed, int(e)) for e in unique], dtype=np.uint64)
     return _keys_of(run_keys, which.astype(np.int64).ravel(), np.ascontiguousarray(sku_ids, dtype=np.int64))
+
+
+def network_expansion(net: Network, n: int, rows: np.ndarray) -> Expansion:
+    """Clone `rows` [M] of an env of n rows whose supply networks are `net`: each brings its
+    whole network along (its rows in the network's day order, upstream first) as network j
+    of the clone env for clone j, since a store without its DC (or a DC without its stores)
+    is another system. `parent` is each clone row's upstream among the clone env's rows."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    sizes = np.diff(net.net_start)
+    net_of = np.empty(n, np.int64)
+    net_of[net.net_rows] = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+    rank = np.empty(n, np.int64)  # a row's place in its network's day order
+    rank[net.net_rows] = np.arange(n, dtype=np.int64) - np.repeat(net.net_start[:-1], sizes)
+    k = net_of[rows]
+    size = sizes[k]
+    offsets = np.cumsum(size) - size
+    owner = np.repeat(np.arange(rows.size, dtype=np.int64), size)
+    src = net.net_rows[net.net_start[k][owner] + np.arange(owner.size) - offsets[owner]]
+    up = net.parent[src]
+    parent = np.where(up >= 0, offsets[owner] + rank[np.maximum(up, 0)], -1)
+    return Expansion(src.astype(np.int64), (offsets + rank[rows]).astype(np.int64), owner,
+                     np.full(src.size, -1, np.int64), parent.astype(np.int64))
+
+
+def clone_network(net: Network, ex: Expansion, sku_id: np.ndarray) -> Network:
+    """The topology of the clone env of network_expansion `ex` (source rows ex.src, whose
+    sku_ids are `sku_id`): one network per clone, its rows in the source's day order, the
+    children of a row in ascending sku_id (as make_network orders them, so allocation ties
+    and sums run in the source's order), and today's owed units of the source rows."""
+    if ex.parent is None:
+        raise ValueError("clone_network: expected a network_expansion (its parent rows)")
+    r = ex.src.size
+    first = np.ones(r, bool)
+    first[1:] = ex.owner[1:] != ex.owner[:-1]
+    kids = np.flatnonzero(ex.parent >= 0)
+    kids = kids[np.lexsort((sku_id[ex.src[kids]], ex.parent[kids]))]
+    child_start = np.concatenate([[0], np.cumsum(np.bincount(ex.parent[kids], minlength=r))])
+    return Network(ex.parent.copy(), np.append(np.flatnonzero(first), r).astype(np.int64),
+                   np.arange(r, dtype=np.int64), child_start.astype(np.int64), kids.astype(np.int64),
+                   net.echelon[ex.src].copy(), net.owed[ex.src].copy(), net.ship_cost[ex.src].copy())

@@ -30,10 +30,17 @@ from skurl.sim.api import (
     RawState,
     StepResult,
 )
-from skurl.sim.clone import Expansion, clone_keys, copy_rows, group_expansion
+from skurl.sim.clone import (
+    Expansion,
+    clone_keys,
+    clone_network,
+    copy_rows,
+    group_expansion,
+    network_expansion,
+)
 from skurl.sim.kernel import first_bad_order, reset_kernel, step_kernel
 from skurl.sim.layout import NETWORK_FIELDS, Layout, layout_for
-from skurl.sim.network import network_features_kernel, network_for, network_step_kernel
+from skurl.sim.network import Network, network_features_kernel, network_for, network_step_kernel
 from skurl.sim.rng import MAX_DAY, run_key
 from skurl.sim.state import (
     FAIL_REASONS,
@@ -102,14 +109,15 @@ class VectorEnv:
     """N SKUs simulated in lock step by numba kernels; see the module docstring."""
 
     def __init__(self, catalog: Catalog, sim_cfg: SimConfig | None = None,
-                 min_widths: tuple[int, int] = (0, 0)) -> None:
+                 min_widths: tuple[int, int] = (0, 0), network: Network | None = None) -> None:
         check_structure(catalog)
         self.cfg = sim_cfg or SimConfig()
         self.catalog = catalog
         # min_widths: (A, P) of the whole catalog when `catalog` is a subset (layout_for)
         self.layout: Layout = layout_for(catalog, self.cfg.review_days, min_widths)
         self._params = make_params(catalog, self.cfg.substitution)
-        self._net = network_for(catalog, self.cfg)
+        # network: a clone's topology (its sku_ids repeat, so the catalog's upstream ids cannot give it)
+        self._net = network if network is not None else network_for(catalog, self.cfg)
         if self._net is not None:
             check_transfer_lead(self.cfg, self.layout.pipeline)
         self._transfers = transfer_rule(self.cfg)
@@ -239,12 +247,15 @@ class VectorEnv:
         that row's future when `episodes` is None, else the future of episode episodes[j]
         under run seed `seed` (default this env's). It runs until day `days` (default
         sim.days); its totals start at zero. `whole_groups`: a grouped row's members come
-        along as a group of the clone's own (faithful); else clones are simulated alone.
-        The new env's `cloned` maps its rows to the clones (sim/clone.Expansion)."""
+        along as a group of the clone's own, a network row's whole network as a network of
+        the clone's own (faithful); else clones are simulated alone, which a network row
+        cannot be (a store alone has no supplier): refused there. The new env's `cloned`
+        maps its rows to the clones (sim/clone.Expansion)."""
         if self._day < 0 or self._seed is None:
             raise EnvStateError("clone: call reset() first")
-        if self._net is not None:
-            raise EnvStateError("clone: not supported on a catalog with supply networks (docs/networks.md)")
+        if self._net is not None and not whole_groups:
+            raise EnvStateError("clone: a row of a supply network is simulated with its whole network only "
+                                "(docs/networks.md); expected whole_groups=True")
         idx = np.ascontiguousarray(rows, dtype=np.int64)
         if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= self.num_skus:
             raise ValueError(f"clone: rows must be a non-empty 1-d array of rows in [0, {self.num_skus})")
@@ -258,16 +269,24 @@ class VectorEnv:
         run_seed = self._seed if seed is None else int(seed)
         p = self._params
         grouped = whole_groups and self.cfg.substitution
-        ex = group_expansion(p.group_start, p.group_rows if grouped else p.group_rows[:0], self.num_skus, idx)
+        ex, net = self._expansion(idx, grouped)
         cfg = dataclasses.replace(self.cfg, days=last, substitution=grouped)
         catalog = dataclasses.replace(self.catalog.subset(ex.src), group=ex.group)
-        env = VectorEnv(catalog, cfg, (self.layout.expiring, self.layout.pipeline))
+        env = VectorEnv(catalog, cfg, (self.layout.expiring, self.layout.pipeline), net)
         keys = clone_keys(self._state.st[ex.src, S_KEY], self.catalog.sku_id[ex.src], run_seed,
                           None if episodes is None else episodes[ex.owner])
         numba.set_num_threads(self.threads)
         copy_rows(p, self._state, self._out, ex.src, keys, env._params, env._state, env._out)
         env._day, env._seed, env._episode, env.cloned = self._day, run_seed, self._episode, ex
         return env
+
+    def _expansion(self, rows: np.ndarray, grouped: bool) -> tuple[Expansion, Network | None]:
+        """The clone env's rows for clones of `rows`, and its networks (None without)."""
+        if self._net is not None:
+            ex = network_expansion(self._net, self.num_skus, rows)
+            return ex, clone_network(self._net, ex, self.catalog.sku_id)
+        p = self._params
+        return group_expansion(p.group_start, p.group_rows if grouped else p.group_rows[:0], self.num_skus, rows), None
 
     def state_snapshot(self) -> dict[str, np.ndarray]:
         """Today's state as inventory-snapshot arrays (new arrays; serve/snapshot.py names
