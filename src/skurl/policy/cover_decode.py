@@ -26,13 +26,16 @@ def _np_max0(x: float) -> float:
     return x if (x != x or x > 0.0) else 0.0
 
 
+RISING, RUNS, MIXED = 0, 1, 2  # a row's orders: strictly rising, non-decreasing, neither
+
+
 @njit(cache=True, inline="always")
 def _row_orders(values: np.ndarray, z0: float, mean: float, sigma: float, position: float, lot: float,
-                has_lot: bool, scale: np.ndarray, has_scale: bool, q: np.ndarray) -> bool:
+                has_lot: bool, scale: np.ndarray, has_scale: bool, q: np.ndarray) -> int:
     """Orders of every action (ActionGrid.unit_table's arithmetic; a joint grid's lot is
-    round(scale[a] x lot), as ActionGrid._lots); True when they rise strictly with the
-    action (every quantity is one action's)."""
-    rising = True
+    round(scale[a] x lot), as ActionGrid._lots), and their shape: RISING (every quantity is
+    one action's), RUNS (each quantity's actions are one run of neighbours) or MIXED."""
+    rising, runs = True, True
     for a in range(values.shape[0]):
         z = values[a] + z0
         if z == -np.inf:  # the skip action orders nothing
@@ -45,7 +48,32 @@ def _row_orders(values: np.ndarray, z0: float, mean: float, sigma: float, positi
         q[a] = u
         if a > 0 and not q[a] > q[a - 1]:
             rising = False
-    return rising
+            runs = runs and q[a] == q[a - 1]  # NaN ends both
+    return RISING if rising else (RUNS if runs else MIXED)
+
+
+@njit(cache=True, inline="always")
+def _most_likely_run(logits: np.ndarray, b: np.int64, q: np.ndarray, p: np.ndarray) -> np.int64:
+    """quantity_decode.most_likely_row where each quantity is one run of neighbouring
+    actions: the same exps, sums and comparisons in the same order, in one pass over the
+    runs instead of a search over all earlier actions per action."""
+    actions = q.shape[0]
+    top = -np.inf
+    for a in range(actions):
+        top = max(top, np.float64(logits[b, a]))
+    total = 0.0
+    for a in range(actions):
+        p[a] = math.exp(np.float64(logits[b, a]) - top)
+        total += p[a]
+    best, best_mass = np.int64(0), -1.0
+    start, mass = np.int64(0), 0.0
+    for a in range(actions):
+        mass += p[a] / total
+        if a + 1 == actions or q[a + 1] != q[start]:  # the run of q[start] ends at a
+            if mass > best_mass:
+                best, best_mass = start, mass
+            start, mass = np.int64(a + 1), 0.0
+    return best
 
 
 @njit(cache=True, parallel=True)
@@ -57,14 +85,17 @@ def _cover_greedy(logits: np.ndarray, values: np.ndarray, z0: np.ndarray, mean: 
         q = np.empty(actions)
         p = np.empty(actions)
         for b in range(blk * BLOCK, min(rows, (blk + 1) * BLOCK)):
-            if _row_orders(values, z0[b], mean[b], math.sqrt(var[b]), position[b], lot[b], has_lot, scale, has_scale,
-                           q):
+            shape = _row_orders(values, z0[b], mean[b], math.sqrt(var[b]), position[b], lot[b], has_lot, scale,
+                                has_scale, q)
+            if shape == RISING:
                 # one action per quantity: the most probable quantity is the largest logit's
                 # (exp is strictly increasing on distinct float32 logits), the first on ties
                 best = np.int64(0)
                 for a in range(1, actions):
                     if logits[b, a] > logits[b, best]:
                         best = np.int64(a)
+            elif shape == RUNS:
+                best = _most_likely_run(logits, np.int64(b), q, p)
             else:
                 best = most_likely_row(logits, np.int64(b), q, p)
             idx[b] = best
