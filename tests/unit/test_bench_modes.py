@@ -9,6 +9,7 @@ import pytest
 
 from skurl.cli import main
 from skurl.commands.bench_modes import _summarize, combine_rounds
+from skurl.commands.bench_scaling import scaling
 
 
 @pytest.mark.parametrize("argv", [["--modes", "colocated,spaceship"], ["--modes", ","],
@@ -50,3 +51,35 @@ def test_rounds_give_the_median_of_paired_ratios() -> None:
     skewed = combine_rounds([rounds[0], rounds[1], {"colocated": run(50.0), "decoupled": run(85.0)}],
                             "colocated")
     assert skewed["decoupled"]["ratio"] == 0.9  # median of 0.9, 0.8, 1.7 (the medians' ratio: 85/50)
+
+
+@pytest.mark.parametrize("argv", [["--modes", "colocated", "--ray-workers", "1,2"],
+                                  ["--modes", "ray", "--ray-workers", "2,4"],
+                                  ["--modes", "ray", "--ray-workers", "1,x"],
+                                  ["--modes", "ray", "--ray-workers", "1,1"],
+                                  ["--modes", "ray", "--ray-workers", "0,1"]])
+def test_bad_ray_workers_are_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "modes", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("--ray-workers" in err[0] or "--modes" in err[0])
+
+
+def test_scaling_projects_strong_scaling_with_the_learner_serial() -> None:
+    """1 worker: 10 s per iteration, of which learn 1.5 + sync 0.5 (the learner's) and 8 of
+    collection; t(W) = 8 / W + 2, the learner the limit from 8 / 2 = 4 workers on."""
+    def run(tps: float, seconds: float, learn: float) -> dict:
+        return {"transitions_per_s": tps, "seconds_per_iteration": seconds,
+                "stages_s": {"simulate": 3.0, "infer": 4.0, "learn": learn, "sync": 0.5}}
+
+    out = scaling({1: run(1000.0, 10.0, 1.5), 2: run(1600.0, 6.25, 1.5)})
+    assert out["collect_1_worker_s"] == 8.0 and out["learner_s"] == 2.0
+    assert out["table"][1] == {"workers": 2, "transitions_per_s": 1600.0, "speedup": 1.6, "efficiency": 0.8,
+                               "collect_s": 4.25, "learner_s": 2.0, "seconds_per_iteration": 6.25}
+    at = {r["workers"]: r for r in out["projection"]}
+    assert set(at) == {1, 2, 8, 64, 512}
+    assert at[64]["seconds_per_iteration"] == pytest.approx(8 / 64 + 2, abs=1e-4)
+    assert at[64]["transitions_per_s"] == pytest.approx(10_000 / (8 / 64 + 2), rel=1e-4)
+    assert at[512]["learner_share"] == pytest.approx(2 / (8 / 512 + 2), abs=1e-3)
+    assert out["learner_limit_workers"] == 4.0
+    with pytest.raises(ValueError, match="include 1"):
+        scaling({2: run(1.0, 1.0, 0.1)})

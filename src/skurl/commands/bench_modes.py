@@ -34,6 +34,10 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", default="colocated,decoupled", help=f"comma-separated, from {', '.join(MODES)}")
     p.add_argument("--rounds", type=int, default=1,
                    help="run every mode this many times, in alternating order; report medians")
+    p.add_argument("--ray-workers", metavar="W,W,...",
+                   help="with --modes ray: run ray once per worker count (W simulator workers and W "
+                   "collectors each; must include 1) and print a scaling table with a projection to "
+                   "8, 64 and 512 workers (commands/bench_scaling.py)")
     p.add_argument("--keep", metavar="DIR", help="keep the run directories under DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_modes)
@@ -50,6 +54,8 @@ def run_modes(args: argparse.Namespace) -> int:
                         "warm-up) and >= 1")
     settings = [*DEFAULTS, f"catalog.skus={args.skus}", f"sim.days={args.days}",
                 f"train.iterations={args.iterations}"]
+    if args.ray_workers is not None:
+        return run_ray_scaling(args, modes, settings)
     rounds: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="skurl-bench-modes-") as tmp:
         root = Path(args.keep or tmp)
@@ -70,6 +76,40 @@ def run_modes(args: argparse.Namespace) -> int:
             each = f"; per round x{', x'.join(f'{x:.2f}' for x in r['round_ratios'])}" if args.rounds > 1 else ""
             print(f"{m:10s} {r['transitions_per_s']:>12,.0f} transitions/s  x{r['ratio']:.2f}  "
                   f"({r['seconds_per_iteration']:.2f} s/iteration: {stages}{barrier}{each})")
+    return 0
+
+
+def run_ray_scaling(args: argparse.Namespace, modes: list[str], settings: list[str]) -> int:
+    """--ray-workers: ray once per worker count per round (alternating order), the median
+    round of each count, then bench_scaling's table and projection."""
+    from skurl.commands.bench_scaling import parse_workers, print_scaling, ray_settings, scaling
+
+    if modes != ["ray"]:
+        raise UserError(f"bench modes: --ray-workers needs --modes ray, got --modes {args.modes!r}")
+    try:
+        counts = parse_workers(args.ray_workers)
+        if 1 not in counts:
+            raise ValueError(f"--ray-workers {args.ray_workers!r} must include 1 (the reference)")
+    except ValueError as exc:
+        raise UserError(f"bench modes: {exc}") from None
+    rounds: list[dict[str, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory(prefix="skurl-bench-modes-") as tmp:
+        root = Path(args.keep or tmp)
+        for k in range(args.rounds):
+            order = counts if k % 2 == 0 else counts[::-1]
+            runs = {w: _run_mode(args, "ray", [*settings, *ray_settings(w)], root / f"r{k}" / f"ray{w}")
+                    for w in order}
+            rounds.append({f"ray{w}": runs[w] for w in counts})
+    medians = combine_rounds(rounds, "ray1")
+    out = {"bench": "modes", "mode": "ray", "skus": args.skus, "days": args.days, "iterations": args.iterations,
+           "rounds": args.rounds, "settings": settings + list(args.overrides),
+           "workers": {w: medians[f"ray{w}"] for w in counts},
+           "scaling": scaling({w: medians[f"ray{w}"] for w in counts}), "cpu_count": os.cpu_count(),
+           "load_avg_1m": round(os.getloadavg()[0], 2)}
+    if args.json:
+        print_json(out)
+    else:
+        print_scaling(out["scaling"])
     return 0
 
 
