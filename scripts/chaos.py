@@ -161,6 +161,16 @@ def train(skurl: str, run: Path, mode: str, settings: list[str], timeout_s: floa
     return f"exit {proc.returncode}: {lines[-1] if lines else ''}", took
 
 
+def iteration_gap(run: Path, gap_iterations: list[float]) -> tuple[float, float]:
+    """--gap-iterations in seconds: a fast machine trains 10 small iterations in a few
+    seconds, where fixed gaps of seconds would land one kill or none before the run ends."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    seconds = sorted(float(r["iteration_seconds"]) for r in rows if "iteration_seconds" in r)
+    per_iteration = seconds[len(seconds) // 2] if seconds else 1.0
+    low, high = (max(g * per_iteration, 0.5) for g in gap_iterations)
+    return low, max(high, low)
+
+
 def restarts_counted(run: Path, key: str) -> float:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return max((float(r.get(key, 0.0)) for r in rows), default=0.0)
@@ -185,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seeds the kill schedule")
     ap.add_argument("--gap", type=float, nargs=2, default=(1.0, 6.0), metavar=("MIN_S", "MAX_S"),
                     help="seconds between kills, drawn uniformly")
+    ap.add_argument("--gap-iterations", type=float, nargs=2, default=None, metavar=("MIN", "MAX"),
+                    help="instead of --gap: seconds between kills in units of the undisturbed run's "
+                    "median iteration (at least 0.5 s), so the kills land within the run at any machine speed")
     ap.add_argument("--reference-mode", default="decoupled", choices=("decoupled", "colocated"),
                     help="mode of the undisturbed run (colocated trains identically, and faster)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra config override")
@@ -211,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         if outcome != "ok":
             return 1
         iterations = len((root / "straight" / "metrics.jsonl").read_text().splitlines())
-        monkey = Monkey(random.Random(args.seed), root / "chaos", iterations, redis, args.kills, tuple(args.gap))
+        gap_s = tuple(args.gap) if args.gap_iterations is None else iteration_gap(root / "straight", args.gap_iterations)
+        monkey = Monkey(random.Random(args.seed), root / "chaos", iterations, redis, args.kills, gap_s)
         thread = threading.Thread(target=monkey.run_schedule, daemon=True)
         thread.start()
         try:
@@ -237,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                       "redis_restarts": redis_killed, "restarts_counted": counted,
                       "redis_restarts_counted": redis_counted,
                       "same_result": not problems, "problems": problems,
-                      "secure": args.secure, "straight_s": round(straight_s, 1), "chaos_s": round(chaos_s, 1), "dir": str(root)}))
+                      "secure": args.secure, "gap_s": [round(g, 3) for g in gap_s], "straight_s": round(straight_s, 1), "chaos_s": round(chaos_s, 1), "dir": str(root)}))
     return 0 if not problems else 1
 
 

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 @pytest.mark.parametrize("secure", [False, True], ids=["plain", "tls-token-redis-auth"])
 def test_chaos_run_loses_nothing_and_counts_every_restart(tmp_path: Path, secure: bool) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos.py"), "--dir", str(tmp_path),
-                           "--kills", "3", "--seed", "11", "--gap", "1", "4", "--reference-mode", "colocated",
+                           "--kills", "3", "--seed", "11", "--gap-iterations", "0.5", "1.5", "--reference-mode", "colocated",
                            "--set", "train.iterations=10", "--skurl", str(Path(sys.executable).with_name("skurl")),
                            *(["--secure"] if secure else [])],
                           capture_output=True, text=True, timeout=900)
