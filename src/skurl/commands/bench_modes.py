@@ -21,6 +21,7 @@ from skurl.commands.common import add_config_flags, print_json
 from skurl.errors import UserError
 
 MODES = ("colocated", "decoupled", "ray")
+Summary = dict[str, Any]  # one run's figures (_summarize)
 DEFAULTS = ("ppo.epochs=1", "ppo.sample_skus=5000", "train.eval_every=0", "eval.skus=1000",
             "eval.days=20", "eval.warmup=5", "train.checkpoint_every=1000")
 
@@ -56,7 +57,7 @@ def run_modes(args: argparse.Namespace) -> int:
                 f"train.iterations={args.iterations}"]
     if args.ray_workers is not None:
         return run_ray_scaling(args, modes, settings)
-    rounds: list[dict[str, dict[str, Any]]] = []
+    rounds: list[dict[str, Summary]] = []
     with tempfile.TemporaryDirectory(prefix="skurl-bench-modes-") as tmp:
         root = Path(args.keep or tmp)
         for k in range(args.rounds):
@@ -92,7 +93,7 @@ def run_ray_scaling(args: argparse.Namespace, modes: list[str], settings: list[s
             raise ValueError(f"--ray-workers {args.ray_workers!r} must include 1 (the reference)")
     except ValueError as exc:
         raise UserError(f"bench modes: {exc}") from None
-    rounds: list[dict[str, dict[str, Any]]] = []
+    rounds: list[dict[str, Summary]] = []
     with tempfile.TemporaryDirectory(prefix="skurl-bench-modes-") as tmp:
         root = Path(args.keep or tmp)
         for k in range(args.rounds):
@@ -113,7 +114,7 @@ def run_ray_scaling(args: argparse.Namespace, modes: list[str], settings: list[s
     return 0
 
 
-def combine_rounds(rounds: list[dict[str, dict[str, Any]]], reference: str) -> dict[str, dict[str, Any]]:
+def combine_rounds(rounds: list[dict[str, Summary]], reference: str) -> dict[str, Summary]:
     """Per mode: its median round's figures (by transitions/s), `round_ratios` (its
     transitions/s over the reference's in the same round) and `ratio`, their median."""
     out = {}

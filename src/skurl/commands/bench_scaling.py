@@ -11,7 +11,18 @@ More: docs/modes.md (Scaling Ray)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
+
+
+class Scaling(TypedDict):
+    """What `scaling` returns (printed by print_scaling, or as JSON)."""
+
+    table: list[dict[str, float]]
+    projection: list[dict[str, float]]
+    collect_1_worker_s: float
+    learner_s: float
+    learner_limit_workers: float
 
 PROJECTED = (8, 64, 512)
 SERIAL_STAGES = ("learn", "sync")  # the learner's: not divided over workers
@@ -35,14 +46,24 @@ def ray_settings(workers: int) -> list[str]:
             "ray.cpus_per_worker=0.5", "ray.cpus_per_collector=0.5"]
 
 
-def split_iteration(run: dict[str, Any]) -> tuple[float, float]:
+def split_iteration(run: Mapping[str, object]) -> tuple[float, float]:
     """(collection seconds, the learner's seconds) of a run's mean iteration: the learner's
     stages, and everything else (untimed work included, so the projection is optimistic)."""
-    serial = sum(v for k, v in run["stages_s"].items() if k in SERIAL_STAGES)
-    return max(run["seconds_per_iteration"] - serial, 0.0), serial
+    stages = run["stages_s"]
+    if not isinstance(stages, dict):
+        raise TypeError("stages_s: expected a dict of stage -> seconds")
+    serial = float(sum(v for k, v in stages.items() if k in SERIAL_STAGES))
+    return max(_number(run, "seconds_per_iteration") - serial, 0.0), serial
 
 
-def scaling(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def _number(run: Mapping[str, object], key: str) -> float:
+    value = run[key]
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"{key}: expected a number, got {value!r}")
+    return float(value)
+
+
+def scaling(runs: Mapping[int, Mapping[str, object]]) -> Scaling:
     """The table (per measured count: transitions/s, speed-up and efficiency against 1
     worker, collection and learner seconds) and the projection (see the module docstring).
     `runs`: worker count -> that run's bench modes summary; it must hold 1."""
@@ -50,15 +71,16 @@ def scaling(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
         raise ValueError("--ray-workers must include 1 (the reference of the speed-up and the projection)")
     base = runs[1]
     collect1, serial = split_iteration(base)
-    per_iteration = base["transitions_per_s"] * base["seconds_per_iteration"]
-    table = []
+    base_rate = _number(base, "transitions_per_s")
+    per_iteration = base_rate * _number(base, "seconds_per_iteration")
+    table: list[dict[str, float]] = []
     for w, r in sorted(runs.items()):
         collect, learner = split_iteration(r)
-        speedup = r["transitions_per_s"] / base["transitions_per_s"]
-        table.append({"workers": w, "transitions_per_s": r["transitions_per_s"], "speedup": round(speedup, 3),
+        speedup = _number(r, "transitions_per_s") / base_rate
+        table.append({"workers": w, "transitions_per_s": _number(r, "transitions_per_s"), "speedup": round(speedup, 3),
                       "efficiency": round(speedup / w, 3), "collect_s": round(collect, 4),
-                      "learner_s": round(learner, 4), "seconds_per_iteration": r["seconds_per_iteration"]})
-    projection = []
+                      "learner_s": round(learner, 4), "seconds_per_iteration": _number(r, "seconds_per_iteration")})
+    projection: list[dict[str, float]] = []
     for w in sorted({*PROJECTED, *runs}):
         t = collect1 / w + serial
         projection.append({"workers": w, "seconds_per_iteration": round(t, 4),
@@ -69,7 +91,7 @@ def scaling(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
             "learner_s": round(serial, 4), "learner_limit_workers": round(limit, 1)}
 
 
-def print_scaling(out: dict[str, Any]) -> None:
+def print_scaling(out: Scaling) -> None:
     print("workers  transitions/s  speed-up  efficiency  collect s  learner s")
     for r in out["table"]:
         print(f"{r['workers']:>7}  {r['transitions_per_s']:>13,.0f}  x{r['speedup']:<7.2f}  {r['efficiency']:>10.2f}"
