@@ -273,13 +273,14 @@ def test_checkpoint_directories_without_meta_are_named_not_called_none(tmp_path:
         resume(run, baseline=False)
 
 
-def test_training_with_a_warm_start_is_the_same_on_1_and_2_threads(tmp_path: Path) -> None:
-    """Determinism across thread counts (simulator and torch), warm start included."""
+def test_training_with_a_warm_start_is_the_same_on_1_and_2_simulator_threads(tmp_path: Path) -> None:
+    """Determinism across the simulator's thread count, warm start included. torch's count
+    (train.torch_threads) is held: on some CPUs 1 and 2 threads round GEMMs differently, so
+    it belongs to the configuration a result is reproduced with (docs/internals.md, threads.py)."""
     warm = ("train.warm_start=capped-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=30",
-            "train.warm_start_critic=1")
+            "train.warm_start_critic=1", "train.torch_threads=2")
     for threads in (1, 2):
-        train(tiny(*warm, f"train.torch_threads={threads}", f"sim.threads={threads}"), tmp_path / f"t{threads}",
-              baseline=False)
+        train(tiny(*warm, f"sim.threads={threads}"), tmp_path / f"t{threads}", baseline=False)
     a, b = trained_tensors(tmp_path / "t1", 4), trained_tensors(tmp_path / "t2", 4)
     for k in a:
         assert torch.equal(a[k], b[k]), k
