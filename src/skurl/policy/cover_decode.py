@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit, prange
 
 from skurl.policy.actions import ActionGrid
-from skurl.policy.quantity_decode import BLOCK, most_likely_row
+from skurl.policy.quantity_decode import BLOCK, most_likely_row, shifted_exps
 from skurl.sim.api import RawState
 from skurl.sim.env import dynamic_blocks
 
@@ -58,13 +58,7 @@ def _most_likely_run(logits: np.ndarray, b: np.int64, q: np.ndarray, p: np.ndarr
     actions: the same exps, sums and comparisons in the same order, in one pass over the
     runs instead of a search over all earlier actions per action."""
     actions = q.shape[0]
-    top = -np.inf
-    for a in range(actions):
-        top = max(top, np.float64(logits[b, a]))
-    total = 0.0
-    for a in range(actions):
-        p[a] = math.exp(np.float64(logits[b, a]) - top)
-        total += p[a]
+    total = shifted_exps(logits, b, p, actions)
     best, best_mass = np.int64(0), -1.0
     start, mass = np.int64(0), 0.0
     for a in range(actions):

@@ -20,10 +20,9 @@ BLOCK = 64  # rows per parallel work item; its scratch is allocated once
 
 
 @njit(cache=True, inline="always")
-def most_likely_row(logits: np.ndarray, b: np.int64, q: np.ndarray, p: np.ndarray) -> np.int64:
-    """The first action of row b's most probable quantity, q [A] its actions' quantities
-    (p: scratch [A])."""
-    actions = q.shape[0]
+def shifted_exps(logits: np.ndarray, b: np.int64, p: np.ndarray, actions: int) -> float:
+    """p[a] = exp(logits[b, a] - max over a) for the first `actions` actions; returns their
+    sum (the softmax's denominator, summed in action order)."""
     top = -np.inf
     for a in range(actions):
         top = max(top, np.float64(logits[b, a]))
@@ -31,6 +30,15 @@ def most_likely_row(logits: np.ndarray, b: np.int64, q: np.ndarray, p: np.ndarra
     for a in range(actions):
         p[a] = math.exp(np.float64(logits[b, a]) - top)
         total += p[a]
+    return total
+
+
+@njit(cache=True, inline="always")
+def most_likely_row(logits: np.ndarray, b: np.int64, q: np.ndarray, p: np.ndarray) -> np.int64:
+    """The first action of row b's most probable quantity, q [A] its actions' quantities
+    (p: scratch [A])."""
+    actions = q.shape[0]
+    total = shifted_exps(logits, b, p, actions)
     for a in range(actions):
         p[a] = p[a] / total
     best, best_mass = np.int64(0), -1.0
