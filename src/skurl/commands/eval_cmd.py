@@ -67,7 +67,8 @@ def resolve_policy(args: argparse.Namespace | types.SimpleNamespace, cfg: Config
 
     start = time.perf_counter()
     result = tune(name, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
-                  warmup=cfg.eval.warmup, sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus, progress=throttled_lines(2.0))
+                  warmup=cfg.eval.warmup, sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus,
+                  network_tuning=cfg.eval.network_tuning, progress=throttled_lines(2.0))
     summary = {**result.summary(), "seconds": round(time.perf_counter() - start, 3)}
     return make_policy(name, catalog, cfg.sim, result.params), summary
 

@@ -256,6 +256,12 @@ class EvalConfig:
         "SKUs (whole substitution groups), and every other SKU takes the median knob of the tuned SKUs most like "
         "it (policy/tuning_sample.py); 0 = tune every SKU"
     )
+    network_tuning: str = opt(
+        "per-network", "how echelon-base-stock and installation-base-stock are tuned on a catalog with supply "
+        "networks: per-network (one safety factor per network and echelon index, each network's pick checked on "
+        "fresh episodes against the shared one) or per-echelon (one factor per echelon index shared by every "
+        "network; docs/networks.md, Baselines)"
+    )
     baselines: list[str] = opt(
         ["forecast-base-stock", "capped-base-stock", "forecast-s-S"], "baselines tuned per SKU and evaluated "
         "beside the trained policy (training reports compare with each; 'best baseline' is the best of them on "
@@ -274,6 +280,8 @@ class EvalConfig:
         check(self.skus >= 0, "eval.skus", self.skus, "an integer >= 0 (0 = the whole catalog)")
         check(1 <= self.tune_sku_days <= 10**10, "eval.tune_sku_days", self.tune_sku_days,
               "an integer from 1 to 10,000,000,000")
+        check(self.network_tuning in ("per-network", "per-echelon"), "eval.network_tuning", self.network_tuning,
+              "per-network or per-echelon")
         check(self.tune_max_skus >= 0, "eval.tune_max_skus", self.tune_max_skus, "an integer >= 0 (0 = every SKU)")
         check_seed(self.seed, "eval.seed")
 

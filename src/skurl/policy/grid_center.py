@@ -83,7 +83,8 @@ def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
     if teacher == "echelon-base-stock":
         return _tune_echelon(cfg, catalog)
     result = tune(teacher, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
-                  sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus)
+                  sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus,
+                  network_tuning=cfg.eval.network_tuning)
     ids = np.asarray(catalog.sku_id, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
 
@@ -95,13 +96,15 @@ def tune_center(cfg: Config, catalog: Catalog) -> GridCenter:
 
 
 def _tune_echelon(cfg: Config, catalog: Catalog) -> GridCenter:
-    """Echelon base-stock tuned on `catalog` (per echelon index, the baseline's horizon), as
+    """Echelon base-stock tuned on `catalog` (eval.network_tuning, the baseline's horizon), as
     the per-row factors whose cover-grid level is the tuned level (echelon_cover.py)."""
     from skurl.policy.echelon_cover import POLICY, EchelonCover, center_factors
     from skurl.policy.tuning import tune
 
     EchelonCover.of(catalog)  # a catalog without networks: the one-line error before tuning
-    result = tune(POLICY, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup)
+    result = tune(POLICY, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
+                  sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus,
+                  network_tuning=cfg.eval.network_tuning)  # warm_start.py's arguments: one tuning (tune's memo)
     ids = np.asarray(catalog.sku_id, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     z = center_factors(catalog, np.asarray(result.params["S"], np.float64))

@@ -6,9 +6,8 @@
   owed to it, less what it owes its own locations or customers.
 Untuned levels: mean + z x sd of the demand over the protection days (echelon: the longest
 chain of lead times down to a store, + 1; installation: own lead time + 1), z the stores'
-newsvendor factor. Tuning (tune_network): one z per echelon index by a pattern search
-(each knob, each pair together and against each other; steps 0.5, 0.1, 0.02) with common
-random numbers on the whole catalog (every network the same knobs).
+newsvendor factor. Tuning: network_tuning.py (one z per echelon index, then by default one
+per network and echelon index; docs/networks.md, Baselines).
 """
 
 from __future__ import annotations
@@ -119,10 +118,15 @@ def cover_days(name: str, catalog: Catalog, topo: Topology) -> np.ndarray:
 
 
 def levels(name: str, catalog: Catalog, topo: Topology, z_by_echelon: np.ndarray) -> np.ndarray:
-    """S = round(mean x cover + z_e sqrt(var x cover)), Poisson-like variance (var = mean)."""
+    """Levels with one z per echelon index (row_levels)."""
+    return row_levels(name, catalog, topo, np.asarray(z_by_echelon, np.float64)[topo.echelon - 1])
+
+
+def row_levels(name: str, catalog: Catalog, topo: Topology, z: np.ndarray) -> np.ndarray:
+    """S = round(mean x cover + z_i sqrt(var x cover)) with row i's own z_i, Poisson-like
+    variance (var = mean)."""
     cover = cover_days(name, catalog, topo)
     mean = catalog.demand_mean.astype(np.float64) * cover
-    z = np.asarray(z_by_echelon, np.float64)[topo.echelon - 1]
     return np.maximum(np.round(mean + z * np.sqrt(mean)), 0.0)
 
 

@@ -1,6 +1,7 @@
 """Tuning of the network baselines (echelon and installation base-stock): one z per
-echelon index by a pattern search with common random numbers on the whole catalog
-(docs/networks.md, Baselines)."""
+echelon index by a pattern search with common random numbers on the whole catalog, then,
+by default, every network its own z per echelon index from there (network_refine.py;
+docs/networks.md, Baselines)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,35 @@ from collections.abc import Callable
 
 import numpy as np
 
+from skurl.catalog.network import echelons
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.policy.api import Policy
 from skurl.policy.network_baselines import Topology, default_z, levels, make_network_policy
+from skurl.policy.network_refine import (
+    NetworkScorer,
+    dense_networks,
+    identical_networks,
+    refine_per_network,
+)
 from skurl.policy.tuning_scorer import TuneResult, objective_is
 from skurl.sim.episode import TotalingEnv, make_env, run_episode, sku_cost
 
 Z_STEPS = (0.5, 0.1, 0.02)  # coordinate search: each step until no knob improves, then finer
 MAX_PASSES = 12
 PLATEAU_STEPS = 50
+REFINE_RUNS = 800  # episodes the per-network search simulates at most (each a whole-catalog run)
+NETWORK_TUNING = ("per-network", "per-echelon")
+REFINE_STEPS = (2.0, 0.5, 0.1)  # networks sit far apart (z from 0 to over 20 on dc.yaml): a coarse first step
 
 
 def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, days: int, warmup: int,
+                 by: str = "per-network", sku_days: int = 2_000_000,
                  progress: Callable[[str], None] | None = None) -> TuneResult:
     """One z per echelon index by coordinate search (module docstring), every candidate
-    simulated over the whole catalog on tuning seed `seed` (common random numbers)."""
+    simulated over the whole catalog on tuning seed `seed` (common random numbers); with
+    `by`=per-network, then one per network and echelon index, each candidate scored on
+    about `sku_days` SKU-days (episodes of the whole catalog, at least 2)."""
     topo = Topology.of(catalog)
     nets = int((topo.parent < 0).sum())
     env = make_env(catalog, _with_days(sim_cfg, warmup + days))
@@ -59,11 +73,38 @@ def tune_network(name: str, catalog: Catalog, sim_cfg: SimConfig, *, seed: int, 
                     z, best, improved = trial, value, True
             if not improved:
                 break
-    return TuneResult(name=name, params={"S": levels(name, catalog, topo, z)}, method="network-echelon-z",
-                      seed=seed, days=days, warmup=warmup, runs=len(seen),
-                      sku_days=len(seen) * len(catalog) * (days + warmup), objective=best,
-                      details={"z_by_echelon": [float(x) for x in z], "objective_per": "network-day"},
-                      objective_is=objective_is(sim_cfg))
+    shared = TuneResult(name=name, params={"S": levels(name, catalog, topo, z)}, method="network-echelon-z",
+                        seed=seed, days=days, warmup=warmup, runs=len(seen),
+                        sku_days=len(seen) * len(catalog) * (days + warmup), objective=best,
+                        details={"z_by_echelon": [float(x) for x in z], "objective_per": "network-day"},
+                        objective_is=objective_is(sim_cfg))
+    network = dense_networks(echelons(catalog)[1])
+    if by == "per-echelon" or identical_networks(catalog, network, topo.echelon):
+        return shared
+    return _per_network(shared, z, env, catalog, sim_cfg, topo, network, sku_days, progress)
+
+
+def _per_network(shared: TuneResult, z: np.ndarray, env: TotalingEnv, catalog: Catalog, sim_cfg: SimConfig,
+                 topo: Topology, network: np.ndarray, sku_days: int,
+                 progress: Callable[[str], None] | None) -> TuneResult:
+    """`shared`'s search refined per network (network_refine.py)."""
+    scorer = NetworkScorer(shared.name, catalog, topo, env, sim_cfg, shared.seed, shared.days, shared.warmup,
+                           network)
+    episodes = max(2, sku_days // max(len(catalog) * shared.days, 1))
+    refined = refine_per_network(scorer, z, REFINE_STEPS, _moves(z.shape[0]), episodes, REFINE_RUNS)
+    if progress is not None:
+        progress(f"tune {shared.name} per network: {refined.kept} of {scorer.networks} networks kept their own z, "
+                 f"objective/network-day {float(refined.objective.mean()):.4f}")
+    z_net = refined.z
+    details = {**shared.details, "per_network": {
+        "networks": scorer.networks, "kept_own_z": refined.kept, "episodes": episodes,
+        "z_mean_by_echelon": [float(x) for x in z_net.mean(axis=0)],
+        "z_sd_by_echelon": [float(x) for x in z_net.std(axis=0)]}}
+    return TuneResult(name=shared.name, params={"S": scorer.levels(z_net)}, method="network-per-network-z",
+                      seed=shared.seed, days=shared.days, warmup=shared.warmup, runs=shared.runs + scorer.runs,
+                      sku_days=shared.sku_days + scorer.runs * len(catalog) * (shared.days + shared.warmup),
+                      objective=float(refined.objective.mean()), details=details,
+                      objective_is=shared.objective_is)
 
 
 def _objective(env: TotalingEnv, policy: Policy, sim_cfg: SimConfig, *, seed: int, days: int,

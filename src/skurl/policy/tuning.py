@@ -232,18 +232,18 @@ MEMO_SIZE = 4
 def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, days: int, warmup: int,
          uniform_skus: int = 1000, max_uniform_skus: int = 16_000, per_sku_days: int = 100,
          per_sku_warmup: int = 30, sku_days: int = PER_SKU_DAY_BUDGET, max_skus: int = 0,
-         progress: Progress | None = None) -> TuneResult:
+         network_tuning: str = "per-network", progress: Progress | None = None) -> TuneResult:
     """`tune_uncached`'s result, computed once per process for the same inputs (callers must
     not modify its arrays)."""
     check_policy_name(name)
     key = json.dumps([name, catalog_digest(catalog), dataclasses.asdict(sim_cfg), eval_seed, days, warmup,
-                      uniform_skus, max_uniform_skus, per_sku_days, per_sku_warmup, sku_days, max_skus],
+                      uniform_skus, max_uniform_skus, per_sku_days, per_sku_warmup, sku_days, max_skus, network_tuning],
                      sort_keys=True)
     if key not in _MEMO:
         result = tune_uncached(name, catalog, sim_cfg, eval_seed=eval_seed, days=days, warmup=warmup,
                                uniform_skus=uniform_skus, max_uniform_skus=max_uniform_skus,
                                per_sku_days=per_sku_days, per_sku_warmup=per_sku_warmup, sku_days=sku_days,
-                               max_skus=max_skus, progress=progress)
+                               max_skus=max_skus, network_tuning=network_tuning, progress=progress)
         while len(_MEMO) >= MEMO_SIZE:
             _MEMO.pop(next(iter(_MEMO)))
         _MEMO[key] = result
@@ -253,7 +253,7 @@ def tune(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, day
 def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed: int, days: int, warmup: int,
                   uniform_skus: int = 1000, max_uniform_skus: int = 16_000, per_sku_days: int = 100,
                   per_sku_warmup: int = 30, sku_days: int = PER_SKU_DAY_BUDGET, max_skus: int = 0,
-                  progress: Progress | None = None) -> TuneResult:
+                  network_tuning: str = "per-network", progress: Progress | None = None) -> TuneResult:
     """Tune baseline `name` for `catalog` on tuning seeds derived from `eval_seed` (never
     the evaluation seeds), simulating warmup + days per candidate. Uniform catalogs: exact
     integer search on `uniform_skus` copies (more, up to `max_uniform_skus`, while the
@@ -263,6 +263,7 @@ def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed:
     simulated as several replicas (per_sku_replicas: `sku_days` SKU-days a candidate,
     eval.tune_sku_days). A catalog of more than `max_skus` SKUs (> 0) tunes a stratified sample
     of them and extends its knobs to the rest (policy/tuning_sample.py, eval.tune_max_skus).
+    Network baselines: network_tuning.py (`network_tuning`: per-network or per-echelon).
     `progress` gets a line per candidate run; by default a line every 5 s at most goes to
     stderr (a minute of tuning before training must not look like a hang in a log)."""
     check_policy_name(name)
@@ -274,7 +275,8 @@ def tune_uncached(name: str, catalog: Catalog, sim_cfg: SimConfig, *, eval_seed:
     if name in ("echelon-base-stock", "installation-base-stock"):  # supply networks
         from skurl.policy.network_tuning import tune_network
 
-        return tune_network(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup, progress=progress)
+        return tune_network(name, catalog, sim_cfg, seed=seed, days=days, warmup=warmup, by=network_tuning,
+                            sku_days=sku_days, progress=progress)
     if is_uniform(catalog):
         from skurl.policy.tuning_uniform import tune_uniform
 

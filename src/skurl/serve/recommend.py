@@ -114,7 +114,8 @@ def baseline_orders(name: str, s: Snapshot, catalog: Catalog, info: ModelInfo) -
     if days.shape[0] > 1:
         raise SnapshotError(f"snapshot column 'day': {days.shape[0]} different days; a baseline orders for one day")
     result = tune(name, rows, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
-                  sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus)
+                  sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus,
+                  network_tuning=cfg.eval.network_tuning)
     policy = make_policy(name, rows, cfg.sim, result.params)
     raw = RawState(s.on_hand, s.pipeline, s.backlog, s.forecast, int(days[0]) if days.size else 0)
     obs = Obs(observations(s, rows), raw, schema_for(s.widths.expiring, s.widths.pipeline))

@@ -148,7 +148,8 @@ class Evaluator:
         cfg = self.cfg
         with self.core.timer.stage("baseline"):
             tuned = tune(name, self.catalog, cfg.sim, eval_seed=cfg.eval.seed,
-                         days=cfg.eval.days, warmup=cfg.eval.warmup, sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus)
+                         days=cfg.eval.days, warmup=cfg.eval.warmup, sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus,
+                         network_tuning=cfg.eval.network_tuning)
             policy = make_policy(name, self.catalog, cfg.sim, tuned.params)
             return policy_result(self._score(policy), self.catalog)
 

@@ -68,5 +68,6 @@ def teacher_params(core: RunCore, catalog: Catalog) -> tuple[dict[str, Any], flo
             params["lot"] = center.lots(catalog.sku_id)
         return params, center.objective
     tuned = tune(cfg.train.warm_start, catalog, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days,
-                 warmup=cfg.eval.warmup, sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus)  # the baseline's horizon (grid_center)
+                 warmup=cfg.eval.warmup, sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus,
+                 network_tuning=cfg.eval.network_tuning)  # the baseline's horizon (grid_center)
     return tuned.params, tuned.objective
