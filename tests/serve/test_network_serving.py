@@ -103,21 +103,3 @@ def test_network_ab_is_refused(network_onnx: Path, network_state: Path, tmp_path
     assert _recommend(network_onnx, table, tmp_path, "--ab", str(groups), "--policy-b", "base-stock") == 2
     assert "not supported yet" in capsys.readouterr().err
 
-
-def test_an_echelon_centred_run_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
-    """serve/ decodes the cover grid on a row's own position: an echelon-centred model would
-    order wrongly, so export (and recommend --run) refuse it before loading anything else."""
-    import yaml
-
-    from skurl.cli import main
-    from skurl.config import config_to_dict, load_config
-
-    cfg = load_config("configs/serial.yaml")
-    assert cfg.policy.actions.center_policy == "echelon-base-stock"
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-    assert main(["export", "--run", str(run), "--out", str(tmp_path / "m.onnx")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "center_policy=echelon-base-stock" in err
-    assert not (tmp_path / "m.onnx").exists()

@@ -34,6 +34,14 @@ def trained(factory: pytest.TempPathFactory, name: str, args: list[str]) -> Path
     return run
 
 
+def exported(run: Path) -> Path:
+    """The run's policy as RUN/policy.onnx, exported once."""
+    from skurl.serve.export import export_run
+
+    out = run / "policy.onnx"
+    return out if out.is_file() else export_run(run, out)
+
+
 @pytest.fixture(scope="session")
 def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return trained(tmp_path_factory, "synthetic", sets(COMMON + SYNTHETIC))
@@ -46,18 +54,12 @@ def lost_sales_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def synthetic_onnx(synthetic_run: Path) -> Path:
-    from skurl.serve.export import export_run
-
-    out = synthetic_run / "policy.onnx"
-    return out if out.is_file() else export_run(synthetic_run, out)
+    return exported(synthetic_run)
 
 
 @pytest.fixture(scope="session")
 def lost_sales_onnx(lost_sales_run: Path) -> Path:
-    from skurl.serve.export import export_run
-
-    out = lost_sales_run / "policy.onnx"
-    return out if out.is_file() else export_run(lost_sales_run, out)
+    return exported(lost_sales_run)
 
 
 # The embedded grid made joint (policy.actions.lot_factors): 4 lot blocks of 21 offsets.
@@ -71,10 +73,7 @@ def joint_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def joint_onnx(joint_run: Path) -> Path:
-    from skurl.serve.export import export_run
-
-    out = joint_run / "policy.onnx"
-    return out if out.is_file() else export_run(joint_run, out)
+    return exported(joint_run)
 
 
 # The embedded grid on a `dc` supply network (docs/networks.md): one DC and 2-10 stores an item.
@@ -88,7 +87,23 @@ def network_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def network_onnx(network_run: Path) -> Path:
-    from skurl.serve.export import export_run
+    return exported(network_run)
 
-    out = network_run / "policy.onnx"
-    return out if out.is_file() else export_run(network_run, out)
+
+# The echelon-centred grid on a `dc` network (policy/echelon_cover.py): offsets -2..2 around the
+# tuned echelon base-stock level, on the echelon position, with the skip action; random weights
+# (no warm start), so the greedy choice spreads over the offsets instead of cloning offset 0.
+ECHELON = ["catalog.synthetic.network=dc", "catalog.skus=120", "ppo.sample_skus=120", "policy.actions.kind=cover",
+           "policy.actions.z_center=tuned", "policy.actions.center_policy=echelon-base-stock",
+           "policy.actions.n=10", "policy.actions.z_min=-2", "policy.actions.z_max=2", "policy.actions.skip=true",
+           "sim.backorders=false", "train.warm_start=none"]
+
+
+@pytest.fixture(scope="session")
+def echelon_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return trained(tmp_path_factory, "echelon", sets(COMMON + ECHELON))
+
+
+@pytest.fixture(scope="session")
+def echelon_onnx(echelon_run: Path) -> Path:
+    return exported(echelon_run)

@@ -6,8 +6,9 @@ the greedy choice and the action grid's decoding to units. The greedy choice is
 LearnedPolicy's (policy/learned.py): the index of the most probable order *quantity*
 (actions that order the same units pool their probability; first index on ties), plain
 argmax of the logits on the units grid. Decoding follows ActionGrid (policy/actions.py) op
-for op in float64, so the graph's orders are the simulator policy's to the bit wherever the
-network's logits are; clipping into [0, MAX_ORDER] as there (NaN orders nothing).
+for op in float64 (an echelon-centred grid from the echelon position and demand that
+recommend computes), so the graph's orders are the simulator policy's to the bit wherever
+the network's logits are; clipping into [0, MAX_ORDER] as there (NaN orders nothing).
 """
 
 from __future__ import annotations
@@ -27,8 +28,18 @@ INPUTS = {
     "multiplier": ("obs", "forecast"),
     "cover": ("obs", "forecast", "on_hand", "pipeline", "backlog", "day", "cover_days", "demand_dist",
               "dispersion", "z_center", "lot"),
+    # the cover grid centred on tuned echelon base-stock (policy/echelon_cover.py): the serving
+    # side computes each row's echelon position and demand over its echelon protection days
+    "echelon-cover": ("obs", "day", "echelon_mean", "echelon_position", "z_center"),
 }
 OUTPUTS = ("order_units", "action", "probability")
+
+
+def decode_kind(grid: ActionGrid) -> str:
+    """The decoding a grid's actions need (an INPUTS key): its kind, or "echelon-cover" for a
+    cover grid on a tuned echelon centre (as CoverParams.of decides)."""
+    echelon = grid.kind == "cover" and grid.z_center == "tuned" and grid.tuned is not None and grid.tuned.echelon
+    return "echelon-cover" if echelon else grid.kind
 
 
 class Decision(nn.Module):
@@ -41,8 +52,8 @@ class Decision(nn.Module):
 
     def __init__(self, model: ActorCritic, grid: ActionGrid, horizon: int, probabilities: bool = False) -> None:
         super().__init__()
-        if grid.kind not in INPUTS:
-            raise ValueError(f"action grid kind {grid.kind!r}, expected one of {sorted(INPUTS)}")
+        if grid.kind not in ("units", "multiplier", "cover"):
+            raise ValueError(f"action grid kind {grid.kind!r}, expected units, multiplier or cover")
         norm = model.obs_norm
         with torch.no_grad():
             self.register_buffer("mean", norm.mean.to(torch.float32).clone())
@@ -52,7 +63,7 @@ class Decision(nn.Module):
             self.register_buffer("lot_scale", scale)  # the joint grid's lot factor per action, or None
         self.clip = float(norm.clip)
         self.policy = _frozen(model.policy)
-        self.kind = grid.kind
+        self.kind = decode_kind(grid)
         self.review_days = int(grid.review_days)
         self.horizon = int(horizon)
         self.probabilities = probabilities
@@ -91,8 +102,11 @@ class Decision(nn.Module):
         probs = torch.softmax(logits.double(), dim=-1)
         if self.kind == "units":
             return logits, probs, None
-        table = self._multiplier_table(*decode) if self.kind == "multiplier" else self._cover_table(*decode)
-        return logits, probs, table
+        if self.kind == "multiplier":
+            return logits, probs, self._multiplier_table(*decode)
+        if self.kind == "cover":
+            return logits, probs, self._cover_table(*decode)
+        return logits, probs, self._echelon_table(*decode)
 
     def _multiplier_table(self, forecast: torch.Tensor) -> torch.Tensor:
         base = torch.clamp(forecast[:, 0].double() * float(self.review_days), min=1.0)
@@ -114,14 +128,32 @@ class Decision(nn.Module):
             inside = cover_days > d
             mean = torch.where(inside, mean + m, mean)
             var = torch.where(inside, var + day_var, var)
-        zz = self.values.unsqueeze(0) + z_center.unsqueeze(-1)
-        level = torch.clamp(torch.ceil(mean.unsqueeze(-1) + zz * torch.sqrt(var).unsqueeze(-1) - 1e-9), min=0.0)
+        zz, level = self._levels(mean, var, z_center)
         position = on_hand.double() + pipeline.sum(dim=1).double() - backlog.double()
         units = torch.clamp(level - position.unsqueeze(-1), min=0.0)
         lots = lot.unsqueeze(-1)
         if self.lot_scale is not None:  # joint grid: round(f_k x lot), as ActionGrid._lots
             lots = torch.floor(self.lot_scale.unsqueeze(0) * lots + 0.5)
         units = units + torch.where(units > 0.0, lots, torch.zeros_like(units))
+        return self._skip_and_review(units, zz, day)
+
+    def _echelon_table(self, day: torch.Tensor, mean: torch.Tensor, position: torch.Tensor,
+                       z_center: torch.Tensor) -> torch.Tensor:
+        """Orders [B, A] of every action on the echelon-centred grid (ActionGrid.unit_table with
+        EchelonCover.moments): up to ceil(m c + z sqrt(m c) - 1e-9) on the echelon position, the
+        variance of the demand over the echelon protection days being its mean m c."""
+        zz, level = self._levels(mean, mean, z_center)
+        units = torch.clamp(level - position.unsqueeze(-1), min=0.0)
+        return self._skip_and_review(units, zz, day)
+
+    def _levels(self, mean: torch.Tensor, var: torch.Tensor, z_center: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(safety factors [B, A], order-up-to levels [B, A]): baselines.order_up_to_level op for op."""
+        zz = self.values.unsqueeze(0) + z_center.unsqueeze(-1)
+        level = torch.clamp(torch.ceil(mean.unsqueeze(-1) + zz * torch.sqrt(var).unsqueeze(-1) - 1e-9), min=0.0)
+        return zz, level
+
+    def _skip_and_review(self, units: torch.Tensor, zz: torch.Tensor, day: torch.Tensor) -> torch.Tensor:
+        """Nothing for the skip action, nor on a day that is not a review day."""
         units = torch.where(zz == SKIP, torch.zeros_like(units), units)
         if self.review_days > 1:
             off = (day % self.review_days) != 0

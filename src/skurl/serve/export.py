@@ -4,7 +4,8 @@ Inputs (dynamic batch axis; which ones depends on the grid, decision.INPUTS): th
 observation from the feature function, and for decoding the forecast window, on hand,
 open orders, backlog, day, and the SKUs' cover days, demand distribution, dispersion and
 grid centre (the per-SKU tuned factor, RUN_DIR/grid_center.safetensors, when the run has
-one). Outputs: order_units (float64), action (int64), probability (float32), and with
+one); an echelon-centred grid takes day, echelon position, echelon mean demand and centre
+instead (metadata grid.decode = "echelon-cover"). Outputs: order_units (float64), action (int64), probability (float32), and with
 --probabilities the whole distribution. Metadata (METADATA keys) names the run, policy
 version, observation schema, skurl version and config hash, and carries the run's config
 and tuned grid centre so `skurl recommend --model` needs nothing else.
@@ -56,9 +57,6 @@ def load_run_model(run_dir: Path, probabilities: bool = False) -> RunModel:
 
     cfg_path = run_config_file(run_dir, "--run")
     cfg = load_config(cfg_path)
-    if cfg.policy.actions.kind == "cover" and cfg.policy.actions.center_policy == "echelon-base-stock":
-        raise UserError(f"--run {run_dir}: policy.actions.center_policy=echelon-base-stock (orders from the echelon "
-                        "position) is not served yet; expected a run on a row-centred grid (docs/networks.md)")
     policy = policy_of_run(run_dir)
     layout = layout_for(load_catalog(cfg.catalog), cfg.sim.review_days)
     if layout.dim != policy.nets_dim:
@@ -81,7 +79,8 @@ def build_run_model(model: ActorCritic, grid: ActionGrid, layout: Layout, config
         "widths": json.dumps([widths.expiring, widths.pipeline, widths.horizon]),
         "grid": json.dumps({"kind": grid.kind, "values": [float(v) for v in grid.values],
                             "review_days": grid.review_days, "z_center": grid.z_center,
-                            **({} if grid.lot_scale is None else {"lot_scale": grid.lot_scale.tolist()})}),
+                            **({} if grid.lot_scale is None else {"lot_scale": grid.lot_scale.tolist()}),
+                            **({} if decision.kind == grid.kind else {"decode": decision.kind})}),
         "inputs": json.dumps(list(decision.input_names)),
         "skurl_version": skurl.__version__,
         "config_sha256": hashlib.sha256(config_text.encode()).hexdigest(),
@@ -97,7 +96,8 @@ def example_inputs(decision: Decision, widths: Widths, batch: int = 4) -> tuple[
               "backlog": torch.zeros(batch, dtype=torch.int64), "day": torch.zeros(batch, dtype=torch.int64),
               "cover_days": torch.ones(batch, dtype=torch.int64), "demand_dist": torch.zeros(batch, dtype=torch.int64),
               "dispersion": torch.ones(batch, dtype=torch.float64), "z_center": torch.zeros(batch, dtype=torch.float64),
-              "lot": torch.zeros(batch, dtype=torch.float64)}
+              "lot": torch.zeros(batch, dtype=torch.float64), "echelon_mean": torch.ones(batch, dtype=torch.float64),
+              "echelon_position": torch.zeros(batch, dtype=torch.float64)}
     return tuple(arrays[name] for name in decision.input_names)
 
 

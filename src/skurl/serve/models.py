@@ -29,11 +29,17 @@ BATCH = 16_384  # rows per call: LearnedPolicy's chunk, so torch sees the simula
 class ModelInfo:
     widths: Widths
     obs_names: list[str]
-    grid: dict[str, Any]  # kind, values, review_days, z_center
+    grid: dict[str, Any]  # kind, values, review_days, z_center (decode where it is not the kind)
     policy_version: str
     cfg: Config
     center: GridCenter | None
     source: str  # what to name in messages
+
+    @property
+    def decode(self) -> str:
+        """The graph's decoding (a decision.INPUTS key): the grid's kind unless the metadata
+        names another ("echelon-cover"; models exported before it name none)."""
+        return str(self.grid.get("decode", self.grid["kind"]))
 
     @property
     def network(self) -> bool:

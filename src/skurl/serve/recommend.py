@@ -85,7 +85,24 @@ def decode_inputs(s: Snapshot, rows: Catalog, obs: np.ndarray, info: ModelInfo) 
         out.update(cover_days=cover.cover_days.astype(np.int64), demand_dist=cover.dist.astype(np.int64),
                    dispersion=cover.dispersion.astype(np.float64), z_center=cover.z0.astype(np.float64),
                    lot=cover.lots(len(s)).astype(np.float64))
+        if info.decode == "echelon-cover":
+            out.update(echelon_inputs(s, cover, info.source))
     return out
+
+
+def echelon_inputs(s: Snapshot, cover: CoverParams, source: str) -> dict[str, np.ndarray]:
+    """echelon_mean and echelon_position (float64 [N]) of snapshot rows `s` (whole networks),
+    by the training grid's own EchelonCover.moments, so the graph's table is the simulator's."""
+    from skurl.sim.api import RawState
+
+    if cover.echelon is None:
+        raise UserError(f"{source}: the model decodes on the echelon position but its grid centre is not an "
+                        "echelon centre (expected the grid_center.safetensors of a run with "
+                        "policy.actions.center_policy=echelon-base-stock)")
+    raw = RawState(s.on_hand, s.pipeline, s.backlog, s.forecast, 0, s.owed)  # the position reads no day
+    mean, _, position = cover.moments(raw, slice(None))
+    return {"echelon_mean": np.ascontiguousarray(mean, np.float64),
+            "echelon_position": np.ascontiguousarray(position, np.float64)}
 
 
 def model_orders(model: Model, s: Snapshot, catalog: Catalog, timings: Timings) -> Orders:
