@@ -172,3 +172,17 @@ def test_simulate_refuses_groups_that_split_a_network(tmp_path: Path, capsys) ->
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is split: SKU" in err, err
     assert not out.exists()
+
+
+def test_assign_simulate_report_on_a_network_catalog(tmp_path: Path, capsys) -> None:
+    catalog_args = ["--set", DC[0], "--set", "catalog.skus=120"]
+    groups, out = tmp_path / "groups.parquet", tmp_path / "outcomes.parquet"
+    assert main(["ab", "assign", *catalog_args, "--strata", "", "--seed", "3", "--out", str(groups)]) == 0
+    assert main(["ab", "simulate", *catalog_args, "--groups", str(groups), "--policy-a", "installation-base-stock",
+                 "--policy-b", "echelon-base-stock", "--no-tune", "--days", "10", "--warmup", "3",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["ab", "report", "--groups", str(groups), "--outcomes", str(out), "--resamples", "200",
+                 "--min-cell", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "networks)" in text and "resamples of whole networks within strata" in text

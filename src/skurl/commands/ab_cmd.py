@@ -283,24 +283,26 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def print_report(result: dict[str, Any]) -> None:
+    """The KPI tables (plain, CUPED) and the notes; on a network catalog the unit compared
+    and resampled is the network (serve/ab_stats.network_totals)."""
     from rich.console import Console
 
     console = Console(width=120)  # the interval column stays on one line in logs too
     nets = result.get("networks")
-    units = f" ({nets['A']} and {nets['B']} networks)" if nets else ""
-    title = (f"skurl ab report: A {result['skus']['A']} SKUs, B {result['skus']['B']} SKUs{units}, "
+    unit = "network" if nets else "SKU"
+    counts = f" ({nets['A']} and {nets['B']} networks)" if nets else ""
+    title = (f"skurl ab report: A {result['skus']['A']} SKUs, B {result['skus']['B']} SKUs{counts}, "
              f"{result['strata_compared']} of {result['strata']} strata")
     console.print(_kpi_table(title, result["kpis"], result["level"]))
     if "kpis_cuped" in result:
-        console.print(_kpi_table("CUPED: adjusted by each SKU's pre-period figures", result["kpis_cuped"],
+        console.print(_kpi_table(f"CUPED: adjusted by each {unit}'s pre-period figures", result["kpis_cuped"],
                                  result["level"], plain=result["kpis"]))
-    unit = "networks" if nets else "SKUs"
     if result["strata_pooled"]:
-        console.print(f"{result['strata_pooled']} strata with fewer than {result['min_cell']} {unit} in a group are "
-                      "compared as one pooled stratum")
-    left_out = result["networks_left_out" if nets else "skus_left_out"]
+        console.print(f"{result['strata_pooled']} strata with fewer than {result['min_cell']} {unit}s in a group "
+                      "are compared as one pooled stratum")
+    left_out = result[f"{unit.lower()}s_left_out"]
     if left_out:
-        console.print(f"{left_out} {unit} in strata without both groups are left out")
+        console.print(f"{left_out} {unit}s in strata without both groups are left out")
     console.print(f"stratified difference in means (ratio estimates), percentile bootstrap of "
                   f"{result['resamples']} resamples {'of whole networks ' if nets else ''}within strata")
 
