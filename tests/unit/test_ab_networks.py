@@ -186,3 +186,15 @@ def test_assign_simulate_report_on_a_network_catalog(tmp_path: Path, capsys) -> 
                  "--min-cell", "2"]) == 0
     text = capsys.readouterr().out
     assert "networks)" in text and "resamples of whole networks within strata" in text
+
+
+def test_a_network_baseline_arm_needs_a_network_snapshot() -> None:
+    from types import SimpleNamespace
+
+    from skurl.errors import UserError
+    from skurl.serve.recommend import check_baseline_fits
+
+    plain = SimpleNamespace(has_network=False)
+    with pytest.raises(UserError, match="echelon-base-stock: a baseline of supply networks; the snapshot has none"):
+        check_baseline_fits("echelon-base-stock", plain)  # type: ignore[arg-type]
+    check_baseline_fits("forecast-base-stock", plain)  # type: ignore[arg-type]
