@@ -156,21 +156,35 @@ def test_report_takes_networks_from_the_groups_file_and_refuses_a_split(tmp_path
     assert err.count("\n") == 1 and f"network {network[1]} is split" in err, err
 
 
-def test_simulate_refuses_groups_that_split_a_network(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize(("change", "expected"), [
+    ("split", "is split: SKU"),
+    ("drop_store", "is in no group"),
+    ("wrong_network", "column 'network' = "),
+])
+def test_simulate_refuses_groups_of_broken_networks(change: str, expected: str, tmp_path: Path, capsys) -> None:
     catalog_args = ["--set", DC[0], "--set", "catalog.skus=40"]
     groups, out = tmp_path / "groups.parquet", tmp_path / "outcomes.parquet"
     assert main(["ab", "assign", *catalog_args, "--seed", "3", "--out", str(groups)]) == 0
     assert "networks (A" in capsys.readouterr().out
-    table = pq.read_table(groups).drop_columns(["network"])  # a hand-made file without the column
-    group = table.column("group").to_numpy(zero_copy_only=False).copy()
-    store = int(np.flatnonzero(pq.read_table(groups).column("network").to_numpy() != table.column("sku_id").to_numpy())[0])
-    group[store] = "A" if group[store] == "B" else "B"
-    pq.write_table(table.set_column(1, "group", pa.array(group)), groups)
+    table = pq.read_table(groups)
+    network = table.column("network").to_numpy()
+    store = int(np.flatnonzero(network != table.column("sku_id").to_numpy())[0])  # a row below its root
+    if change == "split":  # a hand-made file without the network column
+        group = table.column("group").to_numpy(zero_copy_only=False).copy()
+        group[store] = "A" if group[store] == "B" else "B"
+        table = table.set_column(1, "group", pa.array(group)).drop_columns(["network"])
+    elif change == "drop_store":
+        table = table.filter(pa.array(np.arange(table.num_rows) != store))
+    else:
+        other = network.copy()
+        other[network == network[store]] = -5  # the network renamed: still one group
+        table = table.set_column(3, "network", pa.array(other))
+    pq.write_table(table, groups)
     argv = ["ab", "simulate", *catalog_args, "--groups", str(groups), "--policy-a", "installation-base-stock",
             "--policy-b", "echelon-base-stock", "--no-tune", "--days", "5", "--out", str(out)]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "is split: SKU" in err, err
+    assert err.count("\n") == 1 and expected in err, err
     assert not out.exists()
 
 

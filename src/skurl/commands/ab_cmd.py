@@ -190,7 +190,8 @@ def _check_network_groups(full: Catalog, catalog: Catalog, groups: ab.Groups, po
     """A network catalog's groups: whole networks (every location grouped), each in one
     group, and the file's `network` column (when there) the catalog's networks."""
     root = ab.network_ids(full)
-    ungrouped = np.isin(root, root[np.isin(full.sku_id, catalog.sku_id)]) & ~np.isin(full.sku_id, catalog.sku_id)
+    grouped = np.isin(full.sku_id, catalog.sku_id)
+    ungrouped = np.isin(root, root[grouped]) & ~grouped
     if ungrouped.any():
         i = int(np.argmax(ungrouped))
         raise UserError(f"--groups {path}: SKU {int(full.sku_id[i])} of network {int(root[i])} is in no group "

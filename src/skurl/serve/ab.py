@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from skurl import atomic
+from skurl.catalog.network import echelons
 from skurl.catalog.schema import Catalog
 from skurl.columns.strata import strata_expected, strata_labels, strata_names, strata_problem
 from skurl.errors import UserError
@@ -121,8 +122,6 @@ def assign_networks(catalog: Catalog, *, share: float, strata: list[str], seed: 
 
 def network_ids(catalog: Catalog) -> np.ndarray:
     """Each row's network: the sku_id of its root (the location the outside supplier serves)."""
-    from skurl.catalog.network import echelons
-
     _, root, _ = echelons(catalog)
     return np.asarray(catalog.sku_id, np.int64)[root]
 

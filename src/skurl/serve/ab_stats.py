@@ -106,9 +106,10 @@ def network_totals(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: n
                    network: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Outcomes summed over each network's locations, with the network's group and stratum
     (its first row's; the groups file keeps networks whole). Why: the network is the unit
-    of randomization, and its locations share the upstream's stock, so their outcomes move
-    together; resampling rows as if independent would understate the spread (a cluster
-    bootstrap resamples the clusters). The KPIs stay ratios of totals (per SKU-day)."""
+    of randomization, and its locations share the upstream's stock and policy, so their
+    outcomes are not independent draws; resampling rows misstates the spread (A/A tests:
+    too wide on profit, too narrow on inventory cost; docs/networks.md, A/B tests). A
+    cluster bootstrap resamples the clusters. The KPIs stay ratios of totals (per SKU-day)."""
     _, first, net_of = np.unique(network, return_index=True, return_inverse=True)
     net_of = net_of.ravel()
     totals = {k: np.bincount(net_of, weights=np.asarray(v, np.float64), minlength=first.size)
