@@ -94,12 +94,15 @@ def test_network_upstream_row_missing(network_onnx: Path, network_state: Path, t
     assert f"column 'upstream' = {dc}: not a sku_id of the snapshot" in err
 
 
-def test_network_ab_is_refused(network_onnx: Path, network_state: Path, tmp_path: Path, capsys) -> None:  # noqa: F811
+def test_network_ab_split_by_sku_is_refused(network_onnx: Path, network_state: Path, tmp_path: Path,  # noqa: F811
+                                             capsys) -> None:
+    """Groups by SKU split networks (tests/serve/test_network_ab.py: groups by network)."""
     table = pq.read_table(network_state)
     groups = tmp_path / "groups.parquet"
     ids = table.column("sku_id").to_numpy()
     pq.write_table(pa.table({"sku_id": ids, "group": np.where(ids % 2 == 0, "A", "B"),
                              "stratum": np.full(ids.size, "all")}), groups)
     assert _recommend(network_onnx, table, tmp_path, "--ab", str(groups), "--policy-b", "base-stock") == 2
-    assert "not supported yet" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is split: SKU" in err
 

@@ -83,7 +83,8 @@ def _report_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     p.add_argument("--min-cell", type=int, default=5,
-                   help="strata with fewer SKUs than this in group A or B are compared as one pooled stratum")
+                   help="strata with fewer SKUs (networks, on a network catalog) than this in group A or B "
+                   "are compared as one pooled stratum")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_report)
 
@@ -110,8 +111,17 @@ def run_assign(args: argparse.Namespace) -> int:
     n_b = int(groups.is_b.sum())
     strata_n = np.unique(groups.stratum.astype(str)).size
     print(f"{args.out}: {len(catalog)} SKUs, A {len(catalog) - n_b}, B {n_b} ({n_b / len(catalog):.1%}), "
-          f"{strata_n} strata")
+          f"{strata_n} strata{_network_counts(groups)}")
     return 0
+
+
+def _network_counts(groups: ab.Groups) -> str:
+    """', in N networks (A a, B b)' for a split by network; '' otherwise."""
+    if groups.network is None:
+        return ""
+    nets, first = np.unique(groups.network, return_index=True)
+    n_b = int(groups.is_b[first].sum())
+    return f", in {nets.size} networks (A {nets.size - n_b}, B {n_b})"
 
 
 def _side_policy(args: argparse.Namespace, cfg: Config, catalog: Catalog, run: str | None,
@@ -171,7 +181,30 @@ def _split_catalog(full: Catalog, groups: ab.Groups, path: str) -> tuple[Catalog
     catalog = full.subset(index)
     order = np.argsort(groups.sku_id)
     pos = order[np.searchsorted(groups.sku_id, catalog.sku_id, sorter=order)]
+    if full.has_network:
+        _check_network_groups(full, catalog, groups, pos, path)
     return catalog, groups.is_b[pos]
+
+
+def _check_network_groups(full: Catalog, catalog: Catalog, groups: ab.Groups, pos: np.ndarray, path: str) -> None:
+    """A network catalog's groups: whole networks (every location grouped), each in one
+    group, and the file's `network` column (when there) the catalog's networks."""
+    root = ab.network_ids(full)
+    grouped = np.isin(full.sku_id, catalog.sku_id)
+    ungrouped = np.isin(root, root[grouped]) & ~grouped
+    if ungrouped.any():
+        i = int(np.argmax(ungrouped))
+        raise UserError(f"--groups {path}: SKU {int(full.sku_id[i])} of network {int(root[i])} is in no group "
+                        f"({int(ungrouped.sum())} such SKUs); expected whole networks (`skurl ab assign`)")
+    mine = ab.network_ids(catalog)
+    if groups.network is not None:
+        bad = groups.network[pos] != mine
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise UserError(f"--groups {path}: SKU {int(catalog.sku_id[i])} column 'network' = "
+                            f"{int(groups.network[pos][i])}, the catalog's network is {int(mine[i])}; expected "
+                            "the groups of this catalog")
+    ab.check_networks_whole(f"--groups {path}", catalog.sku_id, mine, groups.is_b[pos])
 
 
 def _read_outcomes(path: str, groups: ab.Groups) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -238,7 +271,7 @@ def run_report(args: argparse.Namespace) -> int:
     aligned = {k: v[rows] for k, v in cols.items()}
     try:
         result = compare(aligned, groups.is_b, groups.stratum, resamples=args.resamples, level=args.level,
-                         seed=args.seed, min_cell=args.min_cell)
+                         seed=args.seed, min_cell=args.min_cell, network=groups.network)
     except ValueError as exc:
         raise UserError(f"--groups {args.groups}: {exc}; expected groups A and B in at least one stratum") from None
     if args.json:
@@ -251,22 +284,28 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def print_report(result: dict[str, Any]) -> None:
+    """The KPI tables (plain, CUPED) and the notes; on a network catalog the unit compared
+    and resampled is the network (serve/ab_stats.network_totals)."""
     from rich.console import Console
 
     console = Console(width=120)  # the interval column stays on one line in logs too
-    title = (f"skurl ab report: A {result['skus']['A']} SKUs, B {result['skus']['B']} SKUs, "
+    nets = result.get("networks")
+    unit = "network" if nets else "SKU"
+    counts = f" ({nets['A']} and {nets['B']} networks)" if nets else ""
+    title = (f"skurl ab report: A {result['skus']['A']} SKUs, B {result['skus']['B']} SKUs{counts}, "
              f"{result['strata_compared']} of {result['strata']} strata")
     console.print(_kpi_table(title, result["kpis"], result["level"]))
     if "kpis_cuped" in result:
-        console.print(_kpi_table("CUPED: adjusted by each SKU's pre-period figures", result["kpis_cuped"],
+        console.print(_kpi_table(f"CUPED: adjusted by each {unit}'s pre-period figures", result["kpis_cuped"],
                                  result["level"], plain=result["kpis"]))
     if result["strata_pooled"]:
-        console.print(f"{result['strata_pooled']} strata with fewer than {result['min_cell']} SKUs in a group are "
-                      "compared as one pooled stratum")
-    if result["skus_left_out"]:
-        console.print(f"{result['skus_left_out']} SKUs in strata without both groups are left out")
+        console.print(f"{result['strata_pooled']} strata with fewer than {result['min_cell']} {unit}s in a group "
+                      "are compared as one pooled stratum")
+    left_out = result[f"{unit.lower()}s_left_out"]
+    if left_out:
+        console.print(f"{left_out} {unit}s in strata without both groups are left out")
     console.print(f"stratified difference in means (ratio estimates), percentile bootstrap of "
-                  f"{result['resamples']} resamples within strata")
+                  f"{result['resamples']} resamples {'of whole networks ' if nets else ''}within strata")
 
 
 def _kpi_table(title: str, kpis: dict[str, Any], level: float, plain: dict[str, Any] | None = None) -> Table:

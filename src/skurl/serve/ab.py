@@ -6,7 +6,8 @@ for, up to one SKU: in a stratum of n SKUs, floor(share x n + v) go to B, v unif
 [0, 1) drawn from the stratum's name and the seed (so small strata do not all round the
 same way), and the B SKUs are those with the smallest hash of (seed, sku_id). The split is a
 pure function of (catalog, strata, share, seed): the same SKU lands in the same group
-whatever the catalog's row order.
+whatever the catalog's row order. On a catalog with supply networks the unit is the
+network (every location of one the same group; assign_networks).
 
 More: docs/internals.md (serve/ab.py)."""
 
@@ -21,11 +22,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from skurl import atomic
+from skurl.catalog.network import echelons
 from skurl.catalog.schema import Catalog
 from skurl.columns.strata import strata_expected, strata_labels, strata_names, strata_problem
 from skurl.errors import UserError
 
 GROUPS_SCHEMA = pa.schema([("sku_id", pa.int64()), ("group", pa.string()), ("stratum", pa.string())])
+# Catalogs with supply networks: also each row's network, the sku_id of its root location.
+NETWORK_GROUPS_SCHEMA = GROUPS_SCHEMA.append(pa.field("network", pa.int64()))
 _SALT = 0x5EED_AB  # keeps the split's hashes apart from the simulator's draws
 
 
@@ -36,11 +40,15 @@ class Groups:
     sku_id: np.ndarray  # int64 [N]
     is_b: np.ndarray  # bool [N]
     stratum: np.ndarray  # str [N]
+    network: np.ndarray | None = None  # int64 [N]: sku_id of the row's network root (networks only)
 
     def table(self) -> pa.Table:
         group = np.where(self.is_b, "B", "A")
-        return pa.table([pa.array(self.sku_id, pa.int64()), pa.array(group, pa.string()),
-                         pa.array(self.stratum.astype(str), pa.string())], schema=GROUPS_SCHEMA)
+        columns = [pa.array(self.sku_id, pa.int64()), pa.array(group, pa.string()),
+                   pa.array(self.stratum.astype(str), pa.string())]
+        if self.network is None:
+            return pa.table(columns, schema=GROUPS_SCHEMA)
+        return pa.table([*columns, pa.array(self.network, pa.int64())], schema=NETWORK_GROUPS_SCHEMA)
 
 
 def parse_strata(text: str) -> list[str]:
@@ -77,16 +85,84 @@ def assign(catalog: Catalog, *, share: float, strata: list[str], seed: int) -> G
     check_share(share)
     if len(catalog) == 0:
         raise UserError("skurl ab assign: the catalog has no SKUs; expected at least one")
+    if catalog.has_network:
+        return assign_networks(catalog, share=share, strata=strata, seed=seed)
     labels = strata_labels(catalog, strata)
+    is_b = stratified_split(catalog.sku_id, labels, share, seed)
+    return Groups(sku_id=np.asarray(catalog.sku_id, dtype=np.int64), is_b=is_b, stratum=labels)
+
+
+def stratified_split(unit_id: np.ndarray, labels: np.ndarray, share: float, seed: int) -> np.ndarray:
+    """B mask of units (SKUs, or networks by their root's sku_id) with stratum `labels`:
+    floor(share x n + v) units of each stratum, those of smallest sku_hash."""
     names, code, counts = np.unique(labels.astype(str), return_inverse=True, return_counts=True)
     code = code.ravel()
     offsets = np.array([_stratum_offset(str(n), seed) for n in names])
     k_b = np.floor(share * counts + offsets).astype(np.int64)
-    order = np.lexsort((sku_hash(catalog.sku_id, seed), code))
+    order = np.lexsort((sku_hash(unit_id, seed), code))
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    rank = np.empty(len(catalog), dtype=np.int64)
-    rank[order] = np.arange(len(catalog)) - starts[code[order]]
-    return Groups(sku_id=np.asarray(catalog.sku_id, dtype=np.int64), is_b=rank < k_b[code], stratum=labels)
+    rank = np.empty(len(unit_id), dtype=np.int64)
+    rank[order] = np.arange(len(unit_id)) - starts[code[order]]
+    return rank < k_b[code]
+
+
+def assign_networks(catalog: Catalog, *, share: float, strata: list[str], seed: int) -> Groups:
+    """The split of a catalog with supply networks: networks, not rows, are split within
+    strata (a group's policy orders for all of a network's locations, so a network cannot
+    serve two), `share` is the share of networks in B. A network's strata are those of one
+    row standing for it (network_units): its root's integer columns, its stores' demand."""
+    root_id = network_ids(catalog)
+    units = network_units(catalog, root_id)
+    labels = strata_labels(units, strata)
+    is_b = stratified_split(units.sku_id, labels, share, seed)
+    net_of = np.searchsorted(units.sku_id, root_id)
+    return Groups(sku_id=np.asarray(catalog.sku_id, dtype=np.int64), is_b=is_b[net_of], stratum=labels[net_of],
+                  network=root_id)
+
+
+def network_ids(catalog: Catalog) -> np.ndarray:
+    """Each row's network: the sku_id of its root (the location the outside supplier serves)."""
+    _, root, _ = echelons(catalog)
+    return np.asarray(catalog.sku_id, np.int64)[root]
+
+
+def network_units(catalog: Catalog, root_id: np.ndarray) -> Catalog:
+    """One row per network (ascending root sku_id), for the strata: the root's row (its
+    integer columns: category, lead time from the supplier, ...) with demand_mean the sum of
+    the network's stores' (the customer demand it serves), so `velocity` is the tercile of
+    the networks' demand."""
+    from skurl.policy.network_baselines import Topology
+
+    roots, net_of = np.unique(root_id, return_inverse=True)
+    ids = np.asarray(catalog.sku_id, np.int64)
+    order = np.argsort(ids, kind="stable")
+    units = catalog.subset(order[np.searchsorted(ids, roots, sorter=order)])
+    store_demand = np.where(Topology.of(catalog).store, catalog.demand_mean.astype(np.float64), 0.0)
+    units.demand_mean = np.bincount(net_of.ravel(), weights=store_demand, minlength=roots.size).astype(
+        units.demand_mean.dtype)
+    return units
+
+
+def split_networks(network: np.ndarray, is_b: np.ndarray) -> np.ndarray:
+    """Mask of the rows whose network (ids per row) has rows in both groups."""
+    _, net_of = np.unique(network, return_inverse=True)
+    net_of = net_of.ravel()
+    rows = np.bincount(net_of)
+    in_b = np.bincount(net_of, weights=is_b, minlength=rows.size)
+    return ((in_b > 0) & (in_b < rows))[net_of]
+
+
+def check_networks_whole(where: str, sku_id: np.ndarray, network: np.ndarray, is_b: np.ndarray) -> None:
+    """One line naming a network split between the groups, if any (`where`: the flag and file)."""
+    split = split_networks(network, is_b)
+    if not split.any():
+        return
+    net = network[np.argmax(split)]
+    mine = network == net
+    a, b = sku_id[mine & ~is_b][0], sku_id[mine & is_b][0]
+    raise UserError(f"{where}: network {int(net)} is split: SKU {int(a)} in group A, SKU {int(b)} in group B "
+                    f"({int(np.unique(network[split]).size)} such networks); expected every location of a "
+                    "network in one group (`skurl ab assign` on the network catalog)")
 
 
 def write_table(table: pa.Table, path: str | Path) -> Path:
@@ -140,4 +216,19 @@ def read_groups(path: str | Path) -> Groups:
     if (counts > 1).any():
         raise UserError(f"--groups {path}: SKU {unique[counts > 1][0]} appears more than once; expected one row per SKU")
     stratum = table.column("stratum").to_numpy(zero_copy_only=False).astype(str).astype(object)
-    return Groups(sku_id=sku_id, is_b=group == "B", stratum=stratum)
+    network = _network_column(table, path)
+    if network is not None:
+        check_networks_whole(f"--groups {path}", sku_id, network, group == "B")
+    return Groups(sku_id=sku_id, is_b=group == "B", stratum=stratum, network=network)
+
+
+def _network_column(table: pa.Table, path: str | Path) -> np.ndarray | None:
+    """The optional `network` column (catalogs with supply networks) as int64, checked."""
+    if "network" not in table.column_names:
+        return None
+    what = "integer network ids (each row's root sku_id)"
+    check_columns(table, path, "--groups", {"network": what})
+    column = table.column("network")
+    if not pa.types.is_integer(column.type):
+        raise UserError(f"--groups {path}: column 'network' is {column.type}; expected {what}")
+    return column.to_numpy().astype(np.int64)

@@ -62,13 +62,18 @@ def _ratios(cell_means: np.ndarray, weights: np.ndarray, cols: list[str]) -> np.
 
 
 def compare(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: np.ndarray, *,
-            resamples: int = 2000, level: float = 0.95, seed: int = 0, min_cell: int = MIN_CELL) -> dict[str, Any]:
+            resamples: int = 2000, level: float = 0.95, seed: int = 0, min_cell: int = MIN_CELL,
+            network: np.ndarray | None = None) -> dict[str, Any]:
     """KPIs of A and B, B - A and its bootstrap interval; `outcomes` columns aligned with
     `is_b` and `stratum` (one entry per SKU). Strata with fewer than `min_cell` SKUs in a
     group are compared as one pooled stratum (pool_small_strata). With the pre-period columns (ab_cuped.py) also
-    "kpis_cuped", the same KPIs from the CUPED-adjusted outcomes (the same resamples)."""
+    "kpis_cuped", the same KPIs from the CUPED-adjusted outcomes (the same resamples). With
+    `network` (each SKU's network id) the unit is the network (network_totals)."""
     from skurl.serve.ab_cuped import PRE_COLUMNS, adjust, pre_rates
 
+    skus = {"A": int((~is_b).sum()), "B": int(is_b.sum())}
+    if network is not None:
+        outcomes, is_b, stratum = network_totals(outcomes, is_b, stratum, network)
     values, cols = _values(outcomes)
     names, code = np.unique(np.asarray(stratum).astype(str), return_inverse=True)
     code, pooled = pool_small_strata(code.ravel(), is_b, min_cell)
@@ -81,15 +86,35 @@ def compare(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: np.ndarr
     kept = np.flatnonzero(both)
     out: dict[str, Any] = {
         "kpis": _kpis(values, cols, is_b, code, kept, weights, resamples, level, seed),
-        "skus": {"A": int((~is_b).sum()), "B": int(is_b.sum())},
+        "skus": skus,
+        **({"networks": {"A": int((~is_b).sum()), "B": int(is_b.sum())}} if network is not None else {}),
         "strata": int(names.size), "strata_compared": int(kept.size), "strata_pooled": pooled,
         "min_cell": int(min_cell),
-        "skus_left_out": int(n_s[~both].sum()), "resamples": int(resamples), "level": level, "seed": seed}
+        ("skus_left_out" if network is None else "networks_left_out"): int(n_s[~both].sum()),
+        "resamples": int(resamples), "level": level, "seed": seed}
     if all(c in outcomes for c in PRE_COLUMNS):
-        adjusted, theta = adjust(values, pre_rates(outcomes, cols), is_b, code, kept)
+        x = pre_rates(outcomes, cols)
+        if network is not None:  # networks differ in size: the pre-period rate over the network's test days
+            x = x * values[:, cols.index("sku_days")][:, None]
+        adjusted, theta = adjust(values, x, is_b, code, kept)
         out["kpis_cuped"] = _kpis(adjusted, cols, is_b, code, kept, weights, resamples, level, seed)
         out["cuped_theta"] = {c: float(t) for c, t in zip(cols, theta, strict=True) if c != "sku_days"}
     return out
+
+
+def network_totals(outcomes: dict[str, np.ndarray], is_b: np.ndarray, stratum: np.ndarray,
+                   network: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Outcomes summed over each network's locations, with the network's group and stratum
+    (its first row's; the groups file keeps networks whole). Why: the network is the unit
+    of randomization, and its locations share the upstream's stock and policy, so their
+    outcomes are not independent draws; resampling rows misstates the spread (A/A tests:
+    too wide on profit, too narrow on inventory cost; docs/networks.md, A/B tests). A
+    cluster bootstrap resamples the clusters. The KPIs stay ratios of totals (per SKU-day)."""
+    _, first, net_of = np.unique(network, return_index=True, return_inverse=True)
+    net_of = net_of.ravel()
+    totals = {k: np.bincount(net_of, weights=np.asarray(v, np.float64), minlength=first.size)
+              for k, v in outcomes.items() if k != "sku_id"}
+    return totals, np.asarray(is_b, bool)[first], np.asarray(stratum)[first]
 
 
 def pool_small_strata(code: np.ndarray, is_b: np.ndarray, min_cell: int) -> tuple[np.ndarray, int]:

@@ -4,7 +4,8 @@ Pipeline: read the snapshot (Parquet), validate it against the model's widths an
 catalog (serve/validate.py), build the observations with the simulator's feature function
 (serve/features.py), run the decision (ONNX or the run's torch module, in batches) and
 write sku_id, order_units, action, probability, policy_version atomically. With an A/B
-groups file, the SKUs of group B get the orders of a second model or a tuned baseline.
+groups file, the SKUs of group B get the orders of a second model or a tuned baseline; on a
+network snapshot each group is a set of whole networks (ab_networks).
 """
 
 from __future__ import annotations
@@ -130,16 +131,26 @@ def baseline_orders(name: str, s: Snapshot, catalog: Catalog, info: ModelInfo) -
     days = np.unique(s.day)
     if days.shape[0] > 1:
         raise SnapshotError(f"snapshot column 'day': {days.shape[0]} different days; a baseline orders for one day")
+    check_baseline_fits(name, s)
     result = tune(name, rows, cfg.sim, eval_seed=cfg.eval.seed, days=cfg.eval.days, warmup=cfg.eval.warmup,
                   sku_days=cfg.eval.tune_sku_days, max_skus=cfg.eval.tune_max_skus,
                   network_tuning=cfg.eval.network_tuning)
     policy = make_policy(name, rows, cfg.sim, result.params)
-    raw = RawState(s.on_hand, s.pipeline, s.backlog, s.forecast, int(days[0]) if days.size else 0)
-    obs = Obs(observations(s, rows), raw, schema_for(s.widths.expiring, s.widths.pipeline))
+    raw = RawState(s.on_hand, s.pipeline, s.backlog, s.forecast, int(days[0]) if days.size else 0, owed=s.owed)
+    obs = Obs(observations(s, rows), raw, schema_for(s.widths.expiring, s.widths.pipeline, s.has_network))
     units = np.asarray(policy.orders(obs), np.float64)
     n = len(s)
     return Orders(s.sku_id, units, np.full(n, -1, np.int64), np.full(n, np.nan, np.float32),
                   np.full(n, f"baseline:{name}", dtype=object))
+
+
+def check_baseline_fits(name: str, s: Snapshot) -> None:
+    """A network baseline (echelon/installation base-stock) needs a network snapshot."""
+    from skurl.policy.network_baselines import NETWORK_POLICIES
+
+    if name in NETWORK_POLICIES and not s.has_network:
+        raise UserError(f"--policy-a/--policy-b {name}: a baseline of supply networks; the snapshot has none "
+                        "(expected a network-free baseline, e.g. forecast-base-stock)")
 
 
 def read_groups(path: Path, s: Snapshot) -> np.ndarray:
@@ -209,10 +220,9 @@ def recommend(model: Model, state: Path, catalog: Catalog, *, ab: Path | None = 
     snap = read_validated(state, model.info, timings)
     if ab is None:
         return model_orders(model, snap, catalog, timings)
-    if snap.has_network:
-        raise UserError(f"--ab {ab}: A/B groups on a catalog with supply networks are not supported yet "
-                        "(a group would split networks; docs/networks.md)")
     groups = read_groups(ab, snap)
+    if snap.has_network:
+        check_whole_networks(ab, snap, groups, catalog, model.info)
     rows_a, rows_b = np.flatnonzero(groups == "A"), np.flatnonzero(groups == "B")
     if policy_a is not None:
         control = baseline_orders(policy_a, snap.take(rows_a), catalog, model.info)
@@ -231,3 +241,15 @@ def recommend(model: Model, state: Path, catalog: Catalog, *, ab: Path | None = 
     else:
         raise UserError("--ab: give --model-b FILE.onnx or --policy-b NAME for group B")
     return merge(groups, orders_a, other(snap.take(rows_b)), rows_a, rows_b)
+
+
+def check_whole_networks(path: Path, s: Snapshot, groups: np.ndarray, catalog: Catalog, info: ModelInfo) -> None:
+    """A network snapshot's groups (per row) keep every network in one group, so each
+    group's part of the snapshot is whole networks (serve/network.py serves nothing else: a
+    location's features read its upstream's row and its echelon position the rows below)."""
+    from skurl.catalog.network import echelons
+    from skurl.serve.ab import check_networks_whole
+
+    rows = catalog_rows(s, catalog, info.widths, int(info.grid["review_days"]))  # whole snapshot checked first
+    _, root, _ = echelons(rows)
+    check_networks_whole(f"--ab {path}", s.sku_id, s.sku_id[root], groups == "B")
