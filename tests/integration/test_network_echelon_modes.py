@@ -2,7 +2,8 @@
 in every mode: colocated, decoupled (2 sim servers, 2 collectors on loopback) and ray (2
 simulator workers) train bit for bit alike. It reads the raw state's `owed` (the echelon
 position counts what the upstream owes a row), which remote envs carry on supply networks
-(rpc/env_wire.py, modes/ray/actors.py LeanDay); each shard holds whole networks."""
+(rpc/env_wire.py, modes/ray/actors.py LeanDay); each shard holds whole networks. With
+train.algo=dcl the collectors label too, every rollout clone bringing its network."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from skurl.sim.env import VectorEnv
 from skurl.telemetry.logger import read_metrics
 from skurl.train import run as training
 
-pytestmark = pytest.mark.slow  # three trainings: about a minute here
+pytestmark = pytest.mark.slow  # six trainings: about a minute and a half here
 
 SERIAL = Path(__file__).resolve().parents[2] / "configs" / "serial.yaml"
 SMALL = [
@@ -44,13 +45,13 @@ def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return {k: v for k, v in tensors.items() if not k.startswith("rng/")}
 
 
-def assert_same(a: Path, b: Path) -> None:
+def assert_same(a: Path, b: Path, figure: str = "reward_mean") -> None:
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys()
     for k in wa:
         assert torch.equal(wa[k], wb[k]), k
-    ra = [r["reward_mean"] for r in read_metrics(a / "metrics.jsonl")]
-    assert ra == [r["reward_mean"] for r in read_metrics(b / "metrics.jsonl")] and len(ra) == 3
+    ra = [r[figure] for r in read_metrics(a / "metrics.jsonl")]
+    assert ra == [r[figure] for r in read_metrics(b / "metrics.jsonl")] and len(ra) == 3
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +92,35 @@ def test_ray_echelon_grid_training_equals_colocated(reference: Path, tmp_path: P
         if ray.is_initialized():
             ray.shutdown()
     assert_same(reference, tmp_path / "run")
+
+
+DCL = ["train.algo=dcl", "train.warm_start=echelon-base-stock", "train.warm_start_steps=20", "dcl.states=40",
+       "dcl.budget=6", "dcl.horizon=6", "dcl.warmup=3", "dcl.spread=2", "dcl.fit_steps=10", "dcl.check_episodes=1"]
+
+
+@pytest.fixture(scope="module")
+def reference_dcl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """DCL labels in the collectors (learn/labelling.py): each rollout clone brings its network."""
+    run_dir = tmp_path_factory.mktemp("colocated-dcl") / "run"
+    training.start(colocated.mode, serial(*DCL), run_dir, baseline=False)
+    assert all(r["dcl_rollout_sku_days"] > 0 for r in read_metrics(run_dir / "metrics.jsonl"))
+    return run_dir
+
+
+def test_decoupled_dcl_on_networks_equals_colocated(reference_dcl: Path, tmp_path: Path) -> None:
+    training.start(decoupled.launched, serial(*DCL, "sync.backend=grpc"), tmp_path / "run", baseline=False)
+    assert_same(reference_dcl, tmp_path / "run", "dcl_q_gap")
+
+
+def test_ray_dcl_on_networks_equals_colocated(reference_dcl: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    import ray
+
+    from skurl.modes.ray import wiring as ray_mode
+
+    try:
+        training.start(ray_mode.mode, serial(*DCL, "ray.num_cpus=2"), tmp_path / "run", baseline=False)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    assert_same(reference_dcl, tmp_path / "run", "dcl_q_gap")
