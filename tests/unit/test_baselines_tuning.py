@@ -80,6 +80,19 @@ def test_replicas_are_independent_copies_with_their_own_groups():
     assert replicate(cat, 1) is cat
 
 
+def test_replicas_of_a_network_catalog_keep_each_network_within_its_copy():
+    from skurl.catalog.network import echelons, validate_network
+
+    cat = load_catalog(load_config(None, ["catalog.synthetic.network=dc"]).catalog, skus=60)
+    rep = replicate(cat, 3)
+    validate_network(rep)
+    parent, _, echelon = echelons(rep)
+    base_parent, _, base_echelon = echelons(cat)
+    for k in range(3):
+        np.testing.assert_array_equal(parent[60 * k:60 * (k + 1)], np.where(base_parent >= 0, base_parent + 60 * k, -1))
+        np.testing.assert_array_equal(echelon[60 * k:60 * (k + 1)], base_echelon)
+
+
 def test_per_sku_tuning_beats_defaults_on_held_out_seeds():
     cfg = load_config(None, ["catalog.kind=synthetic", "sim.threads=1"])
     cat = load_catalog(cfg.catalog, skus=300)

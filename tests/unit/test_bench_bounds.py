@@ -77,8 +77,19 @@ def test_bench_rollouts_prints_its_bound_against_bench_sim(capsys: pytest.Captur
                  "--set", "catalog.kind=uniform", "--set", "sim.threads=1"]) == 0
     out = json.loads(capsys.readouterr().out)
     rounds = max(1, math.ceil(math.log2(out["actions"])))
-    assert out["sim_skus"] == max(30, out["rollout_sku_days"] // (3 * rounds)) and out["sim_days"] == 3
+    width = max(30, out["rollout_sku_days"] // (3 * rounds))
+    assert out["sim_skus"] == 30 * math.ceil(width / 30) and out["sim_days"] == 3  # whole copies of the catalog
     assert out["bound_ratio"] == pytest.approx(out["rollout_sku_days_per_s"] / out["sim_sku_steps_per_s"])
+    assert out["clone_rows_per_state"] == 1.0 and out["row_bound_ratio"] == pytest.approx(out["bound_ratio"])
+
+
+def test_bench_rollouts_on_networks_counts_the_rows_each_clone_brings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "rollouts", "--states", "40", "--budget", "4", "--horizon", "3", "--json",
+                 "--set", "catalog.synthetic.network=dc", "--set", "sim.backorders=false",
+                 "--set", "sim.threads=1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["clone_rows_per_state"] > 1.0
+    assert out["row_bound_ratio"] == pytest.approx(out["bound_ratio"] * out["clone_rows_per_state"])
 
 
 @pytest.mark.parametrize("update", ["fused", "autograd"])

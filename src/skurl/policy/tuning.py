@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from skurl.catalog.network import parent_rows
 from skurl.catalog.schema import Catalog, catalog_digest
 from skurl.config import SimConfig
 from skurl.policy.baselines import (
@@ -144,10 +145,12 @@ def replicate(catalog: Catalog, copies: int) -> Catalog:
     """`copies` copies of `catalog`, one after the other. Copy 0 keeps the sku ids; copy
     k > 0 gets fresh ones (its own random numbers: an independent demand path of the same
     SKU). Substitution groups are numbered 0..G-1 within each copy, plus k x G (a group's
-    id only tells its members apart from other groups' members)."""
+    id only tells its members apart from other groups' members); a network row's upstream
+    is its upstream's id in the same copy."""
     if copies == 1:
         return catalog
     n = len(catalog)
+    parent = parent_rows(catalog.sku_id, catalog.upstream)
     grouped = catalog.group >= 0
     ids, dense = np.unique(catalog.group[grouped], return_inverse=True)
     base_id = int(catalog.sku_id.max(initial=0)) + 1
@@ -157,6 +160,7 @@ def replicate(catalog: Catalog, copies: int) -> Catalog:
         part = catalog.subset(np.arange(n))
         part.sku_id = catalog.sku_id + k * base_id if fits else np.arange(n, dtype=np.int64) + k * n
         part.group[grouped] = dense + k * ids.size
+        part.upstream = np.where(parent >= 0, part.sku_id[np.maximum(parent, 0)], -1).astype(np.int64)
         parts.append(part)
     return Catalog.concat(parts)
 
