@@ -81,5 +81,5 @@ def test_copies_of_one_network_are_tuned_together():
 
 
 def test_network_tuning_is_checked():
-    with pytest.raises(ConfigError, match="eval.network_tuning"):
+    with pytest.raises(ConfigError, match=r"eval\.network_tuning"):
         load_config(None, ["eval.network_tuning=per-sku"])

@@ -180,9 +180,8 @@ def _sim_bound(catalog: Catalog, cfg: Config, width: int, days: int) -> dict[str
     """`bench sim`'s loop (order-up-to orders, commands/bench_cmd.timed_steps) on copies of
     the catalog (fresh ids) of at least `width` rows, `days` days: SKU-steps/s."""
     from skurl.commands.bench_cmd import timed_steps
-    from skurl.sim import VectorEnv
-
     from skurl.policy.tuning import replicate
+    from skurl.sim import VectorEnv
 
     tiled = replicate(catalog, -(-max(width, 1) // len(catalog)))  # whole copies: networks and groups stay whole
     env = VectorEnv(tiled, dataclasses.replace(cfg.sim, days=days + 1))
