@@ -83,3 +83,20 @@ def test_copies_of_one_network_are_tuned_together():
 def test_network_tuning_is_checked():
     with pytest.raises(ConfigError, match=r"eval\.network_tuning"):
         load_config(None, ["eval.network_tuning=per-sku"])
+
+
+def test_a_large_catalog_is_searched_on_a_sample_and_every_network_checked(monkeypatch):
+    import skurl.policy.network_tuning as network_tuning
+
+    cfg, catalog = _dc(240, seed=1)
+    monkeypatch.setattr(network_tuning, "REFINE_SKU_DAYS", 800 * 50 * 80)  # a sample of about 80 rows
+    tuned = tune("echelon-base-stock", catalog, cfg.sim, eval_seed=3, days=40, warmup=10, sku_days=10_000,
+                 progress=lambda _: None)
+    shared = tune("echelon-base-stock", catalog, cfg.sim, eval_seed=3, days=40, warmup=10, sku_days=10_000,
+                  network_tuning="per-echelon", progress=lambda _: None)
+    info = tuned.details["per_network"]
+    assert info["sampled"] and 0 < info["kept_own_z"] <= info["networks"]
+    profit = {name: evaluate(catalog, cfg.sim, make_policy("echelon-base-stock", catalog, cfg.sim, t.params),
+                             days=100, warmup=20, seed=3).avg_profit_per_sku_day
+              for name, t in (("sampled", tuned), ("shared", shared))}
+    assert profit["sampled"] > profit["shared"], profit

@@ -45,11 +45,21 @@ class NetworkScorer:
     def networks(self) -> int:
         return int(self.network.max(initial=-1)) + 1
 
+    def rows(self, z_net: np.ndarray) -> np.ndarray:
+        """Per-row factors of per-network ones [networks, echelons]."""
+        return z_net[self.network, self.topo.echelon - 1]
+
     def levels(self, z_net: np.ndarray) -> np.ndarray:
-        return row_levels(self.name, self.catalog, self.topo, z_net[self.network, self.topo.echelon - 1])
+        return self.levels_of_rows(self.rows(z_net))
+
+    def levels_of_rows(self, z_rows: np.ndarray) -> np.ndarray:
+        return row_levels(self.name, self.catalog, self.topo, z_rows)
 
     def __call__(self, z_net: np.ndarray, first: int, episodes: int) -> np.ndarray:
-        policy = make_network_policy(self.name, self.catalog, self.sim_cfg, {"S": self.levels(z_net)})
+        return self.score_rows(self.rows(z_net), first, episodes)
+
+    def score_rows(self, z_rows: np.ndarray, first: int, episodes: int) -> np.ndarray:
+        policy = make_network_policy(self.name, self.catalog, self.sim_cfg, {"S": self.levels_of_rows(z_rows)})
         total = np.zeros(self.networks)
         for episode in range(first, first + episodes):
             totals, failed = run_episode(self.env, policy, seed=self.seed, episode=episode, days=self.days,
@@ -139,3 +149,29 @@ def identical_networks(catalog: Catalog, network: np.ndarray, echelon: np.ndarra
     order = np.lexsort((*rows.T[::-1], network))  # by network, then by the row's parameters
     by_network = rows[order].reshape(sizes.size, int(sizes[0]), -1)
     return bool((by_network == by_network[:1]).all())
+
+
+def keep_better(scorer: NetworkScorer, candidate: np.ndarray, fallback: np.ndarray, first: int,
+                episodes: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per-row factors: each network's `candidate` rows where they beat `fallback` on episodes
+    first.. (fresh ones), else `fallback`'s; with the kept objective per network-day and the
+    number of networks that kept the candidate."""
+    tried = scorer.score_rows(candidate, first, episodes)
+    base = scorer.score_rows(fallback, first, episodes)
+    keep = tried < base
+    return np.where(keep[scorer.network], candidate, fallback), np.where(keep, tried, base), int(keep.sum())
+
+
+def carry_by_echelon(catalog: Catalog, echelon: np.ndarray, tuned_rows: np.ndarray,
+                     tuned_z: np.ndarray) -> np.ndarray:
+    """Per-row factors for all of `catalog` from those of `tuned_rows`: every other row takes
+    the median of its nearest tuned rows of the same echelon index (tuning_sample.extend_knob)."""
+    from skurl.policy.tuning_sample import extend_knob
+
+    out = np.full(len(catalog), np.nan)
+    for level in np.unique(echelon):
+        at = np.flatnonzero(echelon == level)
+        tuned = np.isin(at, tuned_rows)
+        values = tuned_z[np.searchsorted(tuned_rows, at[tuned])]
+        out[at] = extend_knob(catalog.subset(at), np.flatnonzero(tuned), values)
+    return out

@@ -16,10 +16,13 @@ from skurl.policy.api import Policy
 from skurl.policy.network_baselines import Topology, default_z, levels, make_network_policy
 from skurl.policy.network_refine import (
     NetworkScorer,
+    carry_by_echelon,
     dense_networks,
     identical_networks,
+    keep_better,
     refine_per_network,
 )
+from skurl.policy.tuning_sample import stratified_rows
 from skurl.policy.tuning_scorer import TuneResult, objective_is
 from skurl.sim.episode import TotalingEnv, make_env, run_episode, sku_cost
 
@@ -27,6 +30,7 @@ Z_STEPS = (0.5, 0.1, 0.02)  # coordinate search: each step until no knob improve
 MAX_PASSES = 12
 PLATEAU_STEPS = 50
 REFINE_RUNS = 800  # episodes the per-network search simulates at most (each a whole-catalog run)
+REFINE_SKU_DAYS = 400_000_000  # a larger catalog is searched per network on a sample of this many (about 2 min)
 NETWORK_TUNING = ("per-network", "per-echelon")
 REFINE_STEPS = (2.0, 0.5, 0.1)  # networks sit far apart (z from 0 to over 20 on dc.yaml): a coarse first step
 
@@ -91,20 +95,44 @@ def _per_network(shared: TuneResult, z: np.ndarray, env: TotalingEnv, catalog: C
     scorer = NetworkScorer(shared.name, catalog, topo, env, sim_cfg, shared.seed, shared.days, shared.warmup,
                            network)
     episodes = max(2, sku_days // max(len(catalog) * shared.days, 1))
-    refined = refine_per_network(scorer, z, REFINE_STEPS, _moves(z.shape[0]), episodes, REFINE_RUNS)
+    most_rows = max(1, REFINE_SKU_DAYS // (REFINE_RUNS * (shared.days + shared.warmup)))
+    sampled = len(catalog) > most_rows
+    if sampled:  # search a stratified sample of whole networks, carry, check every network
+        z_rows, objective, kept, sample_runs = _sampled(shared, z, scorer, most_rows, episodes)
+        searched_rows = sample_runs * most_rows
+    else:
+        refined = refine_per_network(scorer, z, REFINE_STEPS, _moves(z.shape[0]), episodes, REFINE_RUNS)
+        z_rows, objective, kept, searched_rows = scorer.rows(refined.z), refined.objective, refined.kept, 0
     if progress is not None:
-        progress(f"tune {shared.name} per network: {refined.kept} of {scorer.networks} networks kept their own z, "
-                 f"objective/network-day {float(refined.objective.mean()):.4f}")
-    z_net = refined.z
+        progress(f"tune {shared.name} per network: {kept} of {scorer.networks} networks kept their own z, "
+                 f"objective/network-day {float(objective.mean()):.4f}")
+    by_echelon = [z_rows[topo.echelon == e] for e in range(1, int(topo.echelon.max()) + 1)]
     details = {**shared.details, "per_network": {
-        "networks": scorer.networks, "kept_own_z": refined.kept, "episodes": episodes,
-        "z_mean_by_echelon": [float(x) for x in z_net.mean(axis=0)],
-        "z_sd_by_echelon": [float(x) for x in z_net.std(axis=0)]}}
-    return TuneResult(name=shared.name, params={"S": scorer.levels(z_net)}, method="network-per-network-z",
-                      seed=shared.seed, days=shared.days, warmup=shared.warmup, runs=shared.runs + scorer.runs,
-                      sku_days=shared.sku_days + scorer.runs * len(catalog) * (shared.days + shared.warmup),
-                      objective=float(refined.objective.mean()), details=details,
-                      objective_is=shared.objective_is)
+        "networks": scorer.networks, "kept_own_z": kept, "episodes": episodes, "sampled": sampled,
+        "z_mean_by_echelon": [float(v.mean()) for v in by_echelon],
+        "z_sd_by_echelon": [float(v.std()) for v in by_echelon]}}
+    row_days = (scorer.runs * len(catalog) + searched_rows) * (shared.days + shared.warmup)
+    return TuneResult(name=shared.name, params={"S": scorer.levels_of_rows(z_rows)},
+                      method="network-per-network-z", seed=shared.seed, days=shared.days, warmup=shared.warmup,
+                      runs=shared.runs + scorer.runs, sku_days=shared.sku_days + row_days,
+                      objective=float(objective.mean()), details=details, objective_is=shared.objective_is)
+
+
+def _sampled(shared: TuneResult, z: np.ndarray, full: NetworkScorer, most_rows: int,
+             episodes: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Per-network search on about `most_rows` rows of whole networks (tuning_sample's strata),
+    their factors carried to the other networks by echelon index, then each network of the
+    catalog keeps carried or shared factors by fresh episodes (network_refine.keep_better)."""
+    catalog, topo = full.catalog, full.topo
+    rows = stratified_rows(catalog, most_rows, shared.seed)
+    sub = catalog.subset(rows)
+    env = make_env(sub, _with_days(full.sim_cfg, shared.warmup + shared.days))
+    sample = NetworkScorer(shared.name, sub, Topology.of(sub), env, full.sim_cfg, shared.seed, shared.days,
+                           shared.warmup, dense_networks(echelons(sub)[1]))
+    refined = refine_per_network(sample, z, REFINE_STEPS, _moves(z.shape[0]), episodes, REFINE_RUNS)
+    carried = carry_by_echelon(catalog, topo.echelon, rows, sample.rows(refined.z))
+    chosen, objective, kept = keep_better(full, carried, z[topo.echelon - 1], 2 * episodes, episodes)
+    return chosen, objective, kept, sample.runs
 
 
 def _objective(env: TotalingEnv, policy: Policy, sim_cfg: SimConfig, *, seed: int, days: int,
