@@ -42,7 +42,8 @@ def train_run(run_dir: Path, config: str, sets: list[str], nice: int) -> tuple[f
     return time.perf_counter() - start, usage.ru_utime + usage.ru_stime
 
 
-def capped_base_stock(config: str, sets: list[str], nice: int) -> float:
+def capped_base_stock(config: str, sets: list[str], nice: int, episodes: int = 1) -> float:
     """The tuned capped base-stock's cost on the evaluation seeds a run's `skurl eval` uses."""
-    result = skurl_json(nice, "eval", "--policy", "capped-base-stock", "--tune", "--config", config, *set_args(sets))
+    result = skurl_json(nice, "eval", "--policy", "capped-base-stock", "--tune", "--config", config,
+                        "--episodes", str(episodes), *set_args(sets))
     return result["avg_cost_per_sku_day"]
