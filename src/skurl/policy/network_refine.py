@@ -1,12 +1,12 @@
 """Per-network tuning of the network baselines: every network its own z per echelon index.
 
-Copies of one network (identical_networks) keep the shared search. Networks are independent (each one's demand draws are keyed by its own SKUs), so one
+Networks are independent (each one's demand draws are keyed by its own SKUs), so one
 simulation scores a different candidate for every network at once: the coordinate search of
 network_tuning.py runs in lockstep over all networks, each accepting or rejecting its own
 step. Each network picks on its own simulated days, so the search scores `episodes` episodes
 a candidate and the refined z is then checked on as many fresh episodes against the shared
 start: a network keeps whichever was better there (a pick made on noise does not survive).
-More: docs/networks.md (Baselines)."""
+Copies of one network (identical_networks) keep the shared search. More: docs/networks.md (Baselines)."""
 
 from __future__ import annotations
 
@@ -103,11 +103,9 @@ def refine_per_network(scorer: NetworkScorer, shared: np.ndarray, steps: tuple[f
                     walking &= value < best
                     z[walking], best[walking] = trial[walking], value[walking]
                     improved |= walking
-    checked_start = scorer(start, episodes, episodes)
-    checked = scorer(z, episodes, episodes)
-    keep = checked < checked_start
+    _, objective, keep = keep_better(scorer, scorer.rows(z), scorer.rows(start), episodes, episodes)
     z[~keep] = start[~keep]
-    return Refined(z, np.where(keep, checked, checked_start), int(keep.sum()))
+    return Refined(z, objective, int(keep.sum()))
 
 
 def _step(scorer: NetworkScorer, z: np.ndarray, delta: np.ndarray, walking: np.ndarray,
@@ -152,14 +150,14 @@ def identical_networks(catalog: Catalog, network: np.ndarray, echelon: np.ndarra
 
 
 def keep_better(scorer: NetworkScorer, candidate: np.ndarray, fallback: np.ndarray, first: int,
-                episodes: int) -> tuple[np.ndarray, np.ndarray, int]:
+                episodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-row factors: each network's `candidate` rows where they beat `fallback` on episodes
     first.. (fresh ones), else `fallback`'s; with the kept objective per network-day and the
-    number of networks that kept the candidate."""
-    tried = scorer.score_rows(candidate, first, episodes)
+    mask of networks that kept the candidate."""
     base = scorer.score_rows(fallback, first, episodes)
+    tried = scorer.score_rows(candidate, first, episodes)
     keep = tried < base
-    return np.where(keep[scorer.network], candidate, fallback), np.where(keep, tried, base), int(keep.sum())
+    return np.where(keep[scorer.network], candidate, fallback), np.where(keep, tried, base), keep
 
 
 def carry_by_echelon(catalog: Catalog, echelon: np.ndarray, tuned_rows: np.ndarray,

@@ -31,7 +31,6 @@ MAX_PASSES = 12
 PLATEAU_STEPS = 50
 REFINE_RUNS = 800  # episodes the per-network search simulates at most (each a whole-catalog run)
 REFINE_SKU_DAYS = 400_000_000  # a larger catalog is searched per network on a sample of this many (about 2 min)
-NETWORK_TUNING = ("per-network", "per-echelon")
 REFINE_STEPS = (2.0, 0.5, 0.1)  # networks sit far apart (z from 0 to over 20 on dc.yaml): a coarse first step
 
 
@@ -131,8 +130,8 @@ def _sampled(shared: TuneResult, z: np.ndarray, full: NetworkScorer, most_rows: 
                            shared.warmup, dense_networks(echelons(sub)[1]))
     refined = refine_per_network(sample, z, REFINE_STEPS, _moves(z.shape[0]), episodes, REFINE_RUNS)
     carried = carry_by_echelon(catalog, topo.echelon, rows, sample.rows(refined.z))
-    chosen, objective, kept = keep_better(full, carried, z[topo.echelon - 1], 2 * episodes, episodes)
-    return chosen, objective, kept, sample.runs
+    chosen, objective, keep = keep_better(full, carried, z[topo.echelon - 1], 2 * episodes, episodes)
+    return chosen, objective, int(keep.sum()), sample.runs
 
 
 def _objective(env: TotalingEnv, policy: Policy, sim_cfg: SimConfig, *, seed: int, days: int,
