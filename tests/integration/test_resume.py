@@ -276,7 +276,7 @@ def test_checkpoint_directories_without_meta_are_named_not_called_none(tmp_path:
 def test_training_with_a_warm_start_is_the_same_on_1_and_2_simulator_threads(tmp_path: Path) -> None:
     """Determinism across the simulator's thread count, warm start included. torch's count
     (train.torch_threads) is held: on some CPUs 1 and 2 threads round GEMMs differently, so
-    it belongs to the configuration a result is reproduced with (docs/internals.md, threads.py)."""
+    it belongs to the configuration a result is reproduced with (docs/internals.md, learn/threads.py)."""
     warm = ("train.warm_start=capped-base-stock", "train.warm_start_episodes=1", "train.warm_start_steps=30",
             "train.warm_start_critic=1", "train.torch_threads=2")
     for threads in (1, 2):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 SKURL = Path(__file__).resolve().parents[2] / "src" / "skurl"
-TOP_LEVEL = {"__init__", "_jit_cache", "atomic", "cli", "errors", "json_ready", "threads"}
+TOP_LEVEL = {"__init__", "_jit_cache", "atomic", "cli", "errors", "json_ready"}
 WIRING = ("modes/colocated.py", "modes/decoupled/wiring.py", "modes/ray/wiring.py", "modes/ddp/learner.py")
 
 

@@ -1,4 +1,4 @@
-"""skurl/threads.py: a torch thread count set through set_torch_threads survives numba's
+"""skurl/learn/threads.py: a torch thread count set through set_torch_threads survives numba's
 thread pool starting afterwards (in a fresh process: the pool starts once per process)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 SCRIPT = """
 import torch, numba
 import skurl.sim.env  # loads the simulator's parallel kernels
-from skurl.threads import set_torch_threads
+from skurl.learn.threads import set_torch_threads
 set_torch_threads(1)
 torch.get_num_threads()  # torch's OpenMP is up: a later first start of numba's pool would reset it
 numba.set_num_threads(1)

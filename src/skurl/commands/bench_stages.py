@@ -23,7 +23,7 @@ import numpy as np
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
-from skurl.threads import set_torch_threads
+from skurl.learn.threads import set_torch_threads
 
 if TYPE_CHECKING:
     from skurl.collect.collector import Collector

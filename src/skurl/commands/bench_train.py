@@ -20,8 +20,8 @@ import numpy as np
 
 from skurl.commands.common import add_config_flags, config_from_args, print_json
 from skurl.errors import UserError
+from skurl.learn.threads import set_torch_threads
 from skurl.policy.bf16 import cpu_has_bf16
-from skurl.threads import set_torch_threads
 
 BOUND_SECONDS = 0.1  # per timed round of each GEMM of the bound (3 rounds, best kept)
 if TYPE_CHECKING:

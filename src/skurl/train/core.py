@@ -19,12 +19,12 @@ from skurl.catalog import Catalog, load_catalog
 from skurl.collect.evaluate import make_env
 from skurl.config import Config
 from skurl.errors import UserError
+from skurl.learn.threads import set_torch_threads
 from skurl.policy.actions import ActionGrid
 from skurl.policy.learned import grid_for
 from skurl.sim.api import ObsSchema
 from skurl.sim.layout import catalog_widths, schema_for
 from skurl.telemetry.stages import StageTimer
-from skurl.threads import set_torch_threads
 
 if TYPE_CHECKING:
     from skurl.sim.env import VectorEnv

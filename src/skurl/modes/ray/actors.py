@@ -25,12 +25,12 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from skurl.catalog.schema import Catalog
 from skurl.config import Config, RayConfig, SimConfig
+from skurl.learn.threads import set_torch_threads
 from skurl.sim.api import DayMetrics, Obs, ObsSchema, RawState, StepResult
 from skurl.sim.replaying import EpisodeLog, ReplayingEnv
 from skurl.sync.api import Tensors
 from skurl.sync.ray import RayTimeoutError, RayWeights
 from skurl.sync.ray import ray_get as get
-from skurl.threads import set_torch_threads
 
 if TYPE_CHECKING:
     from skurl.buffer.rollout import Rollout
