@@ -4,7 +4,8 @@ carrying bytes for a few seconds (a partition between the collectors and the lea
 weights). The collectors keep collecting with what they hold until asked for newer
 weights they cannot get; the learner trains what it has and goes on. Their lag passes
 collect.max_lag: each stalled collector is named in one line, pauses, and resumes with its
-own line once its feed is back; the run ends within the staleness bound."""
+own line once its feed is back (which of them stall depends on timing); the run ends
+within the staleness bound."""
 
 from __future__ import annotations
 
@@ -72,8 +73,10 @@ def test_collectors_whose_weights_stall_trip_the_breaker_and_resume(
     lines = [r.getMessage() for r in caplog.records if "circuit breaker: collector" in r.getMessage()]
     paused = {line.split()[3] for line in lines if "paused" in line}
     resumed = {line.split()[3] for line in lines if "resumed" in line}
-    assert paused == resumed == {"c0", "c1"} and len(lines) == 4, lines  # each named once each way
+    # Which collectors were waiting for weights when the feed stopped depends on timing (under
+    # load one may already hold the newest): each one that paused is named once each way.
+    assert paused and paused == resumed and paused <= {"c0", "c1"} and len(lines) == 2 * len(paused), lines
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
-    assert records[-1]["collector_breaker_trips"] == 2
+    assert records[-1]["collector_breaker_trips"] == len(paused)
     assert max(r["collector_lag_max"] for r in records) > 1  # past collect.max_lag
     assert_bounded(tmp_path / "run", 1, iterations)  # and nothing older was trained
