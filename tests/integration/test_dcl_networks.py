@@ -38,5 +38,6 @@ def test_dcl_trains_on_dc_networks_deterministically(tmp_path: Path) -> None:
     assert [r["policy_version"] for r in records] == [2, 3]  # the clone is version 1
     for r in records:
         assert r["transitions"] == 40 * (1 + r["dcl_corrections"]) and r["dcl_rollout_sku_days"] > 0
+        assert r["dcl_rollout_row_days"] > r["dcl_rollout_sku_days"]  # each state's network rides along
         assert 0 <= r["dcl_label_changed"] <= 1
     assert records[0]["dcl_q_gap"] >= 0

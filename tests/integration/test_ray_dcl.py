@@ -65,6 +65,8 @@ def test_ray_collectors_label_what_colocated_labels(reference, tmp_path: Path, r
     assert (registry.get_sample_value("dcl_collector_label_seconds_count") or 0) >= 4 * len(records)
     assert 0 <= (registry.get_sample_value("dcl_collector_idle_share") or -1) <= 1
     assert (registry.get_sample_value("dcl_rollout_sku_days_per_second") or 0) > 0
+    assert (registry.get_sample_value("dcl_rollout_row_days_per_second") or 0) >= \
+        (registry.get_sample_value("dcl_rollout_sku_days_per_second") or 0)
     if rollouts == "store":
         assert (registry.get_sample_value("dcl_label_shards_total", {"outcome": "stored"}) or 0) >= 2 * len(records)
 

@@ -170,8 +170,10 @@ def test_the_rollout_of_the_policys_own_order_is_the_policys_future() -> None:
     first = policy.orders(obs)[rows]
     horizon = 6
     spec_days = env.day + horizon
-    got = rollout_returns(env, rows, first, np.full(rows.size, env._episode), baseline_rollout(policy),
-                          RolloutSpec(horizon=horizon, budget=1))
+    got, row_days = rollout_returns(env, rows, first, np.full(rows.size, env._episode), baseline_rollout(policy),
+                                    RolloutSpec(horizon=horizon, budget=1))
+    cloned = env.clone(rows, whole_groups=True).cloned
+    assert cloned is not None and row_days == cloned.src.size * horizon > rows.size * horizon  # whole networks
     want = np.zeros(rows.size)
     while env.day < spec_days:
         want += env.step(policy.orders(obs)).reward[rows]

@@ -41,7 +41,7 @@ class OwnSkus:
         ids = np.concatenate([s[np.isin(s, self.skus)] for s in job.plan.sku_ids])
         m = ids.size
         return LabelPart(ids.astype(np.int64), np.full(m, job.plan.days[0], np.int64), np.zeros((m, 2), np.float32),
-                         np.ones(m, np.int64), None, np.zeros(m), np.zeros(m, bool), 10 * m)
+                         np.ones(m, np.int64), None, np.zeros(m), np.zeros(m, bool), 10 * m, 20 * m)
 
 
 class StandIn:

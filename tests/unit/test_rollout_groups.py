@@ -30,8 +30,10 @@ def test_a_grouped_rows_rollout_replays_the_envs_own_future() -> None:
     assert grouped.size >= 4
     obs = env.observe()
     first = np.asarray(base.orders(obs), np.float64)
-    returns = rollout_returns(env, grouped, first[grouped], np.full(grouped.size, 4), baseline_rollout(base),
-                              RolloutSpec(horizon=12, budget=1))
+    returns, row_days = rollout_returns(env, grouped, first[grouped], np.full(grouped.size, 4), baseline_rollout(base),
+                                        RolloutSpec(horizon=12, budget=1))
+    sizes = np.bincount(env.catalog.group[env.catalog.group >= 0])
+    assert row_days == int(sizes[env.catalog.group[grouped]].sum()) * 12  # each clone brings its whole group
     want = np.zeros(grouped.size)
     while not env.done:  # the rollout sums the day's float32 rewards the same way
         res = env.step(base.orders(obs))
@@ -48,6 +50,9 @@ def test_mixed_horizons_match_each_horizon_alone() -> None:
     spec = RolloutSpec(horizon=9, budget=12, episode_base=30, seed=5)
     together = estimate_q(env, rows, first, policy, spec, horizons)
     assert together.sku_days == int((together.reps.sum(1) * horizons).sum())
+    # every clone steps the longest horizon, grouped ones with their groups
+    width = np.where(env.catalog.group >= 0, np.bincount(np.maximum(env.catalog.group, 0))[np.maximum(env.catalog.group, 0)], 1)
+    assert together.row_days == int((together.reps.sum(1) * width).sum()) * 9 > together.sku_days
     for h in np.unique(horizons):
         part = np.flatnonzero(horizons == h)
         alone = estimate_q(env, rows[part], first[part], policy, RolloutSpec(int(h), 12, episode_base=30, seed=5))

@@ -60,7 +60,7 @@ def test_two_day_lost_sales_q_matches_the_exact_values() -> None:
     policy = baseline_rollout(make_policy("capped-base-stock", catalog, sim))
     est = estimate_q(env, np.arange(20), np.tile(candidates, (20, 1)), policy,
                      RolloutSpec(horizon=2, budget=4000, episode_base=100))
-    assert est.sku_days == int(est.reps.sum()) * 2
+    assert est.sku_days == est.row_days == int(est.reps.sum()) * 2  # no groups: one row a clone
     # Pool the 20 independent copies of the state: each action's mean over all replications.
     pooled = (est.q * est.reps).sum(0) / est.reps.sum(0)
     pooled_se = np.sqrt((est.se ** 2 * est.reps ** 2).sum(0)) / est.reps.sum(0)
@@ -81,7 +81,7 @@ def test_actions_of_a_state_share_their_replications() -> None:
     assert (est.reps == 15).all() and (est.best == 0).all()  # one round: 30 rollouts, 15 each
     # and replications are independent futures: their returns differ
     src = np.zeros(4, np.int64)
-    returns = rollout_returns(env, src, np.full(4, 4.0), np.array([5, 6, 7, 8]), policy, spec)
+    returns, _ = rollout_returns(env, src, np.full(4, 4.0), np.array([5, 6, 7, 8]), policy, spec)
     assert np.unique(returns).size > 1
 
 
@@ -94,8 +94,8 @@ def test_a_rollout_on_the_envs_own_episode_replays_its_future() -> None:
         obs = env.step(base.orders(obs)).obs
     rows = np.arange(5)
     first = base.orders(obs)
-    returns = rollout_returns(env, rows, first, np.full(5, 2), baseline_rollout(base),
-                              RolloutSpec(horizon=10, budget=1))
+    returns, _ = rollout_returns(env, rows, first, np.full(5, 2), baseline_rollout(base),
+                                 RolloutSpec(horizon=10, budget=1))
     env.reset_totals()
     for _ in range(10):
         obs = env.step(base.orders(obs)).obs

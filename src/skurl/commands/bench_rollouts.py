@@ -164,7 +164,8 @@ def measure(args: argparse.Namespace, cfg: Config) -> dict[str, float]:
     out["bound_ratio"] = out["rollout_sku_days_per_s"] / out["sim_sku_steps_per_s"]
     # Every clone row is simulated (a state's substitution group or network rides along):
     # the simulator's own work, against the same bound.
-    out["rollout_row_days_per_s"] = out["rollout_sku_days_per_s"] * out["clone_rows_per_state"]
+    out["rollout_row_days"] = est.row_days
+    out["rollout_row_days_per_s"] = est.row_days / max(wall, 1e-9)
     out["row_bound_ratio"] = out["rollout_row_days_per_s"] / out["sim_sku_steps_per_s"]
     return out
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -59,6 +59,14 @@ class DclSpec:
                              f"window and temperature >= 0, confirm 0 or >= 2: {self}")
 
 
+class RolloutDays(NamedTuple):
+    """What a labelling's rollouts cost: the states' own SKU-days, and the clone row-days the
+    simulator stepped (their groups and networks too)."""
+
+    sku_days: int
+    row_days: int
+
+
 @dataclass
 class Labelled:
     demos: Demonstrations  # features and Q-best labels of the sampled states
@@ -66,6 +74,7 @@ class Labelled:
     changed: float  # share of states whose label differs from pi_k's action
     sku_days: int  # rollout SKU-days simulated
     rows: np.ndarray  # int64 [M]: the env row of each state
+    row_days: int  # clone row-days the simulator stepped (rollout_q.QEstimate.row_days)
 
 
 def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
@@ -80,55 +89,59 @@ def sampled_days(days: int, spec: DclSpec, rows_per_day: int) -> list[int]:
 
 def label_rows(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionGrid, rollout: RolloutPolicy,
                 spec: DclSpec, rspec: RolloutSpec, horizons: np.ndarray | None = None
-                ) -> tuple[np.ndarray, Any, np.ndarray, int, int]:
+                ) -> tuple[np.ndarray, Any, np.ndarray, int, RolloutDays]:
     """One sampled day's states (env rows `rows`, the policy's actions `own`, rollout days
     `horizons` [S] or rspec's for all): their labels, soft targets (None without dcl
     temperature), paired Q gains of the label over `own`, how many labels changed, and the
-    rollout SKU-days spent. States of every horizon are rolled out together."""
+    rollout days spent. States of every horizon are rolled out together."""
     cand = candidates(own, grid.n, spec.window)
     first = np.take_along_axis(candidate_orders(grid, env, rows), cand, axis=1)
     q = estimate_q(env, rows, first, rollout, rspec, horizons)
     i = np.arange(rows.size)
     own_col = np.argmax(cand == own[:, None], axis=1)
-    best_col, sku_days = q.best, q.sku_days
+    best_col, sku_days, row_days = q.best, q.sku_days, q.row_days
     if spec.confirm:
         # fresh futures: the upper half of the day's episodes (the halving uses the lower)
-        t = confirm_gain(env, rows, first, own_col, best_col, rollout, spec.confirm,
+        t, stepped = confirm_gain(env, rows, first, own_col, best_col, rollout, spec.confirm,
                          dataclasses.replace(rspec, episode_base=rspec.episode_base + ROLLOUT_STRIDE // 2), horizons)
         days = np.full(rows.size, rspec.horizon) if horizons is None else horizons
         sku_days += int(days[best_col != own_col].sum()) * 2 * spec.confirm
+        row_days += stepped
         best_col = np.where(t > spec.confirm_z, best_col, own_col)
     best = cand[i, best_col]
     targets = soft_q_targets(q.q, q.se, cand, grid.n, spec.temperature) if spec.temperature > 0 else None
-    return best, targets, q.q_first[i, best_col] - q.q_first[i, own_col], int((best != own).sum()), sku_days
+    gains = q.q_first[i, best_col] - q.q_first[i, own_col]
+    return best, targets, gains, int((best != own).sum()), RolloutDays(sku_days, row_days)
 
 
 def confirm_gain(env: VectorEnv, rows: np.ndarray, first: np.ndarray, own_col: np.ndarray,
                  best_col: np.ndarray, rollout: RolloutPolicy, reps: int, spec: RolloutSpec,
-                 horizons: np.ndarray | None = None) -> np.ndarray:
+                 horizons: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """t-statistic (float64 [S]) of Q(best) - Q(own) for the states whose halving winner
     best_col differs from the policy's own action own_col (columns of first [S, C]), on
     `reps` paired rollouts of fresh futures (episodes spec.episode_base + j); 0 elsewhere.
     The halving's own estimate of its winner is biased up (the winner's curse: it is the
     maximum of noisy means), and near the optimum most winners beat the own action by noise
-    alone; a change that does not pass this test keeps the policy's action."""
+    alone; a change that does not pass this test keeps the policy's action. Also the clone
+    row-days it stepped."""
     out = np.zeros(rows.shape[0])
     changed = np.flatnonzero(best_col != own_col)
     if changed.size == 0:
-        return out
+        return out, 0
     pair = np.stack([first[changed, own_col[changed]], first[changed, best_col[changed]]], axis=1)
     shape = (changed.size, 2, reps)
     src = np.broadcast_to(rows[changed][:, None, None], shape).ravel()
     orders = np.broadcast_to(pair[:, :, None], shape).ravel()
     episodes = np.broadcast_to(spec.episode_base + np.arange(reps)[None, None, :], shape).ravel()
     hor = None if horizons is None else np.broadcast_to(horizons[changed][:, None, None], shape).ravel()
-    returns = rollout_returns(env, src, orders, episodes, rollout, spec, hor).reshape(shape)
+    returns, stepped = rollout_returns(env, src, orders, episodes, rollout, spec, hor)
+    returns = returns.reshape(shape)
     gain = returns[:, 1] - returns[:, 0]
     mean, sd = gain.mean(axis=1), gain.std(axis=1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(sd > 0, mean / (sd / math.sqrt(reps)), np.where(mean > 0, np.inf, 0.0))
     out[changed] = t
-    return out
+    return out, stepped
 
 
 def soft_q_targets(q: np.ndarray, se: np.ndarray, cand: np.ndarray, actions: int,

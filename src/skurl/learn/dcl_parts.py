@@ -24,6 +24,7 @@ from skurl.learn.dcl import (
     SAMPLE_EPISODE0,
     DclSpec,
     Labelled,
+    RolloutDays,
     label_rows,
     sample_rows,
     sampled_days,
@@ -79,17 +80,21 @@ class LabelPart:
     gaps: np.ndarray  # float64 [M]: paired Q gain of the label over pi_k's own action
     changed: np.ndarray  # bool [M]: the label differs from pi_k's action
     sku_days: int  # rollout SKU-days spent
+    row_days: int  # clone row-days stepped (learn/dcl.RolloutDays)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The part as named arrays (a rollout-store shard, a Ray reply)."""
         out = {"sku_ids": self.sku_ids, "days": self.days, "obs": self.obs, "labels": self.labels,
-               "gaps": self.gaps, "changed": self.changed, "sku_days": np.asarray([self.sku_days], np.int64)}
+               "gaps": self.gaps, "changed": self.changed,
+               "sku_days": np.asarray([self.sku_days], np.int64), "row_days": np.asarray([self.row_days], np.int64)}
         return out if self.targets is None else {**out, "targets": self.targets}
 
     @classmethod
     def from_arrays(cls, a: dict[str, np.ndarray]) -> LabelPart:
+        # A part stored before row_days was counted reads as its SKU-days (a run resumed across versions).
+        row_days = a["row_days"][0] if "row_days" in a else a["sku_days"][0]
         return cls(a["sku_ids"], a["days"], a["obs"], a["labels"], a.get("targets"), a["gaps"],
-                   a["changed"].astype(bool), int(a["sku_days"][0]))
+                   a["changed"].astype(bool), int(a["sku_days"][0]), int(row_days))
 
 
 def label_part(env: VectorEnv, plan: SamplePlan, policy: LearnedPolicy, rollout: RolloutPolicy,
@@ -106,7 +111,7 @@ def label_part(env: VectorEnv, plan: SamplePlan, policy: LearnedPolicy, rollout:
     own_ids = np.asarray(env.catalog.sku_id, np.int64)
     by_id = np.argsort(own_ids, kind="stable")
     out: dict[str, list] = {k: [] for k in ("ids", "days", "obs", "labels", "targets", "gaps", "changed")}
-    sku_days = 0
+    spent = RolloutDays(0, 0)
     planned = dict(zip(plan.days, plan.sku_ids, strict=True))
     last = max(plan.days, default=-1)
     obs = env.reset(seed, SAMPLE_EPISODE0 + iteration + part * PART_STRIDE)
@@ -119,9 +124,9 @@ def label_part(env: VectorEnv, plan: SamplePlan, policy: LearnedPolicy, rollout:
             own = actions if sampler is policy else np.asarray(policy.action_indices(obs), np.int64)
             base = ROLLOUT_EPISODE0 + (iteration * plan.episode_days + day) * ROLLOUT_STRIDE
             rspec = RolloutSpec(spec.horizon, spec.budget, episode_base=base, seed=seed)
-            labels, targets, gaps, _, spent = label_rows(env, rows, own[rows], grid, rollout, spec, rspec,
-                                                          None if horizons is None else horizons[rows])
-            sku_days += spent
+            labels, targets, gaps, _, days = label_rows(env, rows, own[rows], grid, rollout, spec, rspec,
+                                                         None if horizons is None else horizons[rows])
+            spent = RolloutDays(spent.sku_days + days.sku_days, spent.row_days + days.row_days)
             for key, value in (("ids", own_ids[rows]), ("days", np.full(rows.size, day, np.int64)),
                                ("obs", np.asarray(obs.features[rows], np.float32)), ("labels", labels),
                                ("targets", targets), ("gaps", gaps), ("changed", labels != own[rows])):
@@ -133,7 +138,7 @@ def label_part(env: VectorEnv, plan: SamplePlan, policy: LearnedPolicy, rollout:
         obs = result.obs
         if result.done:
             break
-    return _part_of(out, sku_days, int(obs.features.shape[1]), grid.n, spec.temperature > 0)
+    return _part_of(out, spent, int(obs.features.shape[1]), grid.n, spec.temperature > 0)
 
 
 def _own_rows(wanted: np.ndarray | None, own_ids: np.ndarray, by_id: np.ndarray) -> np.ndarray:
@@ -145,13 +150,14 @@ def _own_rows(wanted: np.ndarray | None, own_ids: np.ndarray, by_id: np.ndarray)
     return np.sort(by_id[at[hit]]).astype(np.int64)
 
 
-def _part_of(out: dict[str, list], sku_days: int, obs_dim: int, actions: int, soft: bool) -> LabelPart:
+def _part_of(out: dict[str, list], spent: RolloutDays, obs_dim: int, actions: int, soft: bool) -> LabelPart:
     def cat(key: str, dtype: type, shape: tuple[int, ...] = ()) -> np.ndarray:
         return np.concatenate(out[key]).astype(dtype, copy=False) if out[key] else np.zeros((0, *shape), dtype)
 
     targets = cat("targets", np.float32, (actions,)) if soft else None
     return LabelPart(cat("ids", np.int64), cat("days", np.int64), cat("obs", np.float32, (obs_dim,)),
-                     cat("labels", np.int64), targets, cat("gaps", np.float64), cat("changed", np.bool_), sku_days)
+                     cat("labels", np.int64), targets, cat("gaps", np.float64), cat("changed", np.bool_),
+                     spent.sku_days, spent.row_days)
 
 
 def merge_parts(parts: list[LabelPart], shard_ids: np.ndarray) -> Labelled:
@@ -173,7 +179,7 @@ def merge_parts(parts: list[LabelPart], shard_ids: np.ndarray) -> Labelled:
     changed = int(np.concatenate([p.changed for p in parts]).sum())
     gaps = np.concatenate([p.gaps for p in parts])[order]
     return Labelled(demos, float(gaps.mean()), changed / labels.shape[0], sum(p.sku_days for p in parts),
-                    rows[order])
+                    rows[order], sum(p.row_days for p in parts))
 
 
 def label_states(env: VectorEnv, policy: LearnedPolicy, rollout: RolloutPolicy, grid: ActionGrid, spec: DclSpec, *,

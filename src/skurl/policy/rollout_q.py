@@ -67,7 +67,9 @@ class QEstimate:
     se: np.ndarray  # float64 [S, A]: its standard error (nan with one replication)
     reps: np.ndarray  # int64 [S, A]: replications of each action
     best: np.ndarray  # int64 [S]: the action left after the last round
-    sku_days: int  # rollout SKU-days simulated
+    sku_days: int  # rollout SKU-days simulated: the states' own rows over their horizons
+    row_days: int  # clone row-days the simulator stepped: a grouped state's group (a network
+    # state's network) rides along, and every clone of a round runs the round's longest horizon
 
 
 def halving_schedule(actions: int, budget: int) -> list[tuple[int, int]]:
@@ -104,10 +106,11 @@ class _Moments:
 
 
 def rollout_returns(env: VectorEnv, src_rows: np.ndarray, first: np.ndarray, episodes: np.ndarray,
-                    policy: RolloutPolicy, spec: RolloutSpec, horizons: np.ndarray | None = None) -> np.ndarray:
+                    policy: RolloutPolicy, spec: RolloutSpec, horizons: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, int]:
     """Discounted reward (float64 [M]) over the first horizons[m] days (default spec.horizon)
     of clones of env rows src_rows [M] that order first [M] today, then follow `policy`;
-    clone m replays episode episodes[m]. A grouped row is cloned with its substitution
+    clone m replays episode episodes[m]; and the clone row-days stepped. A grouped row is cloned with its substitution
     group, a network row with its whole network (VectorEnv.clone whole_groups), whose other
     rows follow `policy` from today on."""
     days = spec.horizon if horizons is None else int(horizons.max())
@@ -133,7 +136,7 @@ def rollout_returns(env: VectorEnv, src_rows: np.ndarray, first: np.ndarray, epi
         else:  # a row's reward counts while its own horizon lasts
             total += np.where(horizons > day, discount * res.reward[heads], 0.0)
         day += 1
-    return total
+    return total, int(ex.src.size) * days
 
 
 def estimate_q(env: VectorEnv, rows: np.ndarray, first_orders: np.ndarray, policy: RolloutPolicy,
@@ -149,7 +152,7 @@ def estimate_q(env: VectorEnv, rows: np.ndarray, first_orders: np.ndarray, polic
     states, actions = first_orders.shape
     moments = _Moments(states, actions)
     alive = np.tile(np.arange(actions), (states, 1))
-    done, sku_days = 0, 0
+    done, sku_days, row_days = 0, 0, 0
     for survivors, reps in halving_schedule(actions, spec.budget):
         alive = alive[:, :survivors]
         shape = (states, survivors, reps)
@@ -160,7 +163,9 @@ def estimate_q(env: VectorEnv, rows: np.ndarray, first_orders: np.ndarray, polic
             episodes = episodes + (alive[:, :, None] + 1) * _UNPAIRED_STRIDE
         episodes = np.broadcast_to(episodes, shape).ravel()
         hor = None if horizons is None else np.broadcast_to(horizons[:, None, None], shape).ravel()
-        returns = rollout_returns(env, src, first, episodes, policy, spec, hor).reshape(shape)
+        returns, stepped = rollout_returns(env, src, first, episodes, policy, spec, hor)
+        returns = returns.reshape(shape)
+        row_days += stepped
         moments.add(alive, returns)
         done += reps
         sku_days += src.shape[0] * spec.horizon if hor is None else int(hor.sum())
@@ -171,7 +176,7 @@ def estimate_q(env: VectorEnv, rows: np.ndarray, first_orders: np.ndarray, polic
         order = np.argsort(-np.take_along_axis(mean, alive, axis=1), axis=1, kind="stable")
         alive = np.take_along_axis(alive, order, axis=1)
     mean, se = moments.estimate()
-    return QEstimate(mean, q_first, se, moments.n, alive[:, 0].copy(), sku_days)
+    return QEstimate(mean, q_first, se, moments.n, alive[:, 0].copy(), sku_days, row_days)
 
 
 def baseline_rollout(policy: Policy) -> RolloutPolicy:

@@ -80,8 +80,8 @@ _STALENESS = ("policy_lag_versions", "sample_freshness", "stale_shards_refused_t
 ROLE_FAMILIES["colocated"] += _STALENESS
 # DCL's labelling (train.algo=dcl, learn/labelling.py): recorded by the learner, whose labellers
 # are the mode's collectors (the colocated learner labels itself: no idle collectors to show).
-_DCL = ("dcl_collector_label_seconds", "dcl_rollout_sku_days_per_second", "dcl_collector_idle_share",
-        "dcl_label_shards_total")
+_DCL = ("dcl_collector_label_seconds", "dcl_rollout_sku_days_per_second", "dcl_rollout_row_days_per_second",
+        "dcl_collector_idle_share", "dcl_label_shards_total")
 ROLE_FAMILIES["learner"] += _DCL
 ROLE_FAMILIES["colocated"] += _DCL
 ROLE_FAMILIES["learner"] += _STALENESS
@@ -218,6 +218,9 @@ class SkurlMetrics:
         self.dcl_rollout_sku_days_per_second = Gauge(
             "dcl_rollout_sku_days_per_second", "Rollout SKU-days simulated per second of the last DCL labelling",
             registry=r)
+        self.dcl_rollout_row_days_per_second = Gauge(
+            "dcl_rollout_row_days_per_second", "Clone row-days the simulator stepped per second of the last DCL "
+            "labelling (a state's substitution group or network rides along)", registry=r)
         self.dcl_collector_idle_share = Gauge(
             "dcl_collector_idle_share", "Share of the last DCL labelling's wall time the average collector idled",
             registry=r)

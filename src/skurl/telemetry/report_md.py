@@ -15,7 +15,7 @@ _TRAINING_KEYS = ("reward_mean", "reward_p5", "reward_p50", "reward_p95", *DIAGN
                   "transitions_per_s",
                   # train.algo=dcl's iterations (train/dcl_step.py)
                   "dcl_label_changed", "dcl_q_gap", "dcl_fit_accuracy", "dcl_fit_entropy", "dcl_horizon",
-                  "rollout_sku_days_per_s")
+                  "rollout_sku_days_per_s", "rollout_row_days_per_s")
 
 
 def _num(value: object) -> float | None:
