@@ -39,6 +39,7 @@ def false_positives(catalog: object, outcomes: dict[str, np.ndarray], strata: li
     """Per unit of resampling (network, row; plain and CUPED) and KPI: how many of
     `splits` random splits give an interval that excludes 0."""
     counts = {f"{unit}{cuped}": dict.fromkeys(KPIS, 0) for unit in ("network", "row") for cuped in ("", "_cuped")}
+    units: dict[str, list[float]] = {k: [] for k in KPIS}  # effective networks of the smaller group
     for seed in range(splits):
         groups = ab.assign(catalog, share=0.5, strata=strata, seed=seed)
         for unit, network in (("network", groups.network), ("row", None)):
@@ -47,7 +48,9 @@ def false_positives(catalog: object, outcomes: dict[str, np.ndarray], strata: li
                 for k in KPIS:
                     kpi = result[key][k]
                     counts[f"{unit}{cuped}"][k] += int(kpi.low > 0 or kpi.high < 0)
-    return counts
+                    if unit == "network" and not cuped:
+                        units[k].append(kpi.effective_units)
+    return {**counts, "median_effective_networks": {k: float(np.median(v)) for k, v in units.items()}}
 
 
 def main() -> None:

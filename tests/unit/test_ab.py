@@ -80,6 +80,29 @@ def test_compare_finds_a_known_effect_and_covers_zero_without_one() -> None:
     assert result["strata_compared"] == 6 and result["skus_left_out"] == 0
 
 
+def test_effective_units_count_the_units_that_carry_a_kpi() -> None:
+    """Kish's effective number of units per group: every unit when they weigh alike, about
+    one when one unit holds nearly all of a group's demand (its fill rate is that unit's)."""
+    rng = np.random.default_rng(2)
+    n = 400
+    is_b = np.arange(n) % 2 == 1
+    stratum = np.where(np.arange(n) < n // 2, "x", "y")
+    demand = rng.uniform(40.0, 60.0, n)
+    outcomes = {"sku_days": np.full(n, 30.0), "demand": demand, "lost": demand * 0.1, "waste": np.zeros(n),
+                "inventory_cost": np.full(n, 5.0), "profit": rng.normal(100.0, 5.0, n)}
+    even = compare(outcomes, is_b, stratum, resamples=100)["kpis"]
+    for kpi in ("profit_per_sku_day", "fill_rate", "inventory_cost_per_sku_day"):  # units of like weight
+        assert 0.95 * n / 2 < even[kpi].effective_units <= n / 2 and not even[kpi].few_units, kpi
+    assert even["inventory_cost_per_sku_day"].effective_units == pytest.approx(n / 2)  # all equal
+    assert even["waste_units_per_sku_day"].effective_units == pytest.approx(n / 2)  # no waste: 0 in any split
+    demand = demand.copy()
+    demand[0] = 1e6  # one unit of group A carries its demand
+    heavy = compare({**outcomes, "demand": demand, "lost": demand * 0.1}, is_b, stratum, resamples=100)["kpis"]
+    assert heavy["fill_rate"].effective_units < 1.1 and heavy["fill_rate"].few_units
+    assert heavy["fill_rate"].to_json()["effective_units"] == heavy["fill_rate"].effective_units
+    assert not heavy["profit_per_sku_day"].few_units
+
+
 def test_rehearsal_gives_each_group_the_outcomes_of_its_own_policy() -> None:
     """Common random numbers: without substitution a SKU's outcome depends only on its own
     policy, so the split simulation equals each policy's own evaluation SKU by SKU."""
@@ -137,6 +160,7 @@ def test_report_prints_the_kpis(groups_and_outcomes: tuple[Path, Path, pa.Table]
     for kpi in ("fill_rate", "lost_units_per_sku_day", "waste_units_per_sku_day", "inventory_cost_per_sku_day",
                 "profit_per_sku_day"):
         assert kpi in out
+    assert "effective units" in out
 
 
 @pytest.mark.parametrize(("change", "expected"), [

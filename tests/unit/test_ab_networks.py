@@ -200,6 +200,7 @@ def test_assign_simulate_report_on_a_network_catalog(tmp_path: Path, capsys) -> 
                  "--min-cell", "2"]) == 0
     text = capsys.readouterr().out
     assert "networks)" in text and "resamples of whole networks within strata" in text
+    assert "fewer than 30 effective networks" in text  # 19 networks: every KPI is flagged
 
 
 def test_a_network_baseline_arm_needs_a_network_snapshot() -> None:

@@ -288,7 +288,9 @@ def print_report(result: dict[str, Any]) -> None:
     and resampled is the network (serve/ab_stats.network_totals)."""
     from rich.console import Console
 
-    console = Console(width=120)  # the interval column stays on one line in logs too
+    from skurl.serve.ab_stats import MIN_EFFECTIVE_UNITS
+
+    console = Console(width=140)  # the interval column stays on one line in logs too
     nets = result.get("networks")
     unit = "network" if nets else "SKU"
     counts = f" ({nets['A']} and {nets['B']} networks)" if nets else ""
@@ -304,6 +306,10 @@ def print_report(result: dict[str, Any]) -> None:
     left_out = result[f"{unit.lower()}s_left_out"]
     if left_out:
         console.print(f"{left_out} {unit}s in strata without both groups are left out")
+    few = [name for name, kpi in result["kpis"].items() if kpi.few_units]
+    if few:
+        console.print(f"fewer than {MIN_EFFECTIVE_UNITS} effective {unit}s in a group (a few {unit}s carry the KPI), "
+                      f"so the interval understates how far another split could move it: {', '.join(few)}")
     console.print(f"stratified difference in means (ratio estimates), percentile bootstrap of "
                   f"{result['resamples']} resamples {'of whole networks ' if nets else ''}within strata")
 
@@ -313,13 +319,13 @@ def _kpi_table(title: str, kpis: dict[str, Any], level: float, plain: dict[str, 
     from rich.table import Table
 
     table = Table(title=title)
-    columns = ["KPI", "A", "B", "B - A", f"{level:.0%} interval", "relative"]
+    columns = ["KPI", "A", "B", "B - A", f"{level:.0%} interval", "relative", "effective units"]
     for col in columns + (["width vs plain"] if plain else []):
         table.add_column(col)
     for name, kpi in kpis.items():
         rel = kpi.to_json()["relative"]
         row = [name, f"{kpi.a:.4f}", f"{kpi.b:.4f}", f"{kpi.diff:+.4f}", f"[{kpi.low:+.4f}, {kpi.high:+.4f}]",
-               "n/a" if rel is None else f"{rel:+.2%}"]
+               "n/a" if rel is None else f"{rel:+.2%}", f"{kpi.effective_units:,.1f}{' (few)' if kpi.few_units else ''}"]
         if plain:
             width = plain[name].high - plain[name].low
             row.append(f"{(kpi.high - kpi.low) / width:.0%}" if width > 0 else "n/a")

@@ -24,6 +24,7 @@ KPIS: dict[str, tuple[str, str, bool]] = {
 }
 OUTCOME_COLUMNS = ("sku_days", "demand", "lost", "waste", "inventory_cost", "profit")
 _BLOCK_ELEMENTS = 4_000_000  # resampled values held at once per cell
+MIN_EFFECTIVE_UNITS = 30  # below this, a KPI's interval is flagged (the usual rule of thumb for the CLT)
 MIN_CELL = 5  # fewer SKUs than this in a group of a stratum: the stratum is pooled
 
 
@@ -37,11 +38,17 @@ class KpiResult:
     high: float
     se: float
     higher_is_better: bool
+    effective_units: float = float("nan")  # the smaller group's (effective_units)
 
     def to_json(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "diff": self.diff, "ci": [self.low, self.high], "se": self.se,
                 "relative": self.diff / abs(self.a) if self.a else None,
-                "higher_is_better": self.higher_is_better}
+                "higher_is_better": self.higher_is_better, "effective_units": self.effective_units}
+
+    @property
+    def few_units(self) -> bool:
+        """True when a few units carry the KPI: its interval is not to be trusted."""
+        return bool(self.effective_units < MIN_EFFECTIVE_UNITS)
 
 
 def _values(outcomes: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
@@ -147,9 +154,37 @@ def _kpis(values: np.ndarray, cols: list[str], is_b: np.ndarray, code: np.ndarra
     alpha = (1.0 - level) / 2.0
     low, high = np.nanquantile(diff_boot, [alpha, 1.0 - alpha], axis=0)
     se = np.nanstd(diff_boot, axis=0, ddof=1)
+    units = np.minimum(*(effective_units(values, cols, mask, code, kept, weights) for mask in (~is_b, is_b)))
     return {name: KpiResult(name, float(point["A"][k]), float(point["B"][k]), float(point["B"][k] - point["A"][k]),
-                            float(low[k]), float(high[k]), float(se[k]), hib)
+                            float(low[k]), float(high[k]), float(se[k]), hib, float(units[k]))
             for k, (name, (_, _, hib)) in enumerate(KPIS.items())}
+
+
+def effective_units(values: np.ndarray, cols: list[str], mask: np.ndarray, code: np.ndarray, kept: np.ndarray,
+                    weights: np.ndarray) -> np.ndarray:
+    """Per KPI, the effective number of units of one group (`mask`) that carry it: Kish's
+    (sum a)^2 / sum a^2 over the units' shares a_i = W_s / n_s x |value| of the numerator and
+    of the denominator, the smaller of the two. Why: when one large network holds most of a
+    group's demand (or profit), the group's KPI is that network's, and a bootstrap over the
+    group cannot show how far another split would move it (docs/networks.md, A/B tests:
+    1.4 effective networks, A/A intervals excluding 0 at twice the nominal rate). Kish,
+    "Survey Sampling", 1965, section 11.7."""
+    a = np.zeros(values.shape[0])
+    for s, w in zip(kept, weights, strict=True):
+        cell = mask & (code == s)
+        a[cell] = w / max(int(cell.sum()), 1)
+    out = []
+    for num, den, _ in KPIS.values():
+        # a numerator of zeros (no waste anywhere) is exactly 0 in every split: the denominator decides
+        kish = [_kish(a * np.abs(values[:, cols.index(c)])) for c in (num, den)]
+        out.append(min((k for k in kish if k > 0), default=0.0))
+    return np.asarray(out)
+
+
+def _kish(share: np.ndarray) -> float:
+    """(sum a)^2 / sum a^2; 0 when every share is 0."""
+    total, square = float(share.sum()), float(np.square(share).sum())
+    return total * total / square if square > 0 else 0.0
 
 
 def _resampled_means(cell: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
