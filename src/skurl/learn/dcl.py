@@ -102,8 +102,8 @@ def label_rows(env: VectorEnv, rows: np.ndarray, own: np.ndarray, grid: ActionGr
     best_col, sku_days, row_days = q.best, q.sku_days, q.row_days
     if spec.confirm:
         # fresh futures: the upper half of the day's episodes (the halving uses the lower)
-        t, stepped = confirm_gain(env, rows, first, own_col, best_col, rollout, spec.confirm,
-                         dataclasses.replace(rspec, episode_base=rspec.episode_base + ROLLOUT_STRIDE // 2), horizons)
+        fresh = dataclasses.replace(rspec, episode_base=rspec.episode_base + ROLLOUT_STRIDE // 2)
+        t, stepped = confirm_gain(env, rows, first, own_col, best_col, rollout, spec.confirm, fresh, horizons)
         days = np.full(rows.size, rspec.horizon) if horizons is None else horizons
         sku_days += int(days[best_col != own_col].sum()) * 2 * spec.confirm
         row_days += stepped
