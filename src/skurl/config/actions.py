@@ -11,6 +11,9 @@ import numpy as np
 from skurl.config.loader import check, opt
 
 MAX_LOT_FACTORS = 8  # lot blocks of the joint grid: the action count is n times this
+# One logit per action: beyond a few thousand a grid only costs memory, and the checks below
+# build the grid's offsets (n = 10^10 would ask for 80 GB before any error could be said).
+MAX_ACTIONS = 4096
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,7 @@ class ActionsConfig:
         "multiplier", "multiplier: order = round(m_k x forecast x review days); units: order = k x step units; "
         "cover: order up to the forecast over lead + review days + z_k x its std dev (z_k in z_min..z_max)"
     )
-    n: int = opt(20, "number of discrete actions")
+    n: int = opt(20, f"number of discrete actions (2..{MAX_ACTIONS})")
     max: float = opt(
         4.75, "largest multiplier (multiplier grid 0..max, evenly spaced); ignored for units"
     )
@@ -50,7 +53,7 @@ class ActionsConfig:
     )
 
     def __post_init__(self) -> None:
-        check(self.n >= 2, "policy.actions.n", self.n, "an integer >= 2")
+        check(2 <= self.n <= MAX_ACTIONS, "policy.actions.n", self.n, f"an integer in 2..{MAX_ACTIONS}")
         check(self.z_max > self.z_min, "policy.actions.z_max", self.z_max,
               f"a number > policy.actions.z_min ({self.z_min})")
         check(self.max > 0, "policy.actions.max", self.max, "a number > 0")
