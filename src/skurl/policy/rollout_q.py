@@ -110,9 +110,9 @@ def rollout_returns(env: VectorEnv, src_rows: np.ndarray, first: np.ndarray, epi
                     ) -> tuple[np.ndarray, int]:
     """Discounted reward (float64 [M]) over the first horizons[m] days (default spec.horizon)
     of clones of env rows src_rows [M] that order first [M] today, then follow `policy`;
-    clone m replays episode episodes[m]; and the clone row-days stepped. A grouped row is cloned with its substitution
-    group, a network row with its whole network (VectorEnv.clone whole_groups), whose other
-    rows follow `policy` from today on."""
+    clone m replays episode episodes[m]; and the clone row-days stepped. A grouped row is
+    cloned with its substitution group, a network row with its whole network (VectorEnv.clone
+    whole_groups), whose other rows follow `policy` from today on."""
     days = spec.horizon if horizons is None else int(horizons.max())
     clones = env.clone(src_rows, episodes=episodes, seed=spec.seed, days=env.day + days, whole_groups=True)
     ex = clones.cloned

@@ -38,7 +38,7 @@ class KpiResult:
     high: float
     se: float
     higher_is_better: bool
-    effective_units: float = float("nan")  # the smaller group's (effective_units)
+    effective_units: float  # the smaller group's (effective_units)
 
     def to_json(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "diff": self.diff, "ci": [self.low, self.high], "se": self.se,
@@ -169,10 +169,10 @@ def effective_units(values: np.ndarray, cols: list[str], mask: np.ndarray, code:
     group cannot show how far another split would move it (docs/networks.md, A/B tests:
     1.4 effective networks, A/A intervals excluding 0 at twice the nominal rate). Kish,
     "Survey Sampling", 1965, section 11.7."""
-    a = np.zeros(values.shape[0])
-    for s, w in zip(kept, weights, strict=True):
-        cell = mask & (code == s)
-        a[cell] = w / max(int(cell.sum()), 1)
+    stratum_weight = np.zeros(int(code.max()) + 1)
+    stratum_weight[kept] = weights  # strata left out weigh nothing
+    cell_size = np.bincount(code[mask], minlength=stratum_weight.size)
+    a = np.where(mask, stratum_weight[code] / np.maximum(cell_size[code], 1), 0.0)
     out = []
     for num, den, _ in KPIS.values():
         # a numerator of zeros (no waste anywhere) is exactly 0 in every split: the denominator decides

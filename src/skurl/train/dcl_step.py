@@ -123,17 +123,17 @@ class DclStep:
         sku_days = sum(x.sku_days for x in labs)
         row_days = sum(x.row_days for x in labs)  # with the groups and networks cloned along
         timer = self.core.timer
-        labelling = timer.totals(exclusive=True).get("collect", 0.0)
+        per_s = 1.0 / max(timer.totals(exclusive=True).get("collect", 0.0), 1e-9)  # of the labelling
         last = checks[-1]
-        get_metrics().dcl_rollout_sku_days_per_second.set(sku_days / max(labelling, 1e-9))
-        get_metrics().dcl_rollout_row_days_per_second.set(row_days / max(labelling, 1e-9))
+        get_metrics().dcl_rollout_sku_days_per_second.set(sku_days * per_s)
+        get_metrics().dcl_rollout_row_days_per_second.set(row_days * per_s)
         return {
             "transitions": states, "trained_transitions": states, "dcl_horizon": self.spec.horizon,
             "dcl_label_changed": labs[0].changed, "dcl_q_gap": labs[0].q_gap,
             "dcl_fit_accuracy": fit["warm_start_accuracy"], "dcl_fit_nll": fit["warm_start_nll"],
             "dcl_fit_entropy": fit["warm_start_entropy"], "dcl_rollout_sku_days": sku_days,
-            "rollout_sku_days_per_s": sku_days / max(labelling, 1e-9), "dcl_rollout_row_days": row_days,
-            "rollout_row_days_per_s": row_days / max(labelling, 1e-9), "dcl_corrections": len(labs) - 1,
+            "rollout_sku_days_per_s": sku_days * per_s, "dcl_rollout_row_days": row_days,
+            "rollout_row_days_per_s": row_days * per_s, "dcl_corrections": len(labs) - 1,
             **({} if last is None else {"dcl_check_gain": last.gain, "dcl_check_se": last.se}),
             **({} if len(checks) == 1 or checks[0] is None else {"dcl_first_check_gain": checks[0].gain}),
             **timer.as_scalars(exclusive=True), **self.labellers.figures(),
