@@ -11,7 +11,7 @@ which evaluation keep-best ships), the warm start's profit, learn seconds and wa
     .venv/bin/python benchmarks/embedded_schedule.py --variant k10:ppo.epochs=10,ppo.minibatch=1024 --variant shipped: \\
         --seeds train.seed=0 train.seed=1 catalog.seed=1 --out runs/schedule
 
-More: docs/performance.md ("The README's job in half the arithmetic")."""
+More: docs/performance.md ("Half the arithmetic", under the README job's figures)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from statistics import mean
 
 from skurl_runs import SKURL, set_args
 
+from skurl.telemetry.logger import read_metrics
+
 LATE_FROM = 40  # in-training evaluations from this iteration on enter the late mean
 
 
@@ -35,11 +37,11 @@ def run_one(run_dir: Path, sets: list[str]) -> dict:
         subprocess.run([*SKURL, "train", "--run-dir", str(run_dir), *set_args(sets)], check=True,
                        stdout=log, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - start
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    evals = [(r["iteration"], r["eval_profit"]) for r in rows if "eval_profit" in r]
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    late = [r["eval_profit"] for r in rows if "eval_profit" in r and r["iteration"] >= LATE_FROM]
     final = json.loads((run_dir / "eval.json").read_text())
     return {"profit": final["policies"][final["trained"]]["avg_profit_per_sku_day"],
-            "late_mean": mean(p for i, p in evals if i >= LATE_FROM) if evals else float("nan"),
+            "late_mean": mean(late) if late else float("nan"),
             "warm_start": next((r["warm_start_eval_profit"] for r in rows if "warm_start_eval_profit" in r),
                                float("nan")),
             "learn_s": sum(r.get("time_learn", 0.0) for r in rows), "wall_s": wall}
