@@ -26,10 +26,11 @@ from skurl.errors import UserError
 from skurl.learn.threads import set_torch_threads
 
 if TYPE_CHECKING:
+    from skurl.catalog import Catalog
     from skurl.collect.collector import Collector
     from skurl.config import Config
     from skurl.learn.learner import Learner
-    from skurl.policy.nets import ActorCritic
+    from skurl.policy.actions import ActionGrid
 
 BOUND_SECONDS = 0.1
 
@@ -72,8 +73,9 @@ def run_train_stages(args: argparse.Namespace) -> int:
     learner.fused = not args.autograd
     model = ActorCritic.from_state(learner.weights())
     collector = Collector.from_config(env, model, grid, cfg.collect)
+    sampled = SampledEnvs(catalog, cfg, collector, grid_for(cfg))  # unbound: bound to each sample's env
     load_before = os.getloadavg()[0]
-    runs = [_iteration(learner, collector, model, cfg, it) for it in range(args.iterations + 1)][1:]
+    runs = [_iteration(learner, sampled, cfg, it) for it in range(args.iterations + 1)][1:]
     bounds = [_bound(learner, cfg)]
     out = _report(runs, bounds, learner, cfg, threads)
     out["load_avg_1m"] = round(max(load_before, os.getloadavg()[0]), 2)
@@ -85,13 +87,41 @@ def run_train_stages(args: argparse.Namespace) -> int:
     return 0
 
 
-def _iteration(learner: Learner, collector: Collector, model: ActorCritic, cfg: Config, it: int) -> dict[str, Any]:
-    index = learner.sample_index(collector.env.num_skus)
-    obs_skus: dict[str, Any] = {} if index is None else {"obs_skus": collector.sku_ids[index]}
+class SampledEnvs:
+    """What the job's collection simulates under ppo.sample_skus: only the units of the
+    iteration's SKU sample (train/core.py sample_units_env), as colocated training does."""
+
+    def __init__(self, catalog: Catalog, cfg: Config, whole: Collector, grid: ActionGrid) -> None:
+        from skurl.catalog.partition import units
+        from skurl.sim.layout import catalog_widths
+
+        self.catalog, self.cfg, self.whole, self.grid = catalog, cfg, whole, grid
+        self.unit, self.widths = units(catalog), catalog_widths(catalog)
+
+    def collector(self, learner: Learner) -> tuple[Collector, np.ndarray | None]:
+        """This iteration's collector (the sample's units, or the whole catalog's) at the
+        learner's version, and the sample's columns in its env (None: every SKU)."""
+        from skurl.collect.collector import Collector
+        from skurl.train.core import sample_units_env
+
+        index = learner.sample_index(self.whole.env.num_skus)
+        narrowed = None if index is None else sample_units_env(self.catalog, self.unit, index, self.cfg.sim,
+                                                                self.widths)
+        collector = self.whole if narrowed is None else Collector.from_config(
+            narrowed[0], self.whole.model, self.grid, self.cfg.collect)
+        collector.set_weights(learner.version, learner.weights())
+        return collector, index if narrowed is None else narrowed[1]
+
+
+def _iteration(learner: Learner, sampled: SampledEnvs, cfg: Config, it: int) -> dict[str, Any]:
     start = time.perf_counter()
+    collector, index = sampled.collector(learner)
+    obs_skus: dict[str, Any] = {} if index is None else {"obs_skus": collector.sku_ids[index]}
     rollout = collector.collect(cfg.train.seed, it, learner.version, **obs_skus)
-    collect_s = time.perf_counter() - start
     assert rollout is not None  # recorded (record=True)
+    if index is not None and index.size < rollout.num_skus and collector is not sampled.whole:
+        rollout = rollout.select_skus(index)  # the sample's columns, as colocated collectors hand them over
+    collect_s = time.perf_counter() - start
     s = collector.stats
     learner.phase_seconds = {}
     start = time.perf_counter()
@@ -99,11 +129,12 @@ def _iteration(learner: Learner, collector: Collector, model: ActorCritic, cfg: 
     learn_s = time.perf_counter() - start
     phases, learner.phase_seconds = learner.phase_seconds, None
     start = time.perf_counter()
-    model.load_state_dict(learner.weights())
-    collector.version = learner.version
+    weights = learner.weights()
+    sampled.whole.set_weights(learner.version, weights)
     sync_s = time.perf_counter() - start
     return {"collect": collect_s, "simulate": s.sim_seconds, "infer": s.infer_seconds, "learn": learn_s,
-            "sync": sync_s, "phases": phases, "transitions": stats["transitions"], "epochs": stats["epochs"]}
+            "sync": sync_s, "phases": phases, "transitions": stats["transitions"], "epochs": stats["epochs"],
+            "collected_skus": s.skus}
 
 
 def _bound(learner: Learner, cfg: Config) -> dict[str, Any]:
@@ -139,6 +170,7 @@ def _report(runs: list[dict[str, Any]], bounds: list[dict[str, Any]], learner: L
     outside["unmarked"] = learn - sum(phases.values())
     return {
         "bench": "train", "skus": int(learner.cfg.catalog.skus), "sample_skus": cfg.ppo.sample_skus,
+        "collected_skus": int(_median(runs, "collected_skus")),  # the sample's units (simulated and inferred)
         "transitions_trained": int(transitions), "epochs": int(epochs), "minibatch": cfg.ppo.minibatch,
         "minibatches": int(minibatches), "threads": threads, "iterations_timed": len(runs),
         "stages_s": {k: _median(runs, k) for k in ("collect", "simulate", "infer", "learn", "sync")},
@@ -155,7 +187,8 @@ def _print(out: dict[str, Any]) -> None:
     print(f"bench train: one iteration of {out['skus']} SKUs (learn on {out['transitions_trained']:,} transitions x "
           f"{out['epochs']} epochs, {out['minibatches']} minibatches, {out['update']} update, {out['threads']} threads, "
           f"load average {out['load_avg_1m']}), median of {out['iterations_timed']}:")
-    print(f"  collect {st['collect']:.2f} s (simulate {st['simulate']:.2f}, infer {st['infer']:.2f}), "
+    print(f"  collect {st['collect']:.2f} s ({out['collected_skus']:,} SKUs: simulate {st['simulate']:.2f}, "
+          f"infer {st['infer']:.2f}), "
           f"learn {st['learn']:.2f} s, sync {st['sync']:.3f} s")
     print(f"  learn: GEMMs alone {out['learn_gemm_total_s']:.2f} s; outside matrix multiplies "
           f"{st['learn'] - out['learn_gemm_total_s']:.2f} s ({out['learn_outside_gemm_share']:.0%}):")

@@ -35,7 +35,8 @@ class Colocated:
         c = core.cfg.collect
         latest, model = in_process_weights(learner), collector_model(learner)
         collectors = with_staleness(c, core.cfg.train, latest, core.run_dir, lambda weights: RecordingCollectors(
-            LocalCollectors(core.local_env, len(core.shards), model, core.grid, weights, core.timer, collect=c),
+            LocalCollectors(core.local_env, len(core.shards), model, core.grid, weights, core.timer, collect=c,
+                            sample_env=core.sample_env),
             core.run_dir.name, core.cfg.sim.backorders), WeightHistory, learner.sample_index)
         return Wiring(collectors, latest, observers=[BusinessFigures(core.run_dir.name)])
 
@@ -56,13 +57,13 @@ class RecordingCollectors:
         start = time.perf_counter()
         out = self.inner.collect(iteration, seed, version, sample)
         seconds = time.perf_counter() - start
-        rows = int(out.rollout.rewards.size)
+        rows = int(out.scalars.get("transitions", out.rollout.rewards.size))  # simulated, not only sampled
         m = get_metrics()
         m.collector_episodes_total.inc()
         m.collector_episode_duration_seconds.observe(seconds)
         m.collector_steps_per_second.set(rows / max(seconds, 1e-9))
         m.collector_buffer_size.set(rows)
-        totals = getattr(self.inner.env_of(iteration % self.inner.shards), "totals", None)
+        totals = getattr(self.inner.last_env, "totals", None)
         if callable(totals):
             sums = {k: float(v.sum()) for k, v in totals().items()}
             m.record_business(self.run_name, "collect", business_from_totals(sums, rows, self.backorders))

@@ -184,7 +184,8 @@ class ChangeSteps(Observer):
 
 
 class _NewSkuRewards:
-    """Collectors whose iteration scalars add the new SKUs' count and mean reward per SKU-day."""
+    """Collectors whose iteration scalars add the new SKUs' count and mean reward per SKU-day
+    (of those in the learner's SKU sample, under ppo.sample_skus)."""
 
     def __init__(self, inner: Collectors, new_ids: np.ndarray) -> None:
         self.inner, self.new_ids = inner, new_ids
@@ -195,6 +196,9 @@ class _NewSkuRewards:
             batch.scalars["new_skus"] = float(self.new_ids.size)
         rollout = batch.rollout
         mask = np.isin(rollout.sku_ids, self.new_ids)
+        index = sample(rollout.num_skus)  # under ppo.sample_skus, the trained sample's (every mode alike)
+        if index is not None:
+            mask &= np.isin(np.arange(rollout.num_skus), index)
         if mask.any():
             batch.scalars["new_skus_reward_mean"] = float(rollout.rewards[:, mask].mean(dtype=np.float64))
         return batch

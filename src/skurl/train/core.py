@@ -17,7 +17,7 @@ import torch
 from skurl import atomic
 from skurl.catalog import Catalog, load_catalog
 from skurl.collect.evaluate import make_env
-from skurl.config import Config
+from skurl.config import Config, SimConfig
 from skurl.errors import UserError
 from skurl.learn.threads import set_torch_threads
 from skurl.policy.actions import ActionGrid
@@ -102,6 +102,7 @@ class RunCore:
     timer: StageTimer = field(default_factory=StageTimer)
     first_scalars: dict[str, Any] = field(default_factory=dict)  # for this process's first record
     _envs: dict[int, Any] = field(default_factory=dict)
+    _units: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def schema(self) -> ObsSchema:
@@ -116,6 +117,33 @@ class RunCore:
         if shard not in self._envs:
             self._envs[shard] = make_env(self.shard_catalog(shard), self.cfg.sim, self.widths)
         return self._envs[shard]
+
+    def sample_env(self, shard: int, index: np.ndarray) -> tuple[VectorEnv, np.ndarray] | None:
+        """sample_units_env for rows `index` of training shard `shard` (its units computed once)."""
+        from skurl.catalog.partition import units
+
+        if shard not in self._units:
+            self._units[shard] = units(self.shard_catalog(shard))
+        return sample_units_env(self.shard_catalog(shard), self._units[shard], index, self.cfg.sim, self.widths)
+
+
+def sample_units_env(catalog: Catalog, unit: np.ndarray, index: np.ndarray, sim: SimConfig,
+                     widths: tuple[int, int]) -> tuple[VectorEnv, np.ndarray] | None:
+    """An env of just the units (substitution groups, supply networks, lone SKUs; `unit`:
+    catalog/partition.py units) that hold rows `index` of `catalog`, and the positions of
+    those rows in it; None when that is the whole catalog or needs another observation
+    schema. A SKU's episode is the same in it as in the whole catalog's env (per-SKU random
+    streams, shard invariance), so a collection for the learner's SKU sample
+    (ppo.sample_skus) simulates and infers only these rows."""
+    taken = np.zeros(int(unit.max(initial=-1)) + 1, dtype=bool)
+    taken[unit[index]] = True
+    rows = np.flatnonzero(taken[unit])
+    if rows.size == unit.size:
+        return None
+    part = catalog.subset(rows)
+    if part.has_network != catalog.has_network:
+        return None
+    return make_env(part, sim, widths), np.searchsorted(rows, index)
 
 
 def build_core(cfg: Config, run_dir: Path, *, resume: bool, tune_center: bool = True,

@@ -16,7 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 import yaml
 
 from skurl import atomic
-from skurl.collect.collectors import Collectors
+from skurl.collect.collectors import Collectors, sample_rewards
 from skurl.collect.staleness import refuse_unbuilt
 from skurl.config import Config, config_to_dict
 from skurl.json_ready import read_json_or_none
@@ -238,6 +238,8 @@ class Trainer:
         timer.reset()
         start = time.perf_counter()
         batch = self.collectors.collect(it, cfg.train.seed, self.learner.version, self.learner.sample_index)
+        if cfg.ppo.sample_skus:
+            batch.scalars.update(sample_rewards(batch.rollout, self.learner.sample_index(batch.rollout.num_skus)))
         with timer.stage("learn"):
             learn_start = time.perf_counter()
             stats = self.learner.update(batch.rollout, train_policy=self.trains_policy(it))

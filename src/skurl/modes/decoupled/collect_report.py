@@ -37,7 +37,7 @@ def rollout_scalars(rollout: Rollout, report: CollectReport) -> dict[str, float]
     reward_sum = sum(float(rollout.rewards[d].sum(dtype=np.float64)) for d in range(rollout.days))
     transitions = rollout.transitions
     return {"reward_mean": reward_sum / max(transitions, 1), "transitions": float(transitions),
-            "transitions_per_s": transitions / max(report.collect_wall, 1e-9), **reward_spread(rollout)}
+            "transitions_per_s": transitions / max(report.collect_wall, 1e-9), **reward_spread(rollout.rewards)}
 
 
 def report_scalars(report: CollectReport, publish_unix: Mapping[int, float]) -> dict[str, float]:

@@ -263,7 +263,7 @@ class RayIterations:
                   f"{', '.join(map(str, ids[:10]))}{' ...' if len(ids) > 10 else ''})", file=sys.stderr)
         loss = collectors.loss
         return Collected(rollout, {
-            **collectors.stats.scalars(), **reward_spread(rollout),
+            **collectors.stats.scalars(), **reward_spread(rollout.rewards),
             "failed_skus": len(collectors.failed_sku_ids), "worker_recoveries": collectors.recoveries,
             "collector_sim_seconds": collectors.stats.sim_seconds,
             "collector_infer_seconds": collectors.stats.infer_seconds,
