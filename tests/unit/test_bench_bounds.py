@@ -100,6 +100,7 @@ def test_bench_train_breaks_an_iteration_into_stages(update: str, capsys: pytest
                  "--set", "train.torch_threads=1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["update"] == update and out["transitions_trained"] == 40 * 10 and out["epochs"] == 2
+    assert 40 <= out["collected_skus"] < 120  # the sample's units, as the job collects them
     stages, phases = out["stages_s"], out["learn_phases_s"]
     assert all(stages[k] > 0 for k in ("collect", "simulate", "infer", "learn"))
     assert ("forward (nets)" in phases) == (update == "fused")
