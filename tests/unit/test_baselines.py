@@ -49,6 +49,26 @@ def test_inventory_position_counts_pipeline_and_backlog():
     assert inventory_position(obs.raw).tolist() == [6.0, -4.0, 15.0]
 
 
+def test_inventory_position_on_strided_state_columns_equals_numpy_sums():
+    """The numba pass (policy/protection.integer_position) on the env's layout (on hand,
+    pipeline and backlog as strided views of one int64 state block, P = 0..7) and on int32
+    arrays, against the float64 numpy sums; float arrays take the numpy form."""
+    rng = np.random.default_rng(11)
+    for p in range(8):
+        st = rng.integers(0, 10**6, size=(501, 3 + p))
+        raw = RawState(on_hand=st[:, 0], pipeline=st[:, 2:2 + p], backlog=st[:, 1],
+                       forecast=np.ones((501, 1), np.float32), day=0)
+        want = st[:, 0].astype(np.float64) + st[:, 2:2 + p].sum(axis=1, dtype=np.float64) - st[:, 1]
+        got = inventory_position(raw)
+        assert got.dtype == np.float64 and np.array_equal(got, want)
+    obs = make_obs([3, 0], [[1, 2], [0, 7]], backlog=[0, 4])
+    small = RawState(obs.raw.on_hand.astype(np.int32), obs.raw.pipeline.astype(np.int32),
+                     obs.raw.backlog.astype(np.int32), obs.raw.forecast, 0)
+    floats = RawState(obs.raw.on_hand.astype(np.float64), obs.raw.pipeline.astype(np.float64),
+                      obs.raw.backlog.astype(np.float64), obs.raw.forecast, 0)
+    assert inventory_position(small).tolist() == inventory_position(floats).tolist() == [6.0, 3.0]
+
+
 def test_base_stock_orders_up_to_level_and_never_negative():
     cat = catalog(n=4)
     pol = make_policy("base-stock", cat, COST, {"S": np.array([10.0, 10.0, 10.0, 0.0])})
