@@ -53,6 +53,8 @@ def test_inventory_position_on_strided_state_columns_equals_numpy_sums():
     """The numba pass (policy/protection.integer_position) on the env's layout (on hand,
     pipeline and backlog as strided views of one int64 state block, P = 0..7) and on int32
     arrays, against the float64 numpy sums; float arrays take the numpy form."""
+    from skurl.policy import protection
+
     rng = np.random.default_rng(11)
     for p in range(8):
         st = rng.integers(0, 10**6, size=(501, 3 + p))
@@ -61,6 +63,8 @@ def test_inventory_position_on_strided_state_columns_equals_numpy_sums():
         want = st[:, 0].astype(np.float64) + st[:, 2:2 + p].sum(axis=1, dtype=np.float64) - st[:, 1]
         got = inventory_position(raw)
         assert got.dtype == np.float64 and np.array_equal(got, want)
+        parallel = protection._position_parallel(raw.on_hand, raw.pipeline, raw.backlog)  # rows >= 2^15
+        assert np.array_equal(parallel, want)
     obs = make_obs([3, 0], [[1, 2], [0, 7]], backlog=[0, 4])
     small = RawState(obs.raw.on_hand.astype(np.int32), obs.raw.pipeline.astype(np.int32),
                      obs.raw.backlog.astype(np.int32), obs.raw.forecast, 0)
@@ -188,6 +192,7 @@ def test_summarize_and_is_uniform():
 def test_protection_moments_equal_the_day_by_day_sums_to_the_bit():
     """The numba pass (policy/protection.py) against cumulative sums over the days, float32
     and float64 forecasts, every distribution, cover lengths 1..H."""
+    from skurl.policy import protection
     from skurl.policy.baselines import daily_variance, protection_moments
 
     rng = np.random.default_rng(5)
@@ -204,5 +209,7 @@ def test_protection_moments_equal_the_day_by_day_sums_to_the_bit():
         days_var = daily_variance(f64, dist[:, None], size[:, None])
         want_var = np.take_along_axis(np.cumsum(days_var, axis=1), last, axis=1)[:, 0]
         assert np.array_equal(mean, want_mean) and np.array_equal(var, want_var)
+        par_mean, par_var = protection._moments_parallel(fc, cover, dist, size)  # rows >= 2^15
+        assert np.array_equal(par_mean, want_mean) and np.array_equal(par_var, want_var)
     with pytest.raises(ValueError, match="policy needs 18"):
         protection_moments(fc, np.full(n, h + 1), dist, size)

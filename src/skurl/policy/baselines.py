@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -159,6 +159,7 @@ class BaseStock:
     S: np.ndarray
     review_days: int = 1
     name: str = "base-stock"
+    raw_only: ClassVar[bool] = True  # reads obs.raw only (sim/episode.py DecisionRule)
 
     def orders(self, obs: Obs) -> np.ndarray:
         if not _review_mask(obs, self.review_days):
@@ -179,6 +180,7 @@ class CappedBaseStock:
     r: np.ndarray
     review_days: int = 1
     name: str = "capped-base-stock"
+    raw_only: ClassVar[bool] = True  # reads obs.raw only (sim/episode.py DecisionRule)
 
     def orders(self, obs: Obs) -> np.ndarray:
         if not _review_mask(obs, self.review_days):
@@ -197,6 +199,7 @@ class SS:
     S: np.ndarray
     review_days: int = 1
     name: str = "s-S"
+    raw_only: ClassVar[bool] = True  # reads obs.raw only (sim/episode.py DecisionRule)
 
     def orders(self, obs: Obs) -> np.ndarray:
         if not _review_mask(obs, self.review_days):
@@ -216,6 +219,7 @@ class Constant:
 
     c: np.ndarray
     name: str = "constant"
+    raw_only: ClassVar[bool] = True  # reads obs.raw only (sim/episode.py DecisionRule)
 
     def orders(self, obs: Obs) -> np.ndarray:
         t = float(obs.raw.day)
@@ -237,6 +241,7 @@ class ForecastBaseStock:
     dispersion: np.ndarray  # float64 [N]
     review_days: int = 1
     name: str = "forecast-base-stock"
+    raw_only: ClassVar[bool] = True  # reads obs.raw only (sim/episode.py DecisionRule)
 
     def level(self, raw: RawState) -> np.ndarray:
         mean, var = protection_moments(raw.forecast, self.cover_days, self.dist, self.dispersion)
@@ -261,6 +266,7 @@ class ForecastSS:
     base: ForecastBaseStock
     lot: np.ndarray  # float64 [N], whole units >= 0
     name: str = "forecast-s-S"
+    raw_only: ClassVar[bool] = True  # reads obs.raw only (sim/episode.py DecisionRule)
 
     def orders(self, obs: Obs) -> np.ndarray:
         if not _review_mask(obs, self.base.review_days):

@@ -13,7 +13,7 @@ per network and echelon index; docs/networks.md, Baselines).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -78,6 +78,7 @@ class EchelonBaseStock:
     S: np.ndarray
     topo: Topology
     name: str = "echelon-base-stock"
+    raw_only: ClassVar[bool] = True  # reads obs.raw only (sim/episode.py DecisionRule)
 
     def position(self, obs: Obs) -> np.ndarray:
         return echelon_position(self.topo, obs.raw)
@@ -95,6 +96,7 @@ class InstallationBaseStock:
 
     S: np.ndarray
     name: str = "installation-base-stock"
+    raw_only: ClassVar[bool] = True  # reads obs.raw only (sim/episode.py DecisionRule)
 
     def orders(self, obs: Obs) -> np.ndarray:
         raw = obs.raw

@@ -24,7 +24,10 @@ TOTAL_FIELDS = tuple(f.name for f in dataclasses.fields(DayMetrics))
 
 
 class DecisionRule(Protocol):
-    """What an episode needs of a policy (policy/api.py's Policy is one)."""
+    """What an episode needs of a policy (policy/api.py's Policy is one). A rule whose class
+    sets `raw_only = True` (the baselines) reads only `obs.raw`: its episodes run without
+    feature rows (VectorEnv.observe_features), whose daily writes are ~a quarter of the
+    kernel's time."""
 
     def orders(self, obs: Obs) -> np.ndarray: ...
 
@@ -75,6 +78,18 @@ def run_episode(env: TotalingEnv, policy: DecisionRule, *, seed: int, episode: i
     reset_policy = getattr(policy, "reset", None)
     if callable(reset_policy):
         reset_policy()
+    observe = getattr(env, "observe_features", None) if getattr(policy, "raw_only", False) is True else None
+    if observe is None:
+        return _episode(env, policy, seed, episode, days, warmup)
+    observe(False)
+    try:
+        return _episode(env, policy, seed, episode, days, warmup)
+    finally:
+        observe(True)  # the default again from the env's next reset
+
+
+def _episode(env: TotalingEnv, policy: DecisionRule, seed: int, episode: int, days: int, warmup: int,
+             ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     obs = env.reset(seed, episode)
     failed = np.zeros(env.num_skus, dtype=bool)
     if warmup == 0:

@@ -95,13 +95,15 @@ def reset_kernel(p: Params, s: State, out: Outputs, key: np.uint64, init_days: f
 @njit(cache=True, inline="always")
 def _close_day(p: Params, s: State, out: Outputs, npipe: np.int64, i: np.int64, day: np.int64,
                v: tuple, sub_served: np.int64, credit: np.int64, backorders: bool,
-               cost_mode: bool) -> None:
-    """Settle today (v: own_demand's values), move SKU i to tomorrow, write its features."""
+               cost_mode: bool, features: bool) -> None:
+    """Settle today (v: own_demand's values), move SKU i to tomorrow, write its features
+    (unless `features` is off: a day's feature rows are ~a quarter of the kernel's time)."""
     settle(p.par, s.st, s.stock, out.reward, out.acc, i, day, v[1], v[2], v[3], v[4], v[5],
            sub_served, credit, backorders, cost_mode)
     if advance(p.par, s.st, s.stock, s.forecast, i, day):
-        write_features(p.par, s.st, s.stock, s.forecast, out.features, npipe, i, day + 1,
-                       False)
+        if features:
+            write_features(p.par, s.st, s.stock, s.forecast, out.features, npipe, i, day + 1,
+                           False)
     else:
         _isolate(s, out, i, FAIL_FORECAST, False)
 
@@ -109,7 +111,7 @@ def _close_day(p: Params, s: State, out: Outputs, npipe: np.int64, i: np.int64, 
 @sku_jit
 def _sku_range(p: Params, s: State, out: Outputs, orders: np.ndarray, npipe: np.int64,
                lo: np.int64, hi: np.int64, day: np.int64, backorders: bool, lifo: bool,
-               cost_mode: bool) -> None:
+               cost_mode: bool, features: bool) -> None:
     """Own demand of rows lo..hi-1; rows outside substitution groups finish the day."""
     par, st = p.par, s.st
     zero = np.int64(0)
@@ -123,13 +125,13 @@ def _sku_range(p: Params, s: State, out: Outputs, orders: np.ndarray, npipe: np.
         if v[0] != 0:
             _isolate(s, out, i, v[0], True)
         elif par[i, P_GROUPED] == 0.0:
-            _close_day(p, s, out, npipe, i, day, v, zero, zero, backorders, cost_mode)
+            _close_day(p, s, out, npipe, i, day, v, zero, zero, backorders, cost_mode, features)
 
 
 @sku_jit
 def _group_range(p: Params, s: State, out: Outputs, groups: np.ndarray, npipe: np.int64,
                  lo: np.int64, hi: np.int64, day: np.int64, backorders: bool, lifo: bool,
-                 cost_mode: bool) -> None:
+                 cost_mode: bool, features: bool) -> None:
     """Substitution within groups[lo:hi], then their members finish the day."""
     starts, rows = p.group_start, p.group_rows
     for k in range(lo, hi):
@@ -142,23 +144,25 @@ def _group_range(p: Params, s: State, out: Outputs, groups: np.ndarray, npipe: n
                 v = (np.int64(0), st[i, W_ORDERED], st[i, W_DEMAND], st[i, W_OWN],
                      st[i, W_BACKLOG_SERVED], st[i, W_UNMET])
                 _close_day(p, s, out, npipe, i, day, v, st[i, W_SUB_SERVED], st[i, W_CREDIT],
-                           backorders, cost_mode)
+                           backorders, cost_mode, features)
 
 
 @njit(cache=True, parallel=True)
 def step_kernel(p: Params, s: State, out: Outputs, orders: np.ndarray, npipe: np.int64,
-                day: np.int64, backorders: bool, lifo: bool, cost_mode: bool) -> None:
-    """One day for every SKU (see the module docstring)."""
+                day: np.int64, backorders: bool, lifo: bool, cost_mode: bool,
+                features: bool = True) -> None:
+    """One day for every SKU (see the module docstring); `features` off leaves the feature
+    rows as they were (VectorEnv.observe_features: for decision rules that read raw state)."""
     for c in prange(p.chunks.shape[0] - 1):
         _sku_range(p, s, out, orders, npipe, p.chunks[c], p.chunks[c + 1], day, backorders,
-                   lifo, cost_mode)
+                   lifo, cost_mode, features)
         _group_range(p, s, out, p.local_groups, npipe, p.chunk_groups[c],
-                     p.chunk_groups[c + 1], day, backorders, lifo, cost_mode)
+                     p.chunk_groups[c + 1], day, backorders, lifo, cost_mode, features)
     n_global = p.global_groups.shape[0]
     for c in prange((n_global + GROUPS_PER_ITEM - 1) // GROUPS_PER_ITEM):
         lo = np.int64(c) * GROUPS_PER_ITEM
         _group_range(p, s, out, p.global_groups, npipe, lo, min(lo + GROUPS_PER_ITEM, n_global),
-                     day, backorders, lifo, cost_mode)
+                     day, backorders, lifo, cost_mode, features)
 
 
 SERIAL_ORDER_CHECK = 1 << 20  # orders checked in one thread below this: a parallel region's start
