@@ -22,7 +22,7 @@ from skurl.config import POLICY_NAMES, SimConfig
 from skurl.errors import UserError
 from skurl.policy.newsvendor import critical_ratio, default_z
 from skurl.policy.newsvendor import norm_ppf as norm_ppf  # re-exported: the baselines' quantile
-from skurl.policy.protection import cover_moments, integer_position
+from skurl.policy.protection import cover_moments, position
 from skurl.sim.api import Obs, RawState
 
 if TYPE_CHECKING:
@@ -39,13 +39,7 @@ class UnknownPolicyError(UserError):
 
 def inventory_position(raw: RawState) -> np.ndarray:
     """on hand + everything in the pipeline - backlog (float64 [N])."""
-    arrays = (raw.on_hand, raw.pipeline, raw.backlog)
-    if all(a.dtype.kind in "iu" for a in arrays) and raw.pipeline.ndim == 2:
-        return integer_position(*arrays)
-    ip = raw.on_hand.astype(np.float64)
-    if raw.pipeline.size:
-        ip = ip + raw.pipeline.sum(axis=1, dtype=np.float64)
-    return ip - raw.backlog.astype(np.float64)
+    return position(raw.on_hand, raw.pipeline, raw.backlog)
 
 
 def daily_variance(mean: np.ndarray, dist: np.ndarray, dispersion: np.ndarray) -> np.ndarray:

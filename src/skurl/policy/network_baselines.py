@@ -12,7 +12,7 @@ per network and echelon index; docs/networks.md, Baselines).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -21,6 +21,7 @@ from skurl.catalog.network import MAX_DEPTH, echelons
 from skurl.catalog.schema import Catalog
 from skurl.config import SimConfig
 from skurl.policy.newsvendor import default_z as store_z
+from skurl.policy.protection import position
 from skurl.sim.api import Obs, RawState
 
 if TYPE_CHECKING:
@@ -34,6 +35,12 @@ class Topology:
     parent: np.ndarray
     echelon: np.ndarray
     store: np.ndarray  # rows nobody orders from
+    # per level 1.., the rows of that level with an upstream: found once, not on every day
+    level_rows: list[np.ndarray] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.level_rows = [np.flatnonzero((self.echelon == level) & (self.parent >= 0))
+                           for level in range(1, MAX_DEPTH)]
 
     @staticmethod
     def of(catalog: Catalog) -> Topology:
@@ -49,9 +56,8 @@ class Topology:
 
     def echelon_sum(self, local: np.ndarray) -> np.ndarray:
         """Per row, the sum of `local` over the row and every row below it."""
-        out = local.astype(np.float64).copy()
-        for level in range(1, MAX_DEPTH):  # rows of a level are complete once lower levels are added
-            rows = np.flatnonzero((self.echelon == level) & (self.parent >= 0))
+        out = local.astype(np.float64)  # a copy, also of a float64 `local`
+        for rows in self.level_rows:  # rows of a level are complete once lower levels are added
             np.add.at(out, self.parent[rows], out[rows])
         return out
 
@@ -67,7 +73,7 @@ def _owed_raw(raw: RawState) -> np.ndarray:
 def echelon_position(topo: Topology, raw: RawState) -> np.ndarray:
     """Per row: on hand and in transit at and below it, plus what its upstream owes it, less
     the stores' backlog (float64 [N])."""
-    local = raw.on_hand + raw.pipeline.sum(axis=1) - np.where(topo.store, raw.backlog, 0)
+    local = position(raw.on_hand, raw.pipeline, np.where(topo.store, raw.backlog, 0))
     return topo.echelon_sum(local) + _owed_raw(raw)
 
 
@@ -99,9 +105,8 @@ class InstallationBaseStock:
     raw_only: ClassVar[bool] = True  # reads obs.raw only (sim/episode.py DecisionRule)
 
     def orders(self, obs: Obs) -> np.ndarray:
-        raw = obs.raw
-        position = raw.on_hand + raw.pipeline.sum(axis=1) + _owed(obs) - raw.backlog
-        return np.maximum(0.0, self.S - position)
+        raw = obs.raw  # whole units: the sums are exact in any order
+        return np.maximum(0.0, self.S - (position(raw.on_hand, raw.pipeline, raw.backlog) + _owed(obs)))
 
     def params(self) -> dict[str, Any]:
         return {"S": self.S}

@@ -72,6 +72,17 @@ def _moments_parallel(forecast: np.ndarray, cover_days: np.ndarray, dist: np.nda
 
 
 
+def position(on_hand: np.ndarray, pipeline: np.ndarray, backlog: np.ndarray) -> np.ndarray:
+    """on hand + the row's pipeline [N, P] - backlog, float64 [N]: integer_position for
+    integer arrays, else numpy's float64 sums."""
+    if all(a.dtype.kind in "iu" for a in (on_hand, pipeline, backlog)) and pipeline.ndim == 2:
+        return integer_position(on_hand, pipeline, backlog)
+    out = on_hand.astype(np.float64)
+    if pipeline.size:
+        out = out + pipeline.sum(axis=1, dtype=np.float64)
+    return out - backlog.astype(np.float64)
+
+
 def integer_position(on_hand: np.ndarray, pipeline: np.ndarray, backlog: np.ndarray) -> np.ndarray:
     """on hand + the row's pipeline - backlog, float64 [N], for integer arrays (pipeline
     [N, P], typically a strided view of the state rows). Summed in int64: while the totals
