@@ -68,16 +68,36 @@ def test_a_raw_only_rule_runs_the_same_days_without_feature_rows() -> None:
         a, b = env.step(orders).obs, fresh.step(orders).obs
 
 
-def test_a_clone_of_a_blind_env_is_blind_and_networks_always_write_features() -> None:
+def test_a_clone_of_a_blind_env_is_blind() -> None:
     env, policy = setup()
     env.observe_features(False)
     obs = env.reset(0, 0)
     env.step(policy.orders(obs))
     clone = env.clone(np.arange(5))
     assert clone.observe().features.shape == (5, 0)
-    net_env, net_policy = setup("dc")
-    net_env.observe_features(False)
-    assert net_env.reset(0, 0).features.shape[1] == net_env.schema.dim
+
+
+@pytest.mark.parametrize("rule", ["echelon-base-stock", "installation-base-stock"])
+def test_supply_networks_run_the_same_days_without_feature_rows(rule: str) -> None:
+    """dc networks: the kernel keeps the state's echelon positions without the feature rows."""
+    env, _ = setup("dc")
+    policy = make_policy(rule, env.catalog, env.cfg)
+    assert policy.raw_only is True
+    reading = Reading(policy)
+    want, want_failed = run_episode(env, reading, seed=2, episode=0, days=DAYS, warmup=WARMUP)
+    blind = Reading(policy)
+    blind.raw_only = True
+    got, got_failed = run_episode(env, blind, seed=2, episode=0, days=DAYS, warmup=WARMUP)
+    assert set(reading.widths) == {env.schema.dim} and set(blind.widths) == {0}
+    assert np.array_equal(want_failed, got_failed)
+    for key in want:
+        assert np.array_equal(want[key], got[key]), key
+    fresh, _ = setup("dc")
+    a, b = env.reset(4, 0), fresh.reset(4, 0)
+    for _ in range(5):
+        assert np.array_equal(a.features, b.features)
+        orders = policy.orders(a)
+        a, b = env.step(orders).obs, fresh.step(orders).obs
 
 
 @pytest.mark.parametrize("flag", [False, None, 1])

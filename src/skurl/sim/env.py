@@ -185,7 +185,7 @@ class VectorEnv:
         """From the next reset on, write the feature rows each day (the default) or not: a
         decision rule that reads only `obs.raw` (a baseline) runs ~1.3x faster without them
         (`skurl bench sim`'s kernel, 200k SKUs). Off, observations carry features of width 0,
-        so a rule that does read them fails at once. Networks always write them."""
+        so a rule that does read them fails at once."""
         self._features_next = bool(on)
 
     def observe(self) -> Obs:
@@ -202,7 +202,7 @@ class VectorEnv:
         if self.cfg.days + self.layout.horizon >= MAX_DAY:
             raise EnvStateError(f"sim.days = {self.cfg.days}: too many days for the day counter")
         self._seed, self._episode = int(seed), int(episode)
-        self._features_on = self._features_next or self._net is not None  # a day's rows update the day before's
+        self._features_on = self._features_next  # from a reset: a day's rows update the day before's
         numba.set_num_threads(self.threads)
         init_days = float(self.cfg.initial_stock_days)
         dynamic_blocks(reset_kernel, self._params, self._state, self._kout,
@@ -248,7 +248,8 @@ class VectorEnv:
                         np.int64(self._net_base), self._net, arr,
                         np.int64(self.layout.pipeline), np.int64(self._day), cfg.backorders,
                         cfg.issuing == "lifo", cfg.reward == "cost", np.int64(RULES[cfg.upstream_allocation]),
-                        cfg.upstream_shortage == "cancel", cfg.network_reward == "network", self._transfers)
+                        cfg.upstream_shortage == "cancel", cfg.network_reward == "network", self._transfers,
+                        self._features_on)
         self._day += 1
         return StepResult(self._obs(), self._out.reward, self.done, self._metrics, self._failed_view)
 

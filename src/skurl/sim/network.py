@@ -295,10 +295,11 @@ def _settle(p: Params, s: State, net: Network, out: Outputs, i: np.int64, day: n
 
 @njit(cache=True, inline="always")
 def _extra_features(p: Params, s: State, net: Network, feats: np.ndarray, base: np.int64, lo: np.int64,
-                    hi: np.int64) -> None:
+                    hi: np.int64, features: bool) -> None:
     """The NETWORK_FIELDS columns (from `base`) of the rows net_rows[lo:hi], bottom up:
     upstream's on hand, pipeline and backlog, echelon position (units at and below the row,
-    in transit to them, owed to the row, less the stores' backlog), echelon index."""
+    in transit to them, owed to the row, less the stores' backlog), echelon index. The
+    state's column N_POS is written even when `features` is off (the state stays the same)."""
     st, rows = s.st, net.net_rows
     for r in range(hi - 1, lo - 1, -1):
         i = rows[r]
@@ -311,7 +312,7 @@ def _extra_features(p: Params, s: State, net: Network, feats: np.ndarray, base: 
         for c in range(lo_c, hi_c):
             pos += st[net.child_rows[c], N_POS]
         st[i, N_POS] = pos
-        if st[i, S_FAIL] != 0:
+        if st[i, S_FAIL] != 0 or not features:
             continue
         inv = 1.0 / max(np.float64(p.par[i, P_DEMAND_MEAN]), 0.1)
         u = net.parent[i]
@@ -335,15 +336,16 @@ def _extra_features(p: Params, s: State, net: Network, feats: np.ndarray, base: 
 def network_features_kernel(p: Params, s: State, net: Network, feats: np.ndarray, base: np.int64) -> None:
     """The network columns of every row (after reset)."""
     for k in prange(net.net_start.shape[0] - 1):
-        _extra_features(p, s, net, feats, base, net.net_start[k], net.net_start[k + 1])
+        _extra_features(p, s, net, feats, base, net.net_start[k], net.net_start[k + 1], True)
 
 
 @sku_jit
 def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
                    orders: np.ndarray, npipe: np.int64, lo: np.int64, hi: np.int64, day: np.int64,
                    backorders: bool, lifo: bool, cost_mode: bool, rule: np.int64, cancel: bool,
-                   shared: bool, xfer: TransferRule) -> None:
-    """One day of the network whose rows are net_rows[lo:hi] (upstream first)."""
+                   shared: bool, xfer: TransferRule, features: bool) -> None:
+    """One day of the network whose rows are net_rows[lo:hi] (upstream first); `features`
+    off leaves the feature rows as they were (VectorEnv.observe_features)."""
     par, st, rows = p.par, s.st, net.net_rows
     for r in range(lo, hi):  # 2. orders
         i = rows[r]
@@ -374,13 +376,14 @@ def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: n
             continue
         _settle(p, s, net, out, i, day, backorders, cost_mode, cancel, xfer)
         if advance(par, st, s.stock, s.forecast, i, day):
-            # transfers may fill pipeline columns beyond the row's own lead + delay: all columns then
-            full = xfer.on and xfer.lead > ipar(par, i, P_LEAD) + ipar(par, i, P_DELAY_MAX)
-            write_features(par, st, s.stock, s.forecast, out.features, npipe, i, day + 1, full)
+            if features:
+                # transfers may fill pipeline columns beyond the row's own lead + delay: all columns then
+                full = xfer.on and xfer.lead > ipar(par, i, P_LEAD) + ipar(par, i, P_DELAY_MAX)
+                write_features(par, st, s.stock, s.forecast, out.features, npipe, i, day + 1, full)
         else:
             _isolate(s, out, i, FAIL_FORECAST, False)
             feats[i, :] = 0.0
-    _extra_features(p, s, net, feats, base, lo, hi)
+    _extra_features(p, s, net, feats, base, lo, hi, features)
     if shared:  # the network's mean reward per location, summed upstream first
         total = 0.0
         for r in range(lo, hi):
@@ -393,9 +396,10 @@ def _network_range(p: Params, s: State, out: Outputs, feats: np.ndarray, base: n
 @njit(cache=True, parallel=True)
 def network_step_kernel(p: Params, s: State, out: Outputs, feats: np.ndarray, base: np.int64, net: Network,
                         orders: np.ndarray, npipe: np.int64, day: np.int64, backorders: bool, lifo: bool,
-                        cost_mode: bool, rule: np.int64, cancel: bool, shared: bool, xfer: TransferRule) -> None:
+                        cost_mode: bool, rule: np.int64, cancel: bool, shared: bool, xfer: TransferRule,
+                        features: bool = True) -> None:
     """One day of every network of the shard (module docstring). `out.features` is the view
     of the base columns, `feats` the whole matrix (network columns from `base`)."""
     for k in prange(net.net_start.shape[0] - 1):
         _network_range(p, s, out, feats, base, net, orders, npipe, net.net_start[k], net.net_start[k + 1],
-                       day, backorders, lifo, cost_mode, rule, cancel, shared, xfer)
+                       day, backorders, lifo, cost_mode, rule, cancel, shared, xfer, features)
