@@ -136,11 +136,15 @@ def test_a_worker_restarted_before_a_new_client_calls_is_rebuilt_for_it(catalog:
     pid = ray.get(slots[0].handle.ping.remote(), timeout=TIMEOUT_S)
     ray.kill(slots[0].handle, no_restart=False)
     new_pid = pid
-    for _ in range(100):  # a task sent while Ray restarts the actor may fail once (ActorUnavailableError)
+    deadline = time.monotonic() + TIMEOUT_S
+    while new_pid == pid and time.monotonic() < deadline:
+        # ray.kill returns before the process dies: a ping may still reach the old worker, or
+        # fail while Ray restarts it (ActorUnavailableError, or ActorDiedError in flight)
         try:
             new_pid = ray.get(slots[0].alive().ping.remote(), timeout=TIMEOUT_S)
-            break
-        except ray.exceptions.ActorUnavailableError:
+        except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
+            pass
+        if new_pid == pid:
             time.sleep(0.1)
     assert new_pid != pid
     fresh = ray_shard_env(slots[0], "k", envs[0].catalog_ref, envs[0].sku_ids, envs[0].schema, cfg.sim, TIMEOUT_S,
