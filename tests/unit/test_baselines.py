@@ -50,7 +50,7 @@ def test_inventory_position_counts_pipeline_and_backlog():
 
 
 def test_inventory_position_on_strided_state_columns_equals_numpy_sums():
-    """The numba pass (policy/protection.integer_position) on the env's layout (on hand,
+    """The numba pass (policy/protection.position) on the env's layout (on hand,
     pipeline and backlog as strided views of one int64 state block, P = 0..7) and on int32
     arrays, against the float64 numpy sums; float arrays take the numpy form."""
     from skurl.policy import protection

@@ -32,7 +32,7 @@ class Reading:
     def __init__(self, inner: object) -> None:
         self.inner, self.widths = inner, []
 
-    def orders(self, obs):  # noqa: ANN001, ANN201 - the DecisionRule signature
+    def orders(self, obs):
         self.widths.append(obs.features.shape[1])
         return self.inner.orders(obs)
 

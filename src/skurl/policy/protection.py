@@ -73,25 +73,18 @@ def _moments_parallel(forecast: np.ndarray, cover_days: np.ndarray, dist: np.nda
 
 
 def position(on_hand: np.ndarray, pipeline: np.ndarray, backlog: np.ndarray) -> np.ndarray:
-    """on hand + the row's pipeline [N, P] - backlog, float64 [N]: integer_position for
-    integer arrays, else numpy's float64 sums."""
+    """on hand + the row's pipeline [N, P] - backlog, float64 [N]. Integer arrays (the env's
+    strided views of its state rows) are summed in int64 by one numba pass: while the totals
+    stay below 2^53 the same bits as numpy's float64 sum, which on a strided int64 view cast
+    in buffers and was 6 of the 26 s of the README job's tuning (profile, 7 December 2026).
+    Other dtypes take numpy's float64 sums."""
     if all(a.dtype.kind in "iu" for a in (on_hand, pipeline, backlog)) and pipeline.ndim == 2:
-        return integer_position(on_hand, pipeline, backlog)
+        kernel = _position_serial if on_hand.shape[0] < SERIAL_ROWS else _position_parallel
+        return kernel(on_hand, pipeline, backlog)
     out = on_hand.astype(np.float64)
     if pipeline.size:
         out = out + pipeline.sum(axis=1, dtype=np.float64)
     return out - backlog.astype(np.float64)
-
-
-def integer_position(on_hand: np.ndarray, pipeline: np.ndarray, backlog: np.ndarray) -> np.ndarray:
-    """on hand + the row's pipeline - backlog, float64 [N], for integer arrays (pipeline
-    [N, P], typically a strided view of the state rows). Summed in int64: while the totals
-    stay below 2^53 this is the same to the bit as numpy's float64 sum, which on a strided
-    int64 view cast in buffers and was 6 of the 26 s of the README job's tuning (profile,
-    7 December 2026)."""
-    if on_hand.shape[0] < SERIAL_ROWS:
-        return _position_serial(on_hand, pipeline, backlog)
-    return _position_parallel(on_hand, pipeline, backlog)
 
 
 @njit(cache=True, inline="always")
