@@ -29,6 +29,22 @@ def test_gemm_operands_are_the_layers_products() -> None:
     assert bound["ceiling_transition_epochs_per_s"] == pytest.approx(32 / (bound["gemm_ms_per_minibatch"] / 1e3))
 
 
+def test_forward_rows_per_s_times_every_layer_of_the_net(monkeypatch: pytest.MonkeyPatch) -> None:
+    from skurl.learn import gemm_bound as gb
+
+    shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def fake(a: torch.Tensor, b: torch.Tensor, min_seconds: float = 0.3) -> float:
+        shapes.append((tuple(a.shape), tuple(b.shape)))
+        return 0.5
+
+    monkeypatch.setattr(gb, "seconds_per_gemm", fake)
+    net = ActorCritic(7, 5, [16, 8]).policy
+    assert gb.forward_rows_per_s(net, 64) == pytest.approx(64 / 1.5)  # 3 products of 0.5 s
+    assert shapes == [((64, 7), (7, 16)), ((64, 16), (16, 8)), ((64, 8), (8, 5))]
+    assert gb.forward_rows_per_s(net, 64, min_seconds=0.001) > 0  # the real timing
+
+
 @pytest.mark.parametrize("update", ["fused", "autograd"])
 def test_bench_learn_prints_its_bound_ratio(update: str, capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--autograd"] if update == "autograd" else []

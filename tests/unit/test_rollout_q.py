@@ -141,6 +141,14 @@ def test_bench_rollouts_prints_one_json_object(policy: str, capsys: pytest.Captu
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["states"] == 30 and out["horizon"] == 3 and out["policy"] == policy
     assert out["rollout_sku_days"] == out["rollouts"] * 3 and out["rollout_sku_days_per_s"] > 0
+    if policy == "capped-base-stock":  # no net: no inference ceiling
+        assert "inference_ceiling_sku_days_per_s" not in out
+        return
+    # one row per state (uniform catalog), inferred on 2 of its 3 days
+    assert out["inferred_rows_per_sku_day"] == pytest.approx(2 / 3)
+    assert out["inference_ceiling_sku_days_per_s"] == pytest.approx(out["inference_rows_per_s"] * 3 / 2)
+    assert out["inference_bound_ratio"] == pytest.approx(
+        out["rollout_sku_days_per_s"] / out["inference_ceiling_sku_days_per_s"])
 
 
 def test_bench_rollouts_bad_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,3 +169,13 @@ def test_bench_rollouts_versus_alternates_and_prints_the_ratio(capsys: pytest.Ca
     assert out["grid"] == "cover" and out["versus_actions"] == 20 and out["versus_hidden"] == [64, 64]
     mine, theirs = np.median(np.array(out["rounds_per_s"]), axis=0)
     assert out["versus_ratio"] == pytest.approx(mine / theirs)
+    assert "versus_ceiling_ratio" not in out  # capped base-stock rollouts run no net
+
+
+def test_bench_rollouts_versus_prints_the_ceiling_the_net_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    from skurl.cli import main
+
+    rc = main(["bench", "rollouts", "--states", "20", "--budget", "4", "--horizon", "2", "--policy", "network",
+               "--versus", "configs/lost_sales.yaml", "--set", "sim.threads=1", "--set", "policy.hidden=[16]"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "cap the rollouts at" in text and "could reach" in text

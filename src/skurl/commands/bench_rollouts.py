@@ -4,9 +4,11 @@
     skurl bench rollouts --policy network --versus configs/lost_sales.yaml --rounds 5
 
 Samples SKU states, estimates Q of every candidate first order by policy/rollout_q, and
-prints rollout SKU-days/s and bound_ratio (over `bench sim` on the same catalog). Without
---config: the embedded defaults. `--versus CONFIG` alternates both configs over --rounds
-and prints their medians and ratio. More: docs/internals.md (commands/bench_rollouts.py).
+prints rollout SKU-days/s and bound_ratio (over `bench sim` on the same catalog); with
+`--policy network` also the ceiling the net's forward products alone set
+(inference_bound_ratio). Without --config: the embedded defaults. `--versus CONFIG`
+alternates both configs over --rounds and prints their medians, ratio and the ratio's
+ceiling. More: docs/internals.md (commands/bench_rollouts.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from skurl.errors import UserError
 from skurl.learn.threads import set_torch_threads
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from skurl.catalog import Catalog
     from skurl.config import Config
     from skurl.policy.actions import ActionGrid
@@ -56,11 +60,12 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _rollout_policy(args: argparse.Namespace, cfg: Config, grid: ActionGrid, env: VectorEnv,
-                    base: Policy) -> RolloutPolicy:
+                    base: Policy) -> tuple[RolloutPolicy, nn.Module | None]:
+    """The rollout policy, and the net it runs on every clone row (None for the baseline)."""
     from skurl.policy.rollout_q import baseline_rollout, learned_rollout
 
     if args.policy == "capped-base-stock":
-        return baseline_rollout(base)
+        return baseline_rollout(base), None
     import torch
 
     from skurl.policy.learned import LearnedPolicy
@@ -71,7 +76,7 @@ def _rollout_policy(args: argparse.Namespace, cfg: Config, grid: ActionGrid, env
     if threads:
         set_torch_threads(threads)
     model = ActorCritic(env.layout.dim, grid.n, cfg.policy.hidden)
-    return learned_rollout(LearnedPolicy(model, grid, name="network"))
+    return learned_rollout(LearnedPolicy(model, grid, name="network")), model.policy
 
 
 def run_rollouts(args: argparse.Namespace) -> int:
@@ -95,6 +100,9 @@ def run_rollouts(args: argparse.Namespace) -> int:
         out.update({"versus": args.versus, f"versus_{key}": _median(others, key), "versus_ratio": ratio,
                     "versus_hidden": list(other.policy.hidden),
                     "rounds_per_s": [[a[key], b[key]] for a, b in zip(runs, others, strict=True)]})
+        ceiling = "inference_ceiling_sku_days_per_s"
+        if ceiling in runs[-1]:  # the most versus_ratio could be with only this config's net costing time
+            out["versus_ceiling_ratio"] = _median(runs, ceiling) / _median(others, key)
     if args.json:
         print_json(out)
         return 0
@@ -105,6 +113,9 @@ def run_rollouts(args: argparse.Namespace) -> int:
               f"{int(others[-1]['actions'])} actions, {other.policy.actions.kind} grid, hidden "
               f"{list(other.policy.hidden)}): {_median(others, key) / 1e6:.3f}M rollout SKU-days/s; rounds "
               f"(this/versus, M) {rounds_text}; ratio of medians {ratio:.3f}")
+        if "versus_ceiling_ratio" in out:
+            print(f"bench rollouts: with only this config's net forward products costing time, the ratio "
+                  f"could reach {out['versus_ceiling_ratio']:.3f} at most")
     return 0
 
 
@@ -122,6 +133,12 @@ def _print(args: argparse.Namespace, cfg: Config, out: dict[str, float], per_s: 
     print(f"bench rollouts: bench sim on the same catalog ({int(out['sim_skus'])} SKUs, the rollouts' mean "
           f"width) {out['sim_sku_steps_per_s'] / 1e6:.3f}M SKU-steps/s; bound_ratio {out['bound_ratio']:.2f}, counting "
           f"every clone row {out['row_bound_ratio']:.2f} (last)")
+    if "inference_ceiling_sku_days_per_s" in out:
+        print(f"bench rollouts: the net's forward products alone ({out['inferred_rows_per_sku_day']:.2f} rows "
+              f"inferred per rollout SKU-day, {out['inference_rows_per_s'] / 1e6:.3f}M rows/s at "
+              f"{int(out['inference_batch'])} rows) cap the rollouts at "
+              f"{out['inference_ceiling_sku_days_per_s'] / 1e6:.3f}M rollout SKU-days/s; inference_bound_ratio "
+              f"{out['inference_bound_ratio']:.2f} (last)")
 
 
 def measure(args: argparse.Namespace, cfg: Config) -> dict[str, float]:
@@ -142,7 +159,7 @@ def measure(args: argparse.Namespace, cfg: Config) -> dict[str, float]:
     obs = env.reset(seed=0)
     for _ in range(args.warmup):
         obs = env.step(base.orders(obs)).obs
-    policy = _rollout_policy(args, cfg, grid, env, base)
+    policy, net = _rollout_policy(args, cfg, grid, env, base)
     rows = np.arange(env.num_skus)
     first = candidate_orders(grid, env, rows)
     spec = RolloutSpec(horizon=args.horizon, budget=args.budget, episode_base=1)
@@ -167,7 +184,27 @@ def measure(args: argparse.Namespace, cfg: Config) -> dict[str, float]:
     out["rollout_row_days"] = est.row_days
     out["rollout_row_days_per_s"] = est.row_days / max(wall, 1e-9)
     out["row_bound_ratio"] = out["rollout_row_days_per_s"] / out["sim_sku_steps_per_s"]
+    if net is not None and args.horizon > 1:
+        out.update(_inference_bound(net, est.sku_days, est.row_days, args.horizon, rounds(args, grid.n)))
+        out["inference_bound_ratio"] = out["rollout_sku_days_per_s"] / out["inference_ceiling_sku_days_per_s"]
     return out
+
+
+def _inference_bound(net: nn.Module, sku_days: int, row_days: int, horizon: int, n_rounds: int) -> dict[str, float]:
+    """The rollouts' ceiling with simulation, decoding and Python free: `net`'s forward
+    products alone (learn/gemm_bound.forward_rows_per_s) at the rollouts' batch, over the
+    rows they infer per rollout SKU-day. Every clone row is inferred on every day after its
+    first (the members of a group on the first day too), so counting H - 1 of H days
+    undercounts the rows and the ceiling errs high."""
+    from skurl.learn.gemm_bound import forward_rows_per_s
+    from skurl.policy.learned import INFER_CHUNK
+
+    inferred = row_days * (horizon - 1) / horizon
+    batch = int(min(max(row_days // (horizon * n_rounds), 1), INFER_CHUNK))  # a round's mean clone rows
+    rows_per_s = forward_rows_per_s(net, batch, min_seconds=0.1)
+    return {"inference_batch": batch, "inference_rows_per_s": rows_per_s,
+            "inferred_rows_per_sku_day": inferred / max(sku_days, 1),
+            "inference_ceiling_sku_days_per_s": rows_per_s * max(sku_days, 1) / max(inferred, 1.0)}
 
 
 def rounds(args: argparse.Namespace, actions: int) -> int:

@@ -73,6 +73,19 @@ def gemm_bound(model: nn.Module, batch: int, dtype: torch.dtype = torch.float32,
     }
 
 
+def forward_rows_per_s(net: nn.Module, batch: int, dtype: torch.dtype = torch.float32,
+                       min_seconds: float = 0.3) -> float:
+    """Rows per second of `net`'s Linear forward products alone (x [batch, in] @ W^T, each
+    timed as seconds_per_gemm does): inference with zero time for bias, activations and
+    everything around it, the ceiling of any loop that runs `net` on every row it steps."""
+    seconds = 0.0
+    for layer in (m for m in net.modules() if isinstance(m, nn.Linear)):
+        x = torch.randn(batch, layer.in_features).to(dtype)
+        w = torch.randn(layer.out_features, layer.in_features).to(dtype)
+        seconds += seconds_per_gemm(x, w.t(), min_seconds)
+    return batch / seconds if seconds > 0 else float("inf")
+
+
 def peak_sgemm_gflops(size: int = 2048, min_seconds: float = 1.0) -> float:
     """The machine's best fp32 GEMM rate on a large square product, for scale."""
     s = seconds_per_gemm(torch.randn(size, size), torch.randn(size, size), min_seconds)

@@ -43,6 +43,9 @@ def run_config_file(run_dir: str | Path, flag: str) -> Path:
     return path
 
 
+INFER_CHUNK = 16_384  # rows per forward pass (bounds the hidden buffers' memory)
+
+
 class LearnedPolicy:
     """Orders (units) from an ActorCritic and an ActionGrid."""
 
@@ -53,7 +56,7 @@ class LearnedPolicy:
         *,
         name: str = "ppo",
         dtype: torch.dtype = torch.float32,
-        chunk: int = 16_384,
+        chunk: int = INFER_CHUNK,
         sample: bool = False,
         sku_ids: np.ndarray | None = None,
         seed: int = 0,
