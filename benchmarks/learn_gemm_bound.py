@@ -30,10 +30,12 @@ def main() -> None:
     cfg = load_config(args.config, args.overrides)
     model = ActorCritic(BENCH_OBS_DIM, cfg.policy.actions.n, cfg.policy.hidden)
     batch = cfg.ppo.minibatch
-    bound = gemm_bound(model, batch)
+    # the learner's schedule too: policy and value nets side by side, one thread each (ppo.side_by_side)
+    side_by_side = cfg.ppo.side_by_side and args.threads >= 2
+    bound = gemm_bound(model, batch, side_by_side=side_by_side)
     rows, gemm_s = bound["gemms"], bound["gemm_ms_per_minibatch"] / 1e3
     out = {
-        "threads": args.threads, "minibatch": batch, "hidden": list(cfg.policy.hidden),
+        "threads": args.threads, "schedule": bound["schedule"], "schedule_ms": bound["schedule_ms"], "minibatch": batch, "hidden": list(cfg.policy.hidden),
         "actions": cfg.policy.actions.n, "obs_dim": BENCH_OBS_DIM,
         "flops_per_transition_epoch": bound["flops_per_transition_epoch"],
         "gemm_ms_per_minibatch": round(gemm_s * 1e3, 3),
@@ -48,7 +50,8 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     for r in rows:
-        print(f"  {r['gemm']:<32} [{r['m']}x{r['k']}]@[{r['k']}x{r['n']}] {r['ms']:.3f} ms {r['gflops']:.0f} GFLOP/s")
+        shape = "" if bound["schedule"] == "side by side" else f" [{r['m']}x{r['k']}]@[{r['k']}x{r['n']}]"
+        print(f"  {r['gemm']:<40}{shape} {r['ms']:.3f} ms {r['gflops']:.0f} GFLOP/s")
     print(f"{out['flops_per_transition_epoch'] / 1e3:.0f} kFLOP per transition-epoch; GEMMs alone "
           f"{out['gemm_ms_per_minibatch']:.2f} ms per minibatch of {batch} ({out['gemm_gflops']} GFLOP/s; "
           f"best sgemm here {out['peak_sgemm_gflops']} GFLOP/s, {args.threads} threads)")

@@ -29,6 +29,26 @@ def test_gemm_operands_are_the_layers_products() -> None:
     assert bound["ceiling_transition_epochs_per_s"] == pytest.approx(32 / (bound["gemm_ms_per_minibatch"] / 1e3))
 
 
+def test_the_side_by_side_bound_takes_the_faster_schedule() -> None:
+    model = ActorCritic(7, 5, [16, 8])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        alone = gemm_bound(model, 32, min_seconds=0.001)
+        both = gemm_bound(model, 32, min_seconds=0.001, side_by_side=True)
+        assert torch.get_num_threads() == 2  # restored after its one-thread phases
+    finally:
+        torch.set_num_threads(threads)
+    assert alone["schedule"] == "one by one" and set(alone["schedule_ms"]) == {"one by one"}
+    assert set(both["schedule_ms"]) == {"one by one", "side by side"}
+    assert both["gemm_ms_per_minibatch"] == pytest.approx(min(both["schedule_ms"].values()))  # the faster bounds
+    names = [r["gemm"] for r in both["gemms"]]
+    assert names == (["policy and value side by side, forward", "policy and value side by side, backward"]
+                     if both["schedule"] == "side by side" else [r["gemm"] for r in alone["gemms"]])
+    assert both["flops_per_transition_epoch"] == alone["flops_per_transition_epoch"]  # the same products
+    assert both["ceiling_transition_epochs_per_s"] == pytest.approx(32 / (both["gemm_ms_per_minibatch"] / 1e3))
+
+
 def test_forward_rows_per_s_times_every_layer_of_the_net(monkeypatch: pytest.MonkeyPatch) -> None:
     from skurl.learn import gemm_bound as gb
 

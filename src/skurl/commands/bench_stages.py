@@ -140,7 +140,8 @@ def _iteration(learner: Learner, sampled: SampledEnvs, cfg: Config, it: int) -> 
 def _bound(learner: Learner, cfg: Config) -> dict[str, Any]:
     from skurl.learn.gemm_bound import gemm_bound
 
-    return gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, BOUND_SECONDS)
+    return gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, BOUND_SECONDS,
+                      learner.nets_side_by_side())
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float:

@@ -108,7 +108,8 @@ def run_learn(args: argparse.Namespace) -> int:
     rollout = _random_rollout(days, args.transitions // days, obs_dim, n_actions)
     learner.update(rollout)  # warm-up
     # the bound before and after the timed updates: a burst of other load moves both alike
-    bounds = [gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, args.bound_seconds)]
+    bounds = [gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, args.bound_seconds,
+                         learner.nets_side_by_side())]
     seconds = cpu_seconds = 0.0
     load_before = os.getloadavg()[0]
     for _ in range(args.repeat):
@@ -117,7 +118,8 @@ def run_learn(args: argparse.Namespace) -> int:
         stats = learner.update(rollout)
         seconds += time.perf_counter() - start
         cpu_seconds += time.process_time() - cpu_start
-    bounds.append(gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, args.bound_seconds))
+    bounds.append(gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, args.bound_seconds,
+                             learner.nets_side_by_side()))
     n = rollout.transitions * args.repeat
     rate = n * stats["epochs"] / seconds
     ceiling = float(np.mean([b["ceiling_transition_epochs_per_s"] for b in bounds]))
@@ -134,6 +136,8 @@ def run_learn(args: argparse.Namespace) -> int:
         "transition_epochs_per_cpu_s": round(n * stats["epochs"] / max(cpu_seconds, 1e-9), 1),
         "gemm_bound_transition_epochs_per_s": round(ceiling, 1),
         "gemm_bound_runs": [round(b["ceiling_transition_epochs_per_s"], 1) for b in bounds],
+        # the faster GEMM schedule of each bound run, and each schedule's ms per minibatch
+        "gemm_bound_schedules": [{k: round(v, 3) for k, v in b["schedule_ms"].items()} for b in bounds],
         "bound_ratio": round(rate / ceiling, 4),
         # the whole update (incl. its preparation) per minibatch, and its GEMMs alone
         "ms_per_minibatch": round(seconds * 1e3 / minibatches, 3), "gemm_ms_per_minibatch": round(gemm_ms, 3),

@@ -53,18 +53,26 @@ def seconds_per_gemm(a: torch.Tensor, b: torch.Tensor, min_seconds: float = 0.3,
 
 
 def gemm_bound(model: nn.Module, batch: int, dtype: torch.dtype = torch.float32,
-               min_seconds: float = 0.3) -> dict[str, Any]:
+               min_seconds: float = 0.3, side_by_side: bool = False) -> dict[str, Any]:
     """Each GEMM's time and the bound: gemm_ms_per_minibatch and
-    ceiling_transition_epochs_per_s (batch / the summed GEMM time)."""
-    rows: list[dict[str, Any]] = []
-    for name, (a, b) in gemm_operands(model, batch, dtype):
-        s = seconds_per_gemm(a, b, min_seconds)
-        (m, k), n = a.shape, b.shape[1]
-        rows.append({"gemm": name, "m": m, "k": k, "n": n, "ms": s * 1e3, "gflops": 2 * m * k * n / s / 1e9})
-    gemm_s = sum(r["ms"] for r in rows) / 1e3
+    ceiling_transition_epochs_per_s (batch / the summed GEMM time). `side_by_side` (the
+    update trains the nets side by side, Learner.nets_side_by_side): also time that
+    schedule, one intra-op thread with the value net's GEMMs of a phase on the pool thread
+    while the policy net's run here (twin_mlp.run_both), and bound by the faster of the two.
+    Either schedule alone was beaten by the update in some process states (docs/performance.md)."""
+    operands = gemm_operands(model, batch, dtype)
+    threads = torch.get_num_threads()
+    schedules = {"one by one": _one_by_one_rows(operands, min_seconds)}
+    if side_by_side:
+        schedules["side by side"] = _side_by_side_rows(operands, min_seconds)
+    ms = {name: sum(r["ms"] for r in rows) for name, rows in schedules.items()}
+    schedule = min(ms, key=lambda name: ms[name])
+    rows = schedules[schedule]
+    gemm_s = ms[schedule] / 1e3
     flops = sum(2 * r["m"] * r["k"] * r["n"] for r in rows)
     return {
-        "minibatch": batch, "dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
+        "minibatch": batch, "dtype": str(dtype).removeprefix("torch."), "threads": threads,
+        "schedule": schedule, "schedule_ms": ms,
         "flops_per_transition_epoch": flops / batch,
         "gemm_ms_per_minibatch": gemm_s * 1e3,
         "gemm_gflops": flops / gemm_s / 1e9,
@@ -84,6 +92,69 @@ def forward_rows_per_s(net: nn.Module, batch: int, dtype: torch.dtype = torch.fl
         w = torch.randn(layer.out_features, layer.in_features).to(dtype)
         seconds += seconds_per_gemm(x, w.t(), min_seconds)
     return batch / seconds if seconds > 0 else float("inf")
+
+
+def _one_by_one_rows(operands: list[tuple[str, Operands]], min_seconds: float) -> list[dict[str, Any]]:
+    rows = []
+    for name, (a, b) in operands:
+        s = seconds_per_gemm(a, b, min_seconds)
+        (m, k), n = a.shape, b.shape[1]
+        rows.append({"gemm": name, "m": m, "k": k, "n": n, "ms": s * 1e3, "gflops": 2 * m * k * n / s / 1e9})
+    return rows
+
+
+def _side_by_side_rows(operands: list[tuple[str, Operands]], min_seconds: float) -> list[dict[str, Any]]:
+    """One row per phase (forward; weight and input gradients): its GEMMs of both nets run
+    side by side on one thread each, as the update runs them. m x k x n of a row is its
+    summed work (m the summed rows of every product, k and n of one: flops only)."""
+    threads = torch.get_num_threads()
+    # First each product on the caller's threads, as the update's behaviour pass runs before
+    # its epochs: side by side ran ~1.5x slower in a process that had not (MKL on this VM).
+    for _, (a, b) in operands:
+        torch.mm(a, b)
+    torch.set_num_threads(1)  # as Learner._one_thread_per_net
+    try:
+        rows = []
+        for phase, is_forward in (("forward", True), ("backward", False)):
+            mine = [(n, ab) for n, ab in operands if n.endswith("forward") == is_forward]
+            nets = [[ab for n, ab in mine if n.startswith(net)] for net in ("policy", "value")]
+            s = _seconds_side_by_side(nets[0], nets[1], min_seconds)
+            flops = sum(2 * a.shape[0] * a.shape[1] * b.shape[1] for _, (a, b) in mine)
+            rows.append({"gemm": f"policy and value side by side, {phase}", "m": flops // 2, "k": 1, "n": 1,
+                         "ms": s * 1e3, "gflops": flops / s / 1e9})
+        return rows
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _seconds_side_by_side(first: list[Operands], second: list[Operands], min_seconds: float,
+                          rounds: int = 3) -> float:
+    """Best of `rounds` of the wall time per pass of `first`'s products here while
+    `second`'s run on twin_mlp's pool thread."""
+    from skurl.policy.twin_mlp import run_both
+
+    outs = [[torch.empty(a.shape[0], b.shape[1], dtype=a.dtype) for a, b in ops] for ops in (first, second)]
+
+    def passes(ops: list[Operands], out: list[torch.Tensor], reps: int) -> None:
+        for _ in range(reps):
+            for (a, b), c in zip(ops, out, strict=True):
+                torch.mm(a, b, out=c)
+
+    def both(reps: int) -> None:
+        run_both(True, lambda: passes(first, outs[0], reps), lambda: passes(second, outs[1], reps))
+
+    both(5)  # warm
+    reps, best = 1, float("inf")
+    for _ in range(rounds):
+        while True:
+            start = time.perf_counter()
+            both(reps)
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_seconds:
+                break
+            reps *= 2
+        best = min(best, elapsed / reps)
+    return best
 
 
 def peak_sgemm_gflops(size: int = 2048, min_seconds: float = 1.0) -> float:

@@ -386,7 +386,7 @@ class Learner:
         """ppo.side_by_side on a CPU with 2+ torch threads: one intra-op thread while the
         policy and value nets train side by side on two (restored afterwards)."""
         threads = torch.get_num_threads()
-        self.side_by_side = self.ppo.side_by_side and self.device.type == "cpu" and threads >= 2
+        self.side_by_side = self.nets_side_by_side()
         if not self.side_by_side:
             yield
             return
@@ -396,6 +396,10 @@ class Learner:
         finally:
             torch.set_num_threads(threads)
             self.side_by_side = False
+
+    def nets_side_by_side(self) -> bool:
+        """Whether an update trains the policy and value nets side by side, one thread each."""
+        return self.ppo.side_by_side and self.device.type == "cpu" and torch.get_num_threads() >= 2
 
     def _run_epochs(self, batch: PreparedBatch) -> dict[str, float]:
         total = batch.actions.numel()
