@@ -105,8 +105,8 @@ def _one_by_one_rows(operands: list[tuple[str, Operands]], min_seconds: float) -
 
 def _side_by_side_rows(operands: list[tuple[str, Operands]], min_seconds: float) -> list[dict[str, Any]]:
     """One row per phase (forward; weight and input gradients): its GEMMs of both nets run
-    side by side on one thread each, as the update runs them. m x k x n of a row is its
-    summed work (m the summed rows of every product, k and n of one: flops only)."""
+    side by side on one thread each, as the update runs them. A row's m is the phase's
+    multiply-adds and k = n = 1, so 2 m k n is its flops, as in the one-by-one rows."""
     threads = torch.get_num_threads()
     # First each product on the caller's threads, as the update's behaviour pass runs before
     # its epochs: side by side ran ~1.5x slower in a process that had not (MKL on this VM).
