@@ -5,6 +5,7 @@ parameters make its step fail is isolated and reported by id while its worker go
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -140,10 +141,8 @@ def test_a_worker_restarted_before_a_new_client_calls_is_rebuilt_for_it(catalog:
     while new_pid == pid and time.monotonic() < deadline:
         # ray.kill returns before the process dies: a ping may still reach the old worker, or
         # fail while Ray restarts it (ActorUnavailableError, or ActorDiedError in flight)
-        try:
+        with contextlib.suppress(ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
             new_pid = ray.get(slots[0].alive().ping.remote(), timeout=TIMEOUT_S)
-        except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
-            pass
         if new_pid == pid:
             time.sleep(0.1)
     assert new_pid != pid
