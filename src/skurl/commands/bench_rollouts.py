@@ -177,7 +177,8 @@ def measure(args: argparse.Namespace, cfg: Config) -> dict[str, float]:
            "seconds": wall, "rollout_sku_days_per_s": est.sku_days / max(wall, 1e-9),
            "rollout_sku_days_per_cpu_s": est.sku_days / max(cpu, 1e-9), "warm_up_s": warm_s,
            "threads": env.threads}
-    out.update(_sim_bound(catalog, cfg, est.sku_days // max(args.horizon * rounds(args, grid.n), 1), args.horizon))
+    n_rounds = rounds(args, grid.n)
+    out.update(_sim_bound(catalog, cfg, est.sku_days // max(args.horizon * n_rounds, 1), args.horizon))
     out["bound_ratio"] = out["rollout_sku_days_per_s"] / out["sim_sku_steps_per_s"]
     # Every clone row is simulated (a state's substitution group or network rides along):
     # the simulator's own work, against the same bound.
@@ -185,7 +186,7 @@ def measure(args: argparse.Namespace, cfg: Config) -> dict[str, float]:
     out["rollout_row_days_per_s"] = est.row_days / max(wall, 1e-9)
     out["row_bound_ratio"] = out["rollout_row_days_per_s"] / out["sim_sku_steps_per_s"]
     if net is not None and args.horizon > 1:
-        out.update(_inference_bound(net, est.sku_days, est.row_days, args.horizon, rounds(args, grid.n)))
+        out.update(_inference_bound(net, est.sku_days, est.row_days, args.horizon, n_rounds))
         out["inference_bound_ratio"] = out["rollout_sku_days_per_s"] / out["inference_ceiling_sku_days_per_s"]
     return out
 

@@ -107,9 +107,12 @@ def run_learn(args: argparse.Namespace) -> int:
     learner.fused = not args.autograd
     rollout = _random_rollout(days, args.transitions // days, obs_dim, n_actions)
     learner.update(rollout)  # warm-up
+    def bound() -> dict[str, Any]:
+        return gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, args.bound_seconds,
+                          learner.nets_side_by_side())
+
     # the bound before and after the timed updates: a burst of other load moves both alike
-    bounds = [gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, args.bound_seconds,
-                         learner.nets_side_by_side())]
+    bounds = [bound()]
     seconds = cpu_seconds = 0.0
     load_before = os.getloadavg()[0]
     for _ in range(args.repeat):
@@ -118,8 +121,7 @@ def run_learn(args: argparse.Namespace) -> int:
         stats = learner.update(rollout)
         seconds += time.perf_counter() - start
         cpu_seconds += time.process_time() - cpu_start
-    bounds.append(gemm_bound(learner.model, cfg.ppo.minibatch, learner.compute_dtype, args.bound_seconds,
-                             learner.nets_side_by_side()))
+    bounds.append(bound())
     n = rollout.transitions * args.repeat
     rate = n * stats["epochs"] / seconds
     ceiling = float(np.mean([b["ceiling_transition_epochs_per_s"] for b in bounds]))

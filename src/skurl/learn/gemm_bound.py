@@ -12,6 +12,7 @@ measure it in the same run as the update (docs/performance.md).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,19 +38,25 @@ def gemm_operands(model: nn.Module, batch: int, dtype: torch.dtype = torch.float
     return gemms
 
 
+def best_seconds(once: Callable[[], object], min_seconds: float = 0.3, rounds: int = 3) -> float:
+    """Seconds per call of `once`: the best of `rounds` timed rounds, each at least
+    `min_seconds` long."""
+    best = float("inf")
+    for _ in range(rounds):
+        reps, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < min_seconds:
+            once()
+            reps += 1
+        best = min(best, elapsed / reps)
+    return best
+
+
 def seconds_per_gemm(a: torch.Tensor, b: torch.Tensor, min_seconds: float = 0.3, rounds: int = 3) -> float:
     """Best of `rounds` timed rounds of C = A @ B, each at least `min_seconds` long."""
     c = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype)
     for _ in range(20):
         torch.mm(a, b, out=c)
-    best = float("inf")
-    for _ in range(rounds):
-        reps, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < min_seconds:
-            torch.mm(a, b, out=c)
-            reps += 1
-        best = min(best, elapsed / reps)
-    return best
+    return best_seconds(lambda: torch.mm(a, b, out=c), min_seconds, rounds)
 
 
 def gemm_bound(model: nn.Module, batch: int, dtype: torch.dtype = torch.float32,
@@ -127,34 +134,23 @@ def _side_by_side_rows(operands: list[tuple[str, Operands]], min_seconds: float)
         torch.set_num_threads(threads)
 
 
-def _seconds_side_by_side(first: list[Operands], second: list[Operands], min_seconds: float,
-                          rounds: int = 3) -> float:
-    """Best of `rounds` of the wall time per pass of `first`'s products here while
-    `second`'s run on twin_mlp's pool thread."""
+def _seconds_side_by_side(first: list[Operands], second: list[Operands], min_seconds: float) -> float:
+    """Seconds per pass of `first`'s products here while `second`'s run on twin_mlp's pool
+    thread (one handoff a pass, as the update's one a phase), best_seconds' way."""
     from skurl.policy.twin_mlp import run_both
 
     outs = [[torch.empty(a.shape[0], b.shape[1], dtype=a.dtype) for a, b in ops] for ops in (first, second)]
 
-    def passes(ops: list[Operands], out: list[torch.Tensor], reps: int) -> None:
-        for _ in range(reps):
-            for (a, b), c in zip(ops, out, strict=True):
-                torch.mm(a, b, out=c)
+    def products(ops: list[Operands], out: list[torch.Tensor]) -> None:
+        for (a, b), c in zip(ops, out, strict=True):
+            torch.mm(a, b, out=c)
 
-    def both(reps: int) -> None:
-        run_both(True, lambda: passes(first, outs[0], reps), lambda: passes(second, outs[1], reps))
+    def both() -> None:
+        run_both(True, lambda: products(first, outs[0]), lambda: products(second, outs[1]))
 
-    both(5)  # warm
-    reps, best = 1, float("inf")
-    for _ in range(rounds):
-        while True:
-            start = time.perf_counter()
-            both(reps)
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_seconds:
-                break
-            reps *= 2
-        best = min(best, elapsed / reps)
-    return best
+    for _ in range(5):
+        both()  # warm
+    return best_seconds(both, min_seconds)
 
 
 def peak_sgemm_gflops(size: int = 2048, min_seconds: float = 1.0) -> float:
