@@ -128,18 +128,25 @@ def test_bench_rollouts_on_networks_counts_the_rows_each_clone_brings(capsys: py
     assert out["row_bound_ratio"] == pytest.approx(out["bound_ratio"] * out["clone_rows_per_state"])
 
 
-@pytest.mark.parametrize("update", ["fused", "autograd"])
-def test_bench_train_breaks_an_iteration_into_stages(update: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("update,threads", [("fused", 1), ("autograd", 1), ("fused", 2)])
+def test_bench_train_breaks_an_iteration_into_stages(update: str, threads: int,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from skurl.learn.fused_step import SIDE_BY_SIDE_PHASE
+
     flags = ["--autograd"] if update == "autograd" else []
     assert main(["bench", "train", "--json", *flags, "--set", "catalog.skus=120", "--set", "ppo.sample_skus=40",
                  "--set", "sim.days=10", "--set", "policy.hidden=[16]", "--set", "ppo.epochs=2",
-                 "--set", "train.torch_threads=1"]) == 0
+                 "--set", f"train.torch_threads={threads}"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["update"] == update and out["transitions_trained"] == 40 * 10 and out["epochs"] == 2
     assert 40 <= out["collected_skus"] < 120  # the sample's units, as the job collects them
     stages, phases = out["stages_s"], out["learn_phases_s"]
     assert all(stages[k] > 0 for k in ("collect", "simulate", "infer", "learn"))
-    assert ("forward (nets)" in phases) == (update == "fused")
+    # one phase for both nets' forward, loss and backward when they run side by side (2 threads)
+    assert ("forward (nets)" in phases) == (update == "fused" and threads == 1)
+    assert (SIDE_BY_SIDE_PHASE in phases) == (update == "fused" and threads == 2)
+    if SIDE_BY_SIDE_PHASE in phases:  # its GEMMs: both nets' forward and backward
+        assert out["learn_gemm_s"][SIDE_BY_SIDE_PHASE] > 0
     assert sum(phases.values()) + out["learn_outside_gemm_s"]["unmarked"] == pytest.approx(stages["learn"])
     outside = sum(out["learn_outside_gemm_s"].values())
     assert outside == pytest.approx(stages["learn"] - out["learn_gemm_total_s"])

@@ -87,23 +87,27 @@ def test_nets_side_by_side_train_as_one_thread_does_and_restore_the_threads(amp:
 
     threads = torch.get_num_threads()
     try:
-        weights, stats = [], []
+        weights, stats, moments = [], [], []
         for side_by_side, n in (("false", 1), ("true", 2)):
             torch.set_num_threads(n)
             cfg = load_config(None, [f"ppo.side_by_side={side_by_side}", f"ppo.amp={amp}", "ppo.epochs=2",
                                      "ppo.minibatch=256", "policy.hidden=[32,32]"])
             learner = Learner(cfg, 9, 5)
-            for _ in range(2):  # the second update's optimizer steps continue the first's state
+            update_stats = []
+            # the later updates' optimizer steps continue the first's state; the last fits the value net only
+            for train_policy in (True, True, False):
                 rollout = _random_rollout(10, 100, 9, 5)
                 rollout.policy_version = learner.version
-                update_stats = learner.update(rollout)
+                update_stats.append(learner.update(rollout, train_policy=train_policy))
             assert torch.get_num_threads() == n and not learner.side_by_side
             steps = {float(state["step"]) for state in learner.optimizer.state.values()}
-            assert steps == {2 * 2 * 4} and len(learner.optimizer.state) == len(list(learner.model.parameters()))
+            assert steps == {3 * 2 * 4} and len(learner.optimizer.state) == len(list(learner.model.parameters()))
             weights.append(learner.model.state_dict())
             stats.append(update_stats)
+            moments.append([(s["exp_avg"], s["exp_avg_sq"]) for s in learner.optimizer.state.values()])
         assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
         assert stats[0] == stats[1]  # every loss statistic and the gradient norm, exactly
+        assert all(torch.equal(a, b) for pa, pb in zip(*moments, strict=True) for a, b in zip(pa, pb, strict=True))
     finally:
         torch.set_num_threads(threads)
 

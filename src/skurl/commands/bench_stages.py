@@ -150,6 +150,8 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 
 def _report(runs: list[dict[str, Any]], bounds: list[dict[str, Any]], learner: Learner, cfg: Config,
             threads: int) -> dict[str, Any]:
+    from skurl.learn.fused_step import SIDE_BY_SIDE_PHASE
+
     phases = {k: float(np.median([r["phases"].get(k, 0.0) for r in runs])) for k in runs[-1]["phases"]}
     transitions, epochs = runs[-1]["transitions"], runs[-1]["epochs"]
     minibatches = epochs * -(-int(transitions) // cfg.ppo.minibatch)
@@ -165,6 +167,8 @@ def _report(runs: list[dict[str, Any]], bounds: list[dict[str, Any]], learner: L
     if "forward and loss (autograd)" in phases:  # the autograd path's phases
         gemm_s["forward and loss (autograd)"] = gemm_s.pop("forward (nets)")
         gemm_s["backward (autograd)"] = gemm_s.pop("backward (nets)")
+    elif SIDE_BY_SIDE_PHASE in phases:  # the fused step's one phase with the nets side by side
+        gemm_s[SIDE_BY_SIDE_PHASE] = gemm_s.pop("forward (nets)") + gemm_s.pop("backward (nets)")
     learn = _median(runs, "learn")
     gemm_total = sum(gemm_s.values())
     outside = {k: v - gemm_s.get(k, 0.0) for k, v in phases.items()}

@@ -18,7 +18,9 @@ import torch
 
 from skurl.policy.twin_mlp import _net_backward, _net_forward, linears_of, run_both
 
-LossGrads = Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]
+PolicyLossGrads = Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]
+# The phase `skurl bench train` sees when the nets run side by side (forward, loss, backward)
+SIDE_BY_SIDE_PHASE = "nets side by side (forward, loss, backward)"
 
 def net_params(net: torch.nn.Module) -> list[torch.Tensor]:
     """(weight, bias) of each Linear of an mlp stack, in twin_mlp's order."""
@@ -29,31 +31,52 @@ def fused_minibatch_grads(policy: torch.nn.Module, value: torch.nn.Module, obs: 
                           actions: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
                           returns: torch.Tensor, weight: torch.Tensor | None, *, clip: float,
                           vf_coef: float, ent_coef: float, train_policy: bool, dtype: torch.dtype,
-                          side_by_side: bool, grads_fn: LossGrads | None = None,
+                          side_by_side: bool, grads_fn: PolicyLossGrads | None = None,
                           mark: Callable[[str], None] | None = None) -> dict[str, torch.Tensor]:
     """Set .grad of both nets' parameters to the PPO loss's gradient on this minibatch
     (as `loss.backward()` after zero_grad(set_to_none=True) would); the detached stats.
-    `grads_fn`: loss_grads (the default) or a torch.compile of it (train.compile).
-    `mark(phase)`: called after each phase (`skurl bench train` times them)."""
-    mark = mark or _no_mark
+    Each net's forward, its loss terms' gradient and its backward run as one piece (the
+    value net's on the second thread when `side_by_side`: one handoff a minibatch).
+    `grads_fn`: policy_loss_grads (the default) or a torch.compile of it (train.compile).
+    `mark(phase)`: called after each phase (`skurl bench train` times them; side by side,
+    the three phases are one)."""
     pol_p, val_p = net_params(policy), net_params(value)
+    one_by_one = mark if mark is not None and not side_by_side else _no_mark
+    policy_terms = grads_fn or policy_loss_grads
     with torch.no_grad():
         x_c = obs.to(dtype)
-        (logits, pol_saved), (head, val_saved) = run_both(
-            side_by_side, lambda: _net_forward(x_c, tuple(pol_p), dtype),
-            lambda: _net_forward(x_c, tuple(val_p), dtype))
-        values = head.squeeze(-1)
-        mark("forward (nets)")
-        stats, g_logits, g_values = (grads_fn or loss_grads)(logits, values, actions, old_logp, adv, returns, weight,
-                                               clip, vf_coef, ent_coef, train_policy)
-        mark("loss and its gradient")
-        pol_g, val_g = run_both(side_by_side, lambda: _net_backward(g_logits, tuple(pol_saved), dtype),
-                                lambda: _net_backward(g_values.unsqueeze(-1), tuple(val_saved), dtype))
+
+        def policy_side() -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+            logits, saved = _net_forward(x_c, tuple(pol_p), dtype)
+            one_by_one("forward (nets)")
+            stats, g_logits = policy_terms(logits, actions, old_logp, adv, weight, clip, ent_coef, train_policy)
+            one_by_one("loss and its gradient")
+            grads = _net_backward(g_logits, tuple(saved), dtype)
+            one_by_one("backward (nets)")
+            return stats, grads
+
+        def value_side() -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+            head, saved = _net_forward(x_c, tuple(val_p), dtype)
+            one_by_one("forward (nets)")
+            stats, g_values = value_loss_grads(head.squeeze(-1), returns, vf_coef)
+            one_by_one("loss and its gradient")
+            grads = _net_backward(g_values.unsqueeze(-1), tuple(saved), dtype)
+            one_by_one("backward (nets)")
+            return stats, grads
+
+        (pol_stats, pol_g), (val_stats, val_g) = run_both(side_by_side, policy_side, value_side)
     for p, g in zip(pol_p + val_p, pol_g + val_g, strict=True):
         # autograd's AccumulateGrad lays a fresh gradient out as its parameter
         p.grad = g if g.stride() == p.stride() else g.contiguous()
-    mark("backward (nets)")
-    return stats
+    if mark is not None and side_by_side:
+        mark(SIDE_BY_SIDE_PHASE)
+    return _in_loss_order(pol_stats, val_stats)
+
+
+def _in_loss_order(pol_stats: dict[str, torch.Tensor], val_stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """ppo_loss's stats, in its order (the learner sums them as rows)."""
+    return {"policy_loss": pol_stats["policy_loss"], "value_loss": val_stats["value_loss"],
+            **{k: v for k, v in pol_stats.items() if k != "policy_loss"}}
 
 
 def loss_grads(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
@@ -62,8 +85,30 @@ def loss_grads(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor
                train_policy: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """Stats of ppo_loss and d loss / d logits ([B, A]; zeros for a value-only update, as
     autograd materializes an unused output's gradient) and d loss / d values ([B])."""
+    pol_stats, g_logits = policy_loss_grads(logits, actions, old_logp, adv, weight, clip, ent_coef, train_policy)
+    val_stats, g_values = value_loss_grads(values, returns, vf_coef)
+    return _in_loss_order(pol_stats, val_stats), g_logits, g_values
+
+
+def value_loss_grads(values: torch.Tensor, returns: torch.Tensor,
+                     vf_coef: float) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """ppo_loss's value term: its stat and d loss / d values ([B])."""
     n = values.shape[0]
     one = torch.ones((), dtype=values.dtype, device=values.device)  # backward()'s seed
+    diff = values - returns
+    # value term: Mul(vf_coef) -> Mul(0.5) -> Mean -> Pow(2) -> Sub
+    g_vm = (one * vf_coef) * 0.5
+    g_values = (g_vm / n).expand(n) * (2.0 * diff.pow(1.0))
+    return {"value_loss": 0.5 * diff.square().mean()}, g_values
+
+
+def policy_loss_grads(logits: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+                      weight: torch.Tensor | None, clip: float, ent_coef: float,
+                      train_policy: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """ppo_loss's policy and entropy terms: their stats and d loss / d logits ([B, A];
+    zeros for a value-only update, as autograd materializes an unused output's gradient)."""
+    n = logits.shape[0]
+    one = torch.ones((), dtype=logits.dtype, device=logits.device)  # backward()'s seed
     logp_all = torch.log_softmax(logits, dim=-1)
     index = actions.unsqueeze(-1)
     new_logp = logp_all.gather(-1, index).squeeze(-1)
@@ -75,19 +120,14 @@ def loss_grads(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor
     s2 = ratio.clamp(1.0 - clip, 1.0 + clip) * adv
     surrogate = torch.min(s1, s2)
     weighted = surrogate if weight is None else weight * surrogate
-    diff = values - returns
     stats = {
         "policy_loss": -weighted.mean(),
-        "value_loss": 0.5 * diff.square().mean(),
         "entropy": entropy.mean(),
         "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
         "clip_frac": ((ratio - 1.0).abs() > clip).float().mean(),
     }
-    # value term: Mul(vf_coef) -> Mul(0.5) -> Mean -> Pow(2) -> Sub
-    g_vm = (one * vf_coef) * 0.5
-    g_values = (g_vm / n).expand(n) * (2.0 * diff.pow(1.0))
     if not train_policy:
-        return stats, torch.zeros_like(logits), g_values
+        return stats, torch.zeros_like(logits)
     # entropy term: Sub -> Mul(ent_coef) -> Mean -> Neg -> Sum -> Mul(p, logp) -> Exp
     g_prod = (-((-one * ent_coef) / n)).expand(n).unsqueeze(-1).expand_as(p)
     g_from_mul = g_prod * p
@@ -103,7 +143,7 @@ def loss_grads(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor
     g_gather = torch.zeros_like(logp_all).scatter_add_(-1, index, g_new_logp.unsqueeze(-1))
     g_logp_all = (g_from_mul + g_from_exp) + g_gather
     g_logits = torch.ops.aten._log_softmax_backward_data(g_logp_all, logp_all, -1, logits.dtype)
-    return stats, g_logits, g_values
+    return stats, g_logits
 
 
 def _minimum_backward(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,7 +30,7 @@ from skurl.buffer.minibatch import (
 from skurl.buffer.rollout import Columns, Rollout
 from skurl.config import Config
 from skurl.errors import UserError
-from skurl.learn.fused_step import fused_minibatch_grads, loss_grads
+from skurl.learn.fused_step import fused_minibatch_grads, policy_loss_grads
 from skurl.learn.normalize import (
     RewardScaler,
     SkuRewardScaler,
@@ -148,9 +148,9 @@ class Learner:
         # `skurl bench train` sets a dict here: wall seconds of the update by phase (mark())
         self.phase_seconds: dict[str, float] | None = None
         self._phase_start = 0.0
-        self._loss_grads = loss_grads
+        self._loss_grads = policy_loss_grads
         if cfg.train.compile:  # fused kernels, not bit-identical: off by default
-            self._loss_grads = torch.compile(loss_grads, dynamic=True)
+            self._loss_grads = torch.compile(policy_loss_grads, dynamic=True)
 
     def lr_at(self, iteration: int) -> float:
         if self.ppo.lr_schedule == "constant":
