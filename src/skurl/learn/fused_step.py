@@ -19,6 +19,9 @@ import torch
 from skurl.policy.twin_mlp import _net_backward, _net_forward, linears_of, run_both
 
 PolicyLossGrads = Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]
+# A net's output -> its loss terms' stats and their gradient at that output
+OutputTerms = Callable[[torch.Tensor], tuple[dict[str, torch.Tensor], torch.Tensor]]
+NetPiece = tuple[dict[str, torch.Tensor], list[torch.Tensor]]  # stats, (weight, bias) gradients
 # The phase `skurl bench train` sees when the nets run side by side (forward, loss, backward)
 SIDE_BY_SIDE_PHASE = "nets side by side (forward, loss, backward)"
 
@@ -46,25 +49,27 @@ def fused_minibatch_grads(policy: torch.nn.Module, value: torch.nn.Module, obs: 
     with torch.no_grad():
         x_c = obs.to(dtype)
 
-        def policy_side() -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
-            logits, saved = _net_forward(x_c, tuple(pol_p), dtype)
-            one_by_one("forward (nets)")
-            stats, g_logits = policy_terms(logits, actions, old_logp, adv, weight, clip, ent_coef, train_policy)
-            one_by_one("loss and its gradient")
-            grads = _net_backward(g_logits, tuple(saved), dtype)
-            one_by_one("backward (nets)")
-            return stats, grads
+        def piece(params: list[torch.Tensor], terms: OutputTerms) -> Callable[[], NetPiece]:
+            """One net's forward, its loss terms' (stats, gradient at its output), its backward."""
+            def run() -> NetPiece:
+                head, saved = _net_forward(x_c, tuple(params), dtype)
+                one_by_one("forward (nets)")
+                stats, g_head = terms(head)
+                one_by_one("loss and its gradient")
+                grads = _net_backward(g_head, tuple(saved), dtype)
+                one_by_one("backward (nets)")
+                return stats, grads
+            return run
 
-        def value_side() -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
-            head, saved = _net_forward(x_c, tuple(val_p), dtype)
-            one_by_one("forward (nets)")
+        def value_terms(head: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
             stats, g_values = value_loss_grads(head.squeeze(-1), returns, vf_coef)
-            one_by_one("loss and its gradient")
-            grads = _net_backward(g_values.unsqueeze(-1), tuple(saved), dtype)
-            one_by_one("backward (nets)")
-            return stats, grads
+            return stats, g_values.unsqueeze(-1)
 
-        (pol_stats, pol_g), (val_stats, val_g) = run_both(side_by_side, policy_side, value_side)
+        (pol_stats, pol_g), (val_stats, val_g) = run_both(
+            side_by_side,
+            piece(pol_p, lambda logits: policy_terms(logits, actions, old_logp, adv, weight, clip, ent_coef,
+                                                     train_policy)),
+            piece(val_p, value_terms))
     for p, g in zip(pol_p + val_p, pol_g + val_g, strict=True):
         # autograd's AccumulateGrad lays a fresh gradient out as its parameter
         p.grad = g if g.stride() == p.stride() else g.contiguous()
