@@ -39,7 +39,7 @@ from skurl.config import Config, load_config
 from skurl.errors import UserError
 from skurl.policy.baselines import make_policy
 from skurl.policy.tuning import tune
-from skurl.sim.episode import make_env, sku_cost, totals_dict
+from skurl.sim.episode import COST_FIELDS, make_env, sku_cost, totals_dict
 from skurl.sim.layout import catalog_widths
 from skurl.sim.state import make_params
 
@@ -131,7 +131,7 @@ def position(obs) -> np.ndarray:
 
 
 def score(env, policy, cfg: Config, episodes: int, unit_cost: np.ndarray,
-          ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+          breakdown: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """Per-SKU profit per SKU-day over the counted days, mean over the held-out episodes (as
     sim/episode.run_episode counts it), and the same plus the unit cost of the change in
     stock position over those days: purchases are paid when ordered, so a lot bought just
@@ -153,7 +153,11 @@ def score(env, policy, cfg: Config, episodes: int, unit_cost: np.ndarray,
             if res.failed.size and res.failed.any():
                 raise RuntimeError(f"{int(res.failed.sum())} SKUs failed in the simulator")
             obs = res.obs
-        p = profit_of(totals_dict(env.totals()), days)
+        totals = totals_dict(env.totals())
+        p = profit_of(totals, days)
+        if breakdown is not None:
+            for f in ("revenue", *COST_FIELDS):
+                breakdown[f] = breakdown.get(f, 0.0) + totals[f] / (days * episodes)
         profit += p
         adjusted += p + unit_cost * (position(obs) - start) / days
     info = {k: getattr(policy, k) for k in ("outside", "at_bound") if hasattr(policy, k)}
@@ -265,11 +269,8 @@ def parse_runs(items: list[str]) -> dict[int, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--catalog-seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--config", help="a config file (default: the embedded defaults of `skurl train`)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+def add_selection_args(ap: argparse.ArgumentParser) -> None:
+    """The options of `select` and the DP's horizon (shared with dc_headroom.py)."""
     ap.add_argument("--max-lead", type=int, default=3, help="longest lead time solved")
     ap.add_argument("--max-life", type=int, default=4, help="longest shelf life solved (perishables)")
     ap.add_argument("--max-states", type=int, default=20_000, help="most DP states per SKU")
@@ -277,6 +278,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="most state x order x demand outcomes per day of a SKU (DP time)")
     ap.add_argument("--max-dense", type=float, default=4e6, help="most entries of a SKU's state lookup")
     ap.add_argument("--tail", type=int, default=60, help="days solved beyond the episode (end effects)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--catalog-seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--config", help="a config file (default: the embedded defaults of `skurl train`)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    add_selection_args(ap)
     ap.add_argument("--episodes", type=int, default=8, help="held-out episodes (seeds eval.seed, ...)")
     ap.add_argument("--grid", action="store_true", help="also the best policy on the cover grid (exact means)")
     ap.add_argument("--lot-factors", type=float, nargs="+", default=[], metavar="F",
