@@ -48,6 +48,7 @@ def test_the_relaxed_optimum_lies_above_tuned_echelon_base_stock(tmp_path: Path)
     assert headroom.main(["--catalog-seeds", "0", "--episodes", "2", *sets, "--json", str(out)]) == 0
     seed = json.loads(out.read_text())["seeds"][0]
     assert 0 < seed["networks_compared"] <= seed["networks"]
+    assert 0 < seed["compared_profit_share"] <= 1
     gap = seed["gaps"]["echelon-base-stock"]["as eval counts"]
     # Fixed seeds: deterministic. The bound leads by more than its paired noise.
     assert gap["gap_per_network_day"] > 2 * gap["gap_se"] > 0
