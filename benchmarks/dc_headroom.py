@@ -127,6 +127,9 @@ def run_seed(args: argparse.Namespace, seed: int, runs: dict[int, str]) -> dict:
     solved, bounds, dropped = select(relaxed, par, keep_days + args.tail, args)
     ok = np.zeros(len(relaxed), bool)
     ok[solved] = True
+    same_day = relaxed.lead_time < 1  # a same-day link: no outside supplier has one (the DP's L >= 1)
+    dropped["store link lead time 0"] = int((ok & same_day).sum())
+    ok &= ~same_day
     nets = covered_networks(roots, ok)
     if nets.size == 0:
         raise UserError(f"dc_headroom: no network of catalog seed {seed} has every store DP-solvable ({dropped})")
