@@ -136,7 +136,8 @@ def score(env, policy, cfg: Config, episodes: int, unit_cost: np.ndarray,
     sim/episode.run_episode counts it), and the same plus the unit cost of the change in
     stock position over those days: purchases are paid when ordered, so a lot bought just
     before the window ends (or just before it starts) swings the window's profit by the lot's
-    cost; valuing the stock change removes most of that noise (docs/headroom.md)."""
+    cost; valuing the stock change removes most of that noise (docs/headroom.md). `breakdown`,
+    when given, receives each SKU's demand, revenue and every cost per SKU-day (episode mean)."""
     days, warmup = cfg.eval.days, cfg.eval.warmup
     profit = np.zeros(env.num_skus)
     adjusted = np.zeros(env.num_skus)
@@ -156,7 +157,7 @@ def score(env, policy, cfg: Config, episodes: int, unit_cost: np.ndarray,
         totals = totals_dict(env.totals())
         p = profit_of(totals, days)
         if breakdown is not None:
-            for f in ("revenue", *COST_FIELDS):
+            for f in ("demand", "revenue", *COST_FIELDS):
                 breakdown[f] = breakdown.get(f, 0.0) + totals[f] / (days * episodes)
         profit += p
         adjusted += p + unit_cost * (position(obs) - start) / days

@@ -52,6 +52,9 @@ def test_the_relaxed_optimum_lies_above_tuned_echelon_base_stock(tmp_path: Path)
     gap = seed["gaps"]["echelon-base-stock"]["as eval counts"]
     # Fixed seeds: deterministic. The bound leads by more than its paired noise.
     assert gap["gap_per_network_day"] > 2 * gap["gap_se"] > 0
+    whole = seed["whole_catalog"]  # every network: the DP's bound where it has one, else all demand sold
+    assert whole["networks"] == seed["networks"] and whole["dp_tighter"] <= seed["networks_compared"]
+    assert whole["echelon-base-stock"]["bound_lead_pct"] > 0
     parts = seed["per_network_day"]["echelon-base-stock"]
     assert parts["dc purchase_cost"] > 0 and parts["purchase_cost"] == 0  # the DC buys, stores do not
 
