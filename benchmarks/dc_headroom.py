@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from embedded_optimum import add_selection_args, score, select, solve_all, tuned_params
+from embedded_optimum import add_selection_args, run_cli, score, select, solve_all, tuned_params
 from embedded_policy import TablePolicy
 
 from skurl.catalog import Catalog, load_catalog
@@ -65,7 +65,12 @@ def config_for(args: argparse.Namespace, seed: int) -> Config:
 def relaxed_stores(catalog: Catalog) -> tuple[np.ndarray, np.ndarray, Catalog]:
     """(store rows, each store's network root row, the stores as lone SKUs): upstream -1,
     the link's lead time, no supplier delay, unit cost + ship cost, the same sku_ids."""
-    parent, root, echelon = echelons(catalog)
+    return store_relaxation(catalog, *echelons(catalog))
+
+
+def store_relaxation(catalog: Catalog, parent: np.ndarray, root: np.ndarray, echelon: np.ndarray,
+                     ) -> tuple[np.ndarray, np.ndarray, Catalog]:
+    """relaxed_stores from the catalog's echelons() (computed once by the caller)."""
     stores = np.flatnonzero((echelon == 1) & (parent >= 0))
     sub = catalog.subset(stores)
     relaxed = dataclasses.replace(
@@ -140,6 +145,22 @@ def whole_catalog(full: Catalog, is_store: np.ndarray, roots: np.ndarray, nets: 
     return out
 
 
+def solvable_networks(args: argparse.Namespace, relaxed: Catalog, par: np.ndarray, roots: np.ndarray,
+                      horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """(root rows of the networks whose every store the DP solves, those stores' rows of
+    `relaxed` (parameters `par`), their position bounds, what each rule left out); `roots`:
+    each store's network root."""
+    solved, bounds, dropped = select(relaxed, par, horizon, args)
+    ok = np.zeros(len(relaxed), bool)
+    ok[solved] = True
+    same_day = relaxed.lead_time < 1  # a same-day link: no outside supplier has one (the DP's L >= 1)
+    dropped["store link lead time 0"] = int((ok & same_day).sum())
+    ok &= ~same_day
+    nets = covered_networks(roots, ok)
+    keep = np.isin(roots[solved], nets) & ok[solved]
+    return nets, solved[keep], bounds[keep], dropped
+
+
 def run_seed(args: argparse.Namespace, seed: int, runs: dict[int, str]) -> dict:
     start = time.perf_counter()
     cfg = config_for(args, seed)
@@ -147,25 +168,17 @@ def run_seed(args: argparse.Namespace, seed: int, runs: dict[int, str]) -> dict:
     if not (full.upstream >= 0).any():
         raise UserError(f"dc_headroom: catalog seed {seed} has no networks (catalog.synthetic.network=dc expected)")
     keep_days = cfg.eval.warmup + cfg.eval.days
-    stores, roots, relaxed = relaxed_stores(full)
+    parent, all_roots, echelon = echelons(full)
+    stores, roots, relaxed = store_relaxation(full, parent, all_roots, echelon)
+    networks = int(np.unique(roots).size)
     par = make_params(relaxed, False).par
-    solved, bounds, dropped = select(relaxed, par, keep_days + args.tail, args)
-    ok = np.zeros(len(relaxed), bool)
-    ok[solved] = True
-    same_day = relaxed.lead_time < 1  # a same-day link: no outside supplier has one (the DP's L >= 1)
-    dropped["store link lead time 0"] = int((ok & same_day).sum())
-    ok &= ~same_day
-    nets = covered_networks(roots, ok)
+    nets, rows, bounds, dropped = solvable_networks(args, relaxed, par, roots, keep_days + args.tail)
     if nets.size == 0:
         raise UserError(f"dc_headroom: no network of catalog seed {seed} has every store DP-solvable ({dropped})")
-    use = np.flatnonzero(ok & np.isin(roots, nets))
-    rows = solved[np.isin(solved, use)]
-    bounds = bounds[np.isin(solved, use)]
-    print(f"catalog seed {seed}: {len(full)} rows, {np.unique(roots).size} networks, {stores.size} stores; "
+    print(f"catalog seed {seed}: {len(full)} rows, {networks} networks, {stores.size} stores; "
           f"{nets.size} networks with every store solvable ({rows.size} stores); left out: {dropped}", flush=True)
     sol = solve_all(par, rows, bounds, keep_days + args.tail, keep_days)
-    t_dp = time.perf_counter() - start
-    print(f"  DP of {rows.size} stores in {t_dp:.0f} s", flush=True)
+    print(f"  DP of {rows.size} stores in {time.perf_counter() - start:.0f} s", flush=True)
     sub = relaxed.subset(rows)
     sim_cfg = dataclasses.replace(cfg.sim, days=keep_days)
     env = make_env(sub, sim_cfg, catalog_widths(sub))
@@ -175,7 +188,6 @@ def run_seed(args: argparse.Namespace, seed: int, runs: dict[int, str]) -> dict:
     results = {"relaxed optimum": (per_network(bound_row, roots[rows], nets),
                                    per_network(bound_adj, roots[rows], nets))}
     breakdown = {"relaxed optimum": where_it_goes(parts["relaxed optimum"], roots[rows], nets)}
-    _, all_roots, _ = echelons(full)
     net_env = make_env(full, sim_cfg, catalog_widths(full))
     policies = {BASELINE: make_policy(BASELINE, full, cfg.sim, tuned_params(BASELINE, cfg, full, args.tune_cache))}
     if seed in runs:
@@ -184,22 +196,21 @@ def run_seed(args: argparse.Namespace, seed: int, runs: dict[int, str]) -> dict:
         policies["trained"] = policy_of_run(runs[seed], catalog=full)
     is_store = np.zeros(len(full), bool)
     is_store[stores] = True
-    row_adjusted = {}
+    row_profit, row_adjusted = {}, {}
     for name, pol in policies.items():
         parts[name] = {}
-        p, adj, _ = score(net_env, pol, cfg, args.episodes, full.unit_cost.astype(np.float64), parts[name])
-        row_adjusted[name] = adj
-        results[name] = (per_network(p, all_roots, nets), per_network(adj, all_roots, nets))
+        row_profit[name], row_adjusted[name], _ = score(net_env, pol, cfg, args.episodes,
+                                                        full.unit_cost.astype(np.float64), parts[name])
+        results[name] = (per_network(row_profit[name], all_roots, nets), per_network(row_adjusted[name], all_roots, nets))
         breakdown[name] = where_it_goes(parts[name], all_roots, nets, is_store)
-        if name == BASELINE:  # the compared networks are the small ones: their share of the money
-            share = float(results[name][0].sum() / p.sum())
     bound, bound_adjusted = results["relaxed optimum"]
     table = {name: {"as eval counts": gap_row(bound, p), "stock-adjusted": gap_row(bound_adjusted, adj)}
              for name, (p, adj) in results.items() if name != "relaxed optimum"}
     whole = whole_catalog(full, is_store, all_roots, nets, bound_adjusted, parts[BASELINE]["demand"], row_adjusted)
-    return {"catalog_seed": seed, "rows": len(full), "networks": int(np.unique(roots).size),
+    return {"catalog_seed": seed, "rows": len(full), "networks": networks,
             "networks_compared": int(nets.size), "stores_solved": int(rows.size), "left_out": dropped,
-            "compared_profit_share": share,
+            # the compared networks are the small ones: their share of the baseline's money
+            "compared_profit_share": float(results[BASELINE][0].sum() / row_profit[BASELINE].sum()),
             "bound_per_network_day": float(bound.mean()), "policy_info": info, "gaps": table,
             "per_network_day": breakdown, "whole_catalog": whole,
             "seconds": round(time.perf_counter() - start, 1)}
@@ -257,8 +268,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UserError as exc:  # a config or run-directory mistake: one line, exit code 2
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_cli(main)

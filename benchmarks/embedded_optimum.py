@@ -22,7 +22,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -339,9 +341,15 @@ def pooled_results(results: list[dict], args: argparse.Namespace, key: str) -> d
     return gaps(profits, masks)
 
 
-if __name__ == "__main__":
+def run_cli(entry: Callable[[], int]) -> NoReturn:
+    """Exit with `entry()`'s status; a config or run-directory mistake (UserError) exits 2 with
+    one line (shared with dc_headroom.py)."""
     try:
-        sys.exit(main())
-    except UserError as exc:  # a config or run-directory mistake: one line, exit code 2
+        sys.exit(entry())
+    except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    run_cli(main)
