@@ -16,12 +16,14 @@ from collections.abc import Callable
 
 import torch
 
+from skurl.learn.twin_step import DeferredClipStep, grad_norms
 from skurl.policy.twin_mlp import _net_backward, _net_forward, linears_of, run_both
 
 PolicyLossGrads = Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]]
 # A net's output -> its loss terms' stats and their gradient at that output
 OutputTerms = Callable[[torch.Tensor], tuple[dict[str, torch.Tensor], torch.Tensor]]
-NetPiece = tuple[dict[str, torch.Tensor], list[torch.Tensor]]  # stats, (weight, bias) gradients
+# stats, (weight, bias) gradients laid out as their parameters, their norms (with a clip step)
+NetPiece = tuple[dict[str, torch.Tensor], list[torch.Tensor], list[torch.Tensor]]
 # The phase `skurl bench train` sees when the nets run side by side (forward, loss, backward)
 SIDE_BY_SIDE_PHASE = "nets side by side (forward, loss, backward)"
 
@@ -35,47 +37,60 @@ def fused_minibatch_grads(policy: torch.nn.Module, value: torch.nn.Module, obs: 
                           returns: torch.Tensor, weight: torch.Tensor | None, *, clip: float,
                           vf_coef: float, ent_coef: float, train_policy: bool, dtype: torch.dtype,
                           side_by_side: bool, grads_fn: PolicyLossGrads | None = None,
-                          mark: Callable[[str], None] | None = None) -> dict[str, torch.Tensor]:
+                          mark: Callable[[str], None] | None = None,
+                          clip_step: DeferredClipStep | None = None) -> dict[str, torch.Tensor]:
     """Set .grad of both nets' parameters to the PPO loss's gradient on this minibatch
     (as `loss.backward()` after zero_grad(set_to_none=True) would); the detached stats.
     Each net's forward, its loss terms' gradient and its backward run as one piece (the
     value net's on the second thread when `side_by_side`: one handoff a minibatch).
     `grads_fn`: policy_loss_grads (the default) or a torch.compile of it (train.compile).
     `mark(phase)`: called after each phase (`skurl bench train` times them; side by side,
-    the three phases are one)."""
+    the three phases are one). `clip_step`: each net's piece first runs its pending clip
+    and Adam step of the last minibatch and ends with its gradients' norms; the stats get
+    "grad_norm" (learn/twin_step.py)."""
     pol_p, val_p = net_params(policy), net_params(value)
     one_by_one = mark if mark is not None and not side_by_side else _no_mark
     policy_terms = grads_fn or policy_loss_grads
     with torch.no_grad():
         x_c = obs.to(dtype)
 
-        def piece(params: list[torch.Tensor], terms: OutputTerms) -> Callable[[], NetPiece]:
-            """One net's forward, its loss terms' (stats, gradient at its output), its backward."""
+        def piece(half: int, params: list[torch.Tensor], terms: OutputTerms) -> Callable[[], NetPiece]:
+            """One net's pending step, forward, its loss terms' (stats, gradient at its
+            output), its backward."""
             def run() -> NetPiece:
+                if clip_step is not None:
+                    clip_step.step_pending(half)
+                    one_by_one("Adam")
                 head, saved = _net_forward(x_c, tuple(params), dtype)
                 one_by_one("forward (nets)")
                 stats, g_head = terms(head)
                 one_by_one("loss and its gradient")
-                grads = _net_backward(g_head, tuple(saved), dtype)
+                # autograd's AccumulateGrad lays a fresh gradient out as its parameter
+                grads = [g if g.stride() == p.stride() else g.contiguous()
+                         for p, g in zip(params, _net_backward(g_head, tuple(saved), dtype), strict=True)]
                 one_by_one("backward (nets)")
-                return stats, grads
+                norms = grad_norms(grads) if clip_step is not None else []
+                one_by_one("grad-norm clip")
+                return stats, grads, norms
             return run
 
         def value_terms(head: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
             stats, g_values = value_loss_grads(head.squeeze(-1), returns, vf_coef)
             return stats, g_values.unsqueeze(-1)
 
-        (pol_stats, pol_g), (val_stats, val_g) = run_both(
+        (pol_stats, pol_g, pol_n), (val_stats, val_g, val_n) = run_both(
             side_by_side,
-            piece(pol_p, lambda logits: policy_terms(logits, actions, old_logp, adv, weight, clip, ent_coef,
-                                                     train_policy)),
-            piece(val_p, value_terms))
+            piece(0, pol_p, lambda logits: policy_terms(logits, actions, old_logp, adv, weight, clip, ent_coef,
+                                                        train_policy)),
+            piece(1, val_p, value_terms))
     for p, g in zip(pol_p + val_p, pol_g + val_g, strict=True):
-        # autograd's AccumulateGrad lays a fresh gradient out as its parameter
-        p.grad = g if g.stride() == p.stride() else g.contiguous()
+        p.grad = g
     if mark is not None and side_by_side:
         mark(SIDE_BY_SIDE_PHASE)
-    return _in_loss_order(pol_stats, val_stats)
+    stats = _in_loss_order(pol_stats, val_stats)
+    if clip_step is not None:
+        stats["grad_norm"] = clip_step.total(pol_n, val_n)
+    return stats
 
 
 def _in_loss_order(pol_stats: dict[str, torch.Tensor], val_stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -38,6 +38,7 @@ from skurl.learn.normalize import (
     rescale_output_layer,
 )
 from skurl.learn.ppo_loss import ppo_loss
+from skurl.learn.twin_step import DeferredClipStep
 from skurl.learn.vtrace import ratio_stats, vtrace
 from skurl.policy.bf16 import warn_if_emulated
 from skurl.policy.nets import ActorCritic
@@ -145,6 +146,7 @@ class Learner:
         # graph; False runs the autograd graph (the reference it is tested against)
         self.fused = True
         self._gather = BlockGather()
+        self._clip_step: DeferredClipStep | None = None  # set during a fused side-by-side update
         # `skurl bench train` sets a dict here: wall seconds of the update by phase (mark())
         self.phase_seconds: dict[str, float] | None = None
         self._phase_start = 0.0
@@ -408,6 +410,7 @@ class Learner:
         keys: list[str] = []
         steps, epochs_run, last_kl = 0, 0, 0.0
         params = list(self.model.parameters())
+        self._clip_step = self._deferred_clip_step()
         for epoch in range(self.ppo.epochs):
             gen = seeded_generator(self.cfg.train.seed, self.iteration, MINIBATCH_KEY, epoch)
             perm = torch.randperm(total, generator=gen).to(self.device)
@@ -415,10 +418,11 @@ class Learner:
             for mb in shuffled_minibatches(batch, perm, self.ppo.minibatch, self._gather):
                 self.mark("minibatch gather")
                 stats = self._minibatch_grads(mb)
-                stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
-                self.mark("grad-norm clip")
-                self.optimizer.step()
-                self.mark("Adam")
+                if self._clip_step is None:
+                    stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
+                    self.mark("grad-norm clip")
+                    self.optimizer.step()
+                    self.mark("Adam")
                 keys = list(stats)
                 # one tensor per minibatch, no host sync: read once per epoch
                 row = torch.stack([v.detach().float() for v in stats.values()])
@@ -432,10 +436,22 @@ class Learner:
             last_kl = float(epoch_sums[keys.index("approx_kl")]) / n_mb
             if self.ppo.target_kl > 0 and last_kl > self.ppo.target_kl:
                 break
+        if self._clip_step is not None:  # the last minibatch's step
+            self._clip_step.flush()
+            self._clip_step = None
+            self.mark("Adam")
         out = {k: float(v) / max(steps, 1) for k, v in zip(keys, (sums if sums is not None else []), strict=True)}
         out["epochs"] = float(epochs_run)
         out["last_epoch_kl"] = last_kl
         return out
+
+    def _deferred_clip_step(self) -> DeferredClipStep | None:
+        """The fused update side by side clips and steps each net inside its next piece
+        (learn/twin_step.py); otherwise None: clip_grad_norm_ and step after each minibatch."""
+        if not (self.fused and self.side_by_side):
+            return None
+        return DeferredClipStep(self.optimizer, list(self.model.policy.parameters()),
+                                list(self.model.value.parameters()), self.ppo.max_grad_norm)
 
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return twin_forward(self.model.policy, self.model.value, x, self.compute_dtype, self.side_by_side)
@@ -464,7 +480,8 @@ class Learner:
             self.model.policy, self.model.value, mb.obs, mb.actions, mb.old_logp, mb.advantages, mb.returns,
             mb.weight, clip=self.ppo.clip, vf_coef=self.ppo.vf_coef, ent_coef=ent_coef,
             train_policy=self.train_policy, dtype=self.compute_dtype, side_by_side=self.side_by_side,
-            grads_fn=self._loss_grads, mark=self.mark if self.phase_seconds is not None else None)
+            grads_fn=self._loss_grads, mark=self.mark if self.phase_seconds is not None else None,
+            clip_step=self._clip_step)
 
     def _minibatch_loss(self, mb: PreparedBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return ppo_minibatch_loss(self._forward, mb, self.ppo.clip, self.ppo.vf_coef, self.ent_coef_at(self.iteration),
