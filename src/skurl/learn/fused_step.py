@@ -69,7 +69,9 @@ def fused_minibatch_grads(policy: torch.nn.Module, value: torch.nn.Module, obs: 
                 grads = [g if g.stride() == p.stride() else g.contiguous()
                          for p, g in zip(params, _net_backward(g_head, tuple(saved), dtype), strict=True)]
                 one_by_one("backward (nets)")
-                norms = grad_norms(grads) if clip_step is not None else []
+                if clip_step is None:
+                    return stats, grads, []
+                norms = grad_norms(grads)
                 one_by_one("grad-norm clip")
                 return stats, grads, norms
             return run

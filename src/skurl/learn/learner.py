@@ -146,7 +146,6 @@ class Learner:
         # graph; False runs the autograd graph (the reference it is tested against)
         self.fused = True
         self._gather = BlockGather()
-        self._clip_step: DeferredClipStep | None = None  # set during a fused side-by-side update
         # `skurl bench train` sets a dict here: wall seconds of the update by phase (mark())
         self.phase_seconds: dict[str, float] | None = None
         self._phase_start = 0.0
@@ -410,15 +409,15 @@ class Learner:
         keys: list[str] = []
         steps, epochs_run, last_kl = 0, 0, 0.0
         params = list(self.model.parameters())
-        self._clip_step = self._deferred_clip_step()
+        clip_step = self._deferred_clip_step()
         for epoch in range(self.ppo.epochs):
             gen = seeded_generator(self.cfg.train.seed, self.iteration, MINIBATCH_KEY, epoch)
             perm = torch.randperm(total, generator=gen).to(self.device)
             epoch_sums: torch.Tensor | None = None
             for mb in shuffled_minibatches(batch, perm, self.ppo.minibatch, self._gather):
                 self.mark("minibatch gather")
-                stats = self._minibatch_grads(mb)
-                if self._clip_step is None:
+                stats = self._minibatch_grads(mb, clip_step)
+                if clip_step is None:
                     stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, self.ppo.max_grad_norm)
                     self.mark("grad-norm clip")
                     self.optimizer.step()
@@ -436,9 +435,8 @@ class Learner:
             last_kl = float(epoch_sums[keys.index("approx_kl")]) / n_mb
             if self.ppo.target_kl > 0 and last_kl > self.ppo.target_kl:
                 break
-        if self._clip_step is not None:  # the last minibatch's step
-            self._clip_step.flush()
-            self._clip_step = None
+        if clip_step is not None:  # the last minibatch's step
+            clip_step.flush()
             self.mark("Adam")
         out = {k: float(v) / max(steps, 1) for k, v in zip(keys, (sums if sums is not None else []), strict=True)}
         out["epochs"] = float(epochs_run)
@@ -466,8 +464,9 @@ class Learner:
             self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + now - self._phase_start
         self._phase_start = now
 
-    def _minibatch_grads(self, mb: PreparedBatch) -> dict[str, torch.Tensor]:
-        """Set the parameters' gradients of the PPO loss on `mb`; its stats."""
+    def _minibatch_grads(self, mb: PreparedBatch, clip_step: DeferredClipStep | None = None) -> dict[str, torch.Tensor]:
+        """Set the parameters' gradients of the PPO loss on `mb`; its stats (with `clip_step`,
+        also the last minibatch's clip and Adam step and this one's grad_norm)."""
         ent_coef = self.ent_coef_at(self.iteration)
         if not self.fused:
             loss, stats = self._minibatch_loss(mb)
@@ -481,7 +480,7 @@ class Learner:
             mb.weight, clip=self.ppo.clip, vf_coef=self.ppo.vf_coef, ent_coef=ent_coef,
             train_policy=self.train_policy, dtype=self.compute_dtype, side_by_side=self.side_by_side,
             grads_fn=self._loss_grads, mark=self.mark if self.phase_seconds is not None else None,
-            clip_step=self._clip_step)
+            clip_step=clip_step)
 
     def _minibatch_loss(self, mb: PreparedBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return ppo_minibatch_loss(self._forward, mb, self.ppo.clip, self.ppo.vf_coef, self.ent_coef_at(self.iteration),

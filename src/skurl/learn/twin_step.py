@@ -58,6 +58,7 @@ class DeferredClipStep:
             raise ValueError("DeferredClipStep: the optimizer's parameters must be first then second, in order")
         self.halves = (first, second)
         self.steps = (sub_optimizer(optimizer, first), sub_optimizer(optimizer, second))
+        self.direct = plain_fused_adam(optimizer)  # torch's fused-Adam ops, else the optimizer's step
         self.max_norm = float(max_norm)
         self.coef: torch.Tensor | None = None
         self.pending = [False, False]
@@ -85,7 +86,7 @@ class DeferredClipStep:
         if grads and self.coef is not None:
             torch._foreach_mul_(grads, self.coef)
         state, group = self.steps[half].state, self.steps[half].param_groups[0]
-        if not plain_fused_adam(self.steps[half]) or any(p not in state for p in params):
+        if not self.direct or any(p not in state for p in params):
             self.steps[half].step()  # creates the moments, or another optimizer's step
             return
         step_counts = [state[p]["step"] for p in params]
